@@ -1,0 +1,114 @@
+"""The queue interface every source implements (embedded, STOMP, IBM MQ).
+
+It models an IBM MQ consumer getting under syncpoint: messages got inside a unit of work stay
+invisible to other consumers until the unit is committed (they are gone) or backed out (they
+are reinstated with their backout count raised by one). A consumer that dies with a unit open
+has it backed out by the queue (the embedded queue does it on the next open).
+
+No Dagster import here: sensors reach this through the resources in
+`sis_platform.resources.sources`, and the conformance suite in `tests/queues` drives it directly.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import TracebackType
+from typing import Self
+
+
+@dataclass(frozen=True)
+class ReceivedMessage:
+    """One message as the queue delivered it.
+
+    `message_id` is in JMS form: "ID:" followed by 48 lowercase hex digits (the 24-byte MQ
+    MsgId). `delivery_count` is JMSXDeliveryCount, i.e. MQ BackoutCount + 1.
+    """
+
+    message_id: str
+    body: bytes
+    put_time: datetime  # timezone-aware, UTC
+    delivery_count: int = 1
+    properties: Mapping[str, object] = field(default_factory=dict)
+
+    @property
+    def redelivered(self) -> bool:
+        return self.delivery_count > 1
+
+
+class SourceUnavailable(Exception):
+    """The queue cannot be reached now (connection refused, broker down, queue manager
+    quiescing). Transient: the caller retries later; nothing was consumed."""
+
+
+class FencedOff(Exception):
+    """This consumer no longer holds the consumer lease: it must not commit or land anything."""
+
+
+class QueueSession(abc.ABC):
+    """An open connection to one queue with at most one unit of work in progress."""
+
+    @abc.abstractmethod
+    def get(self, wait_seconds: float = 0.0) -> ReceivedMessage | None:
+        """Get the next message under syncpoint, waiting up to `wait_seconds` for one.
+
+        Returns None when the queue is empty (MQRC 2033). Messages over the source's backout
+        threshold are moved to its backout queue inside the unit of work and not returned.
+        """
+
+    @abc.abstractmethod
+    def commit(self) -> None:
+        """Commit the unit of work: every message got since the last commit/backout is gone."""
+
+    @abc.abstractmethod
+    def backout(self) -> None:
+        """Back out the unit of work: its messages are reinstated, backout count + 1."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Close the connection; an open unit of work is backed out."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class QueueProducer(abc.ABC):
+    """Puts messages on a queue (the feed simulator and tests use it; the platform never puts)."""
+
+    @abc.abstractmethod
+    def put(self, body: bytes, message_id: str | None = None) -> str:
+        """Put one message (committed at once); returns its JMS message id.
+
+        Passing `message_id` reuses an id, which is how the simulator makes the provider's
+        redelivered duplicates.
+        """
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def new_message_id() -> str:
+    """A fresh JMS message id: "ID:" + 48 hex digits (24 random bytes, like an MQ MsgId)."""
+    return "ID:" + os.urandom(24).hex()
