@@ -1,4 +1,4 @@
-"""Shared test configuration.
+"""Loading the peer conformance vectors.
 
 The peer conformance vectors live outside the repository, in ../shared/conformance (a fresh
 clone in CI has shared/ beside it). A missing folder is an error, not a skip: those cases are

@@ -112,3 +112,21 @@ class QueueProducer(abc.ABC):
 def new_message_id() -> str:
     """A fresh JMS message id: "ID:" + 48 hex digits (24 random bytes, like an MQ MsgId)."""
     return "ID:" + os.urandom(24).hex()
+
+
+class QueueSource(abc.ABC):
+    """A configured queue: opens consuming sessions and producers. Cheap to construct; connects
+    only when asked, so a sensor can build one per tick."""
+
+    @property
+    @abc.abstractmethod
+    def description(self) -> str:
+        """Where this source points, for logs and the UI (never includes secrets)."""
+
+    @abc.abstractmethod
+    def connect(self) -> QueueSession:
+        """Open a consuming session; raises SourceUnavailable when the queue cannot be reached."""
+
+    @abc.abstractmethod
+    def producer(self) -> QueueProducer:
+        """Open a producer on the same queue; raises SourceUnavailable likewise."""
