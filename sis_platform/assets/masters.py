@@ -1,0 +1,163 @@
+"""The fold (master documents, their versions, dead letters, outcomes) and the model."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import dagster as dg
+from dagster_pyspark import LazyPySparkResource
+
+from sis_platform.assets.message_log import message_items
+from sis_platform.assets.partitions import batches_partitions
+from sis_platform.assets.policies import TRANSIENT_RETRY
+from sis_platform.lake.tables import (
+    DEAD_LETTERS,
+    EVENTS,
+    MARKETS,
+    MASTER_DOCUMENTS,
+    MASTER_VERSIONS,
+    MESSAGE_OUTCOMES,
+    SELECTIONS,
+)
+from sis_platform.resources.platform import DeltaLakeResource, FeedProcessingResource
+
+FOLD_POOL = "sis_fold"
+
+
+@dg.multi_asset(
+    specs=[
+        dg.AssetSpec(
+            "master_documents",
+            deps=[message_items],
+            description="The current master document of every sports event (one row per "
+            "master id: its latest version, the `event` XML, and whether it is stale or "
+            "filtered). A partition is the fold step run when that batch arrived: it folds "
+            "every batch up to the first missing one, in feed order.",
+            kinds={"spark", "delta"},
+        ),
+        dg.AssetSpec(
+            "master_versions",
+            deps=[message_items],
+            description="Every version of every master document, with the message and item "
+            "position that produced it.",
+            kinds={"spark", "delta"},
+        ),
+        dg.AssetSpec(
+            "dead_letters",
+            deps=[message_items],
+            description="Messages and items that could not be applied: original bytes, message "
+            "id, master id, reason code, error detail and time, for inspection and replay.",
+            kinds={"spark", "delta"},
+        ),
+        dg.AssetSpec(
+            "message_outcomes",
+            deps=[message_items],
+            description="What became of every logged message and item: applied, duplicate, "
+            "filtered or dead-lettered (the message log's accounting).",
+            kinds={"spark", "delta"},
+        ),
+    ],
+    partitions_def=batches_partitions,
+    group_name="masters",
+    pool=FOLD_POOL,
+    retry_policy=TRANSIENT_RETRY,
+)
+def fold_masters(
+    context: dg.AssetExecutionContext,
+    spark: LazyPySparkResource,
+    lake: DeltaLakeResource,
+    processing: FeedProcessingResource,
+) -> Iterator[dg.MaterializeResult]:
+    from sis_platform.spark.fold import fold_step
+
+    processing.compiled_selector()  # a bad selector fails here, loudly, before any write
+    lk = lake.lake(spark.spark_session)
+    result = fold_step(lk, selector=processing.selector, run_id=context.run_id)
+    if result.fold_step is None:
+        context.log.info(f"nothing to fold: waiting for batch {result.waiting_for}")
+    else:
+        context.log.info(
+            f"fold step {result.fold_step}: batches {result.first_batch_seq}..."
+            f"{result.last_batch_seq}, {result.applied} applied, {result.duplicates} duplicate, "
+            f"{result.filtered} filtered, {result.dead_lettered} dead-lettered"
+        )
+    common = {
+        "fold_step": result.fold_step,
+        "first_batch": result.first_batch_seq,
+        "last_batch": result.last_batch_seq,
+        "waiting_for_batch": result.waiting_for,
+    }
+    yield dg.MaterializeResult(
+        asset_key="master_documents",
+        metadata={**common, "masters_changed": result.masters_changed,
+                  "table": dg.MetadataValue.path(lk.path(MASTER_DOCUMENTS))},
+    )
+    yield dg.MaterializeResult(
+        asset_key="master_versions",
+        metadata={**common, "table": dg.MetadataValue.path(lk.path(MASTER_VERSIONS))},
+    )
+    yield dg.MaterializeResult(
+        asset_key="dead_letters",
+        metadata={**common, "dead_lettered": result.dead_lettered,
+                  "table": dg.MetadataValue.path(lk.path(DEAD_LETTERS))},
+    )
+    yield dg.MaterializeResult(
+        asset_key="message_outcomes",
+        metadata={**common, "messages": result.messages, "applied": result.applied,
+                  "duplicates": result.duplicates, "filtered": result.filtered,
+                  "dead_lettered": result.dead_lettered,
+                  "table": dg.MetadataValue.path(lk.path(MESSAGE_OUTCOMES))},
+    )
+
+
+@dg.multi_asset(
+    specs=[
+        dg.AssetSpec(
+            "events",
+            deps=["master_documents"],
+            description="One row per sports event: sport, country, course, name, start, "
+            "status, going, current version and staleness.",
+            kinds={"spark", "delta"},
+        ),
+        dg.AssetSpec(
+            "markets",
+            deps=["master_documents"],
+            description="One row per market of each event: type, status, places.",
+            kinds={"spark", "delta"},
+        ),
+        dg.AssetSpec(
+            "selections",
+            deps=["master_documents"],
+            description="One row per selection (runner) of each market, with its current "
+            "fractional and decimal price.",
+            kinds={"spark", "delta"},
+        ),
+    ],
+    partitions_def=batches_partitions,
+    group_name="model",
+    pool=FOLD_POOL,
+    retry_policy=TRANSIENT_RETRY,
+)
+def interpreted_model(
+    context: dg.AssetExecutionContext, spark: LazyPySparkResource, lake: DeltaLakeResource
+) -> Iterator[dg.MaterializeResult]:
+    """The interpreted model that Opportunity Management reads."""
+    from sis_platform.spark.model import refresh_model
+
+    lk = lake.lake(spark.spark_session)
+    r = refresh_model(lk)
+    context.log.info(f"model refreshed to fold step {r.fold_step}: {r.masters} master(s)")
+    for name, table, rows in (
+        ("events", EVENTS, r.events),
+        ("markets", MARKETS, r.markets),
+        ("selections", SELECTIONS, r.selections),
+    ):
+        yield dg.MaterializeResult(
+            asset_key=name,
+            metadata={
+                "fold_step": r.fold_step,
+                "masters_refreshed": r.masters,
+                "rows_refreshed": rows,
+                "table": dg.MetadataValue.path(lk.path(table)),
+            },
+        )

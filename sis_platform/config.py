@@ -1,0 +1,139 @@
+"""The one place where the environment chooses the platform's configuration.
+
+`SIS_PROFILE` picks the source and Spark: `local` (default: embedded queue, local Spark, local
+Delta), `activemq` (STOMP broker), `ibmmq` (IBM MQ through pymqi), `cluster` (embedded or any
+source, Spark at SIS_SPARK_MASTER, Delta at SIS_LAKE_PATH). Every other setting is a `SIS_*`
+variable with a sane default; secrets are bound as `dg.EnvVar`, so they are read at run time
+and never stored in the code location's configuration snapshot. The README lists them all.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+from dagster_pyspark import LazyPySparkResource
+
+from sis_platform.resources.platform import (
+    DeltaLakeResource,
+    FeedProcessingResource,
+    LandingZoneResource,
+)
+from sis_platform.resources.sources import (
+    EmbeddedQueueResource,
+    IbmMqQueueResource,
+    QueueSourceResource,
+    StompQueueResource,
+)
+from sis_platform.resources.spark import delta_spark_config
+
+PROFILES = ("local", "activemq", "ibmmq", "cluster")
+
+
+class ConfigurationError(ValueError):
+    pass
+
+
+def _get(env: Mapping[str, str], name: str, default: str) -> str:
+    value = env.get(name, "").strip()
+    return value or default
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = _get(env, name, str(default))
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigurationError(f"{name}={raw!r} is not a whole number") from None
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = _get(env, name, str(default))
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigurationError(f"{name}={raw!r} is not a number") from None
+
+
+def _required(env: Mapping[str, str], name: str, profile: str) -> str:
+    value = env.get(name, "").strip()
+    if not value:
+        raise ConfigurationError(f"profile {profile!r} needs {name} to be set")
+    return value
+
+
+def data_dir(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    return Path(_get(env, "SIS_DATA_DIR", "data")).resolve()
+
+
+def queue_resource(env: Mapping[str, str], profile: str) -> QueueSourceResource:
+    source = _get(env, "SIS_SOURCE", {"activemq": "stomp", "ibmmq": "ibmmq"}.get(profile, "embedded"))
+    if source == "embedded":
+        return EmbeddedQueueResource(
+            path=_get(env, "SIS_QUEUE_DIR", str(data_dir(env) / "queue")),
+            queue=_get(env, "SIS_QUEUE_NAME", "SPORTSDATA"),
+            backout_threshold=_int(env, "SIS_BACKOUT_THRESHOLD", 0),
+            backout_queue=env.get("SIS_BACKOUT_QUEUE") or None,
+        )
+    if source == "stomp":
+        return StompQueueResource(
+            host=_get(env, "SIS_STOMP_HOST", "127.0.0.1"),
+            port=_int(env, "SIS_STOMP_PORT", 61613),
+            destination=_get(env, "SIS_STOMP_DESTINATION", "/queue/SPORTSDATA"),
+            user=env.get("SIS_STOMP_USER") or None,
+            password=dg.EnvVar("SIS_STOMP_PASSWORD") if env.get("SIS_STOMP_PASSWORD") else None,
+        )
+    if source == "ibmmq":
+        return IbmMqQueueResource(
+            queue_manager=_required(env, "SIS_IBMMQ_QMGR", profile),
+            channel=_required(env, "SIS_IBMMQ_CHANNEL", profile),
+            conn_name=_required(env, "SIS_IBMMQ_CONN", profile),
+            queue=_required(env, "SIS_IBMMQ_QUEUE", profile),
+            user=env.get("SIS_IBMMQ_USER") or None,
+            password=dg.EnvVar("SIS_IBMMQ_PASSWORD") if env.get("SIS_IBMMQ_PASSWORD") else None,
+            cipher_spec=env.get("SIS_IBMMQ_CIPHER_SPEC") or None,
+            key_repository=env.get("SIS_IBMMQ_KEY_REPOSITORY") or None,
+        )
+    raise ConfigurationError(f"SIS_SOURCE={source!r}: expected embedded, stomp or ibmmq")
+
+
+def resources(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The resources for the profile the environment names."""
+    env = os.environ if env is None else env
+    profile = _get(env, "SIS_PROFILE", "local")
+    if profile not in PROFILES:
+        raise ConfigurationError(f"SIS_PROFILE={profile!r}: expected one of {', '.join(PROFILES)}")
+    data = data_dir(env)
+    master = _get(env, "SIS_SPARK_MASTER", "local[*]")
+    if profile == "cluster" and master.startswith("local"):
+        raise ConfigurationError("profile 'cluster' needs SIS_SPARK_MASTER (spark://, k8s://, "
+                                 "yarn or sc://)")
+    return {
+        "queue": queue_resource(env, profile),
+        "landing": LandingZoneResource(
+            root=_get(env, "SIS_LANDING_DIR", str(data / "landing")),
+            max_messages=_int(env, "SIS_BATCH_MAX_MESSAGES", 5_000),
+            max_bytes=_int(env, "SIS_BATCH_MAX_BYTES", 64 * 1024 * 1024),
+            max_seconds=_float(env, "SIS_BATCH_MAX_SECONDS", 10.0),
+            get_wait_seconds=_float(env, "SIS_GET_WAIT_SECONDS", 0.5),
+        ),
+        "lake": DeltaLakeResource(base_path=_get(env, "SIS_LAKE_PATH", str(data / "lake"))),
+        "processing": FeedProcessingResource(
+            max_message_bytes=_int(env, "SIS_MAX_MESSAGE_BYTES", 4 * 1024 * 1024),
+            redelivery_limit=_int(env, "SIS_REDELIVERY_LIMIT", 5),
+            selector=env.get("SIS_SELECTOR") or None,
+        ),
+        "spark": LazyPySparkResource(
+            spark_config=delta_spark_config(
+                master=master,
+                driver_memory=_get(env, "SIS_SPARK_DRIVER_MEMORY", "2g"),
+                shuffle_partitions=_int(env, "SIS_SPARK_SHUFFLE_PARTITIONS", 4),
+                ui_enabled=_get(env, "SIS_SPARK_UI", "false") == "true",
+                jars_dir=env.get("SIS_SPARK_JARS_DIR") or None,
+            )
+        ),
+    }

@@ -1,0 +1,67 @@
+"""Getting one landing batch off the queue: get under syncpoint, land durably, then commit.
+
+This is the only place that moves messages from the queue into the platform (DESIGN.md
+invariant 1). The order of the three steps is the whole point: a crash before `land` returns
+leaves every message on the queue (the unit of work is backed out, and redelivered with a
+higher delivery count); a crash after `land` but before `commit` leaves the messages both on
+the queue and in a batch, and their redelivered copies are later recorded as duplicates by
+message id (invariant 2). No Dagster or Spark import: the sensor calls this every tick.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sis_platform.landing import LandedBatch, LandingZone
+from sis_platform.queues.base import QueueSession, ReceivedMessage
+
+
+@dataclass(frozen=True)
+class BatchLimits:
+    max_messages: int = 5_000
+    max_bytes: int = 64 * 1024 * 1024
+    max_seconds: float = 10.0
+    get_wait_seconds: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.max_messages < 1 or self.max_bytes < 1 or self.max_seconds <= 0:
+            raise ValueError(f"batch limits must be positive: {self}")
+
+
+def consume_batch(
+    session: QueueSession,
+    zone: LandingZone,
+    limits: BatchLimits,
+    *,
+    before_commit: Callable[[LandedBatch], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> LandedBatch | None:
+    """Get up to one batch's worth of messages, land them, commit. None when the queue was
+    empty. `before_commit` runs between landing and commit (the consumer lease check, and
+    fault injection in tests); if it raises, the unit of work is backed out."""
+    deadline = clock() + limits.max_seconds
+    messages: list[ReceivedMessage] = []
+    size = 0
+    try:
+        while len(messages) < limits.max_messages and size < limits.max_bytes:
+            remaining = deadline - clock()
+            if remaining <= 0:
+                break
+            message = session.get(wait_seconds=min(limits.get_wait_seconds, remaining))
+            if message is None:
+                break
+            messages.append(message)
+            size += len(message.body)
+        if not messages:
+            session.commit()  # nothing got; ends the (empty) unit of work cleanly
+            return None
+        batch = zone.land(messages)
+        if before_commit is not None:
+            before_commit(batch)
+    except BaseException:
+        session.backout()
+        raise
+    session.commit()
+    return batch

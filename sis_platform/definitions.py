@@ -1,0 +1,21 @@
+"""The code location: every asset, check, job, sensor and resource of the platform."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from sis_platform import config
+from sis_platform.assets.masters import fold_masters, interpreted_model
+from sis_platform.assets.message_log import message_items, raw_messages
+from sis_platform.jobs import process_batch_job
+from sis_platform.sensors.queue_sensor import sportsdata_queue_sensor
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return dg.Definitions(
+        assets=[raw_messages, message_items, fold_masters, interpreted_model],
+        jobs=[process_batch_job],
+        sensors=[sportsdata_queue_sensor],
+        resources=config.resources(),
+    )

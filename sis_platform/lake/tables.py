@@ -1,0 +1,283 @@
+"""The Delta tables of the platform: names, Spark schemas and partitioning, in one place.
+
+Schemas are built by functions (not at import) because pyspark is a heavy import that the sensor
+process must never pay for (STYLE.md: heavy imports inside functions).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    partition_by: tuple[str, ...] = ()
+
+    def schema(self) -> StructType:
+        return _SCHEMAS[self.name]()
+
+
+RAW_MESSAGES = Table("raw_messages", ("batch_key",))
+MESSAGE_ITEMS = Table("message_items", ("batch_key",))
+BATCH_LOG = Table("batch_log")
+MASTER_VERSIONS = Table("master_versions")
+MASTER_DOCUMENTS = Table("master_documents")
+DEAD_LETTERS = Table("dead_letters")
+MESSAGE_OUTCOMES = Table("message_outcomes")
+FOLD_STEPS = Table("fold_steps")
+EVENTS = Table("events")
+MARKETS = Table("markets")
+SELECTIONS = Table("selections")
+MODEL_STEPS = Table("model_steps")
+
+# Tables the fold appends to, each row tagged with the fold step that wrote it: an uncommitted
+# step's rows are deleted before the next step (see sis_platform/spark/fold.py).
+FOLD_APPEND_TABLES = (MASTER_VERSIONS, DEAD_LETTERS, MESSAGE_OUTCOMES)
+
+
+def _raw_messages() -> StructType:
+    from pyspark.sql import types as T
+
+    return T.StructType(
+        [
+            T.StructField("batch_key", T.StringType(), False),
+            T.StructField("batch_seq", T.LongType(), False),
+            T.StructField("msg_seq", T.IntegerType(), False),
+            T.StructField("message_id", T.StringType(), False),
+            T.StructField("put_time", T.TimestampType(), True),
+            T.StructField("received_at", T.TimestampType(), False),
+            T.StructField("delivery_count", T.IntegerType(), False),
+            T.StructField("properties_json", T.StringType(), True),
+            T.StructField("body", T.BinaryType(), False),
+            T.StructField("body_sha256", T.StringType(), False),
+            T.StructField("prev_link", T.StringType(), False),
+            T.StructField("chain_link", T.StringType(), False),
+        ]
+    )
+
+
+def _message_items() -> StructType:
+    from pyspark.sql import types as T
+
+    return T.StructType(
+        [
+            T.StructField("batch_key", T.StringType(), False),
+            T.StructField("batch_seq", T.LongType(), False),
+            T.StructField("msg_seq", T.IntegerType(), False),
+            T.StructField("message_id", T.StringType(), False),
+            T.StructField("delivery_count", T.IntegerType(), False),
+            # "item" rows carry one master's share of a valid message; an "invalid" row stands
+            # for a whole message that is dead-lettered before splitting (reason set).
+            T.StructField("status", T.StringType(), False),
+            T.StructField("position", T.IntegerType(), True),
+            T.StructField("master_id", T.StringType(), True),
+            T.StructField("category", T.StringType(), True),
+            T.StructField("type", T.StringType(), True),
+            T.StructField("payload", T.BinaryType(), True),
+            T.StructField("reason", T.StringType(), True),
+            T.StructField("detail", T.StringType(), True),
+        ]
+    )
+
+
+def _batch_log() -> StructType:
+    from pyspark.sql import types as T
+
+    return T.StructType(
+        [
+            T.StructField("batch_key", T.StringType(), False),
+            T.StructField("batch_seq", T.LongType(), False),
+            T.StructField("messages", T.LongType(), False),
+            T.StructField("items", T.LongType(), False),
+            T.StructField("invalid", T.LongType(), False),
+            T.StructField("items_digest", T.StringType(), False),
+            T.StructField("processed_at", T.TimestampType(), False),
+            T.StructField("run_id", T.StringType(), True),
+        ]
+    )
+
+
+def _master_versions() -> StructType:
+    from pyspark.sql import types as T
+
+    return T.StructType(
+        [
+            T.StructField("master_id", T.StringType(), False),
+            T.StructField("version", T.IntegerType(), False),
+            T.StructField("message_id", T.StringType(), False),
+            T.StructField("position", T.IntegerType(), False),
+            T.StructField("operation", T.StringType(), False),
+            T.StructField("document", T.StringType(), False),
+            T.StructField("batch_seq", T.LongType(), False),
+            T.StructField("msg_seq", T.IntegerType(), False),
+            T.StructField("fold_step", T.LongType(), False),
+        ]
+    )
+
+
+def _master_documents() -> StructType:
+    from pyspark.sql import types as T
+
+    return T.StructType(
+        [
+            T.StructField("master_id", T.StringType(), False),
+            T.StructField("version", T.IntegerType(), False),
+            T.StructField("document", T.StringType(), True),
+            T.StructField("stale", T.BooleanType(), False),
+            T.StructField("filtered", T.BooleanType(), False),
+            T.StructField("fold_step", T.LongType(), False),
+        ]
+    )
+
+
+def _dead_letters() -> StructType:
+    from pyspark.sql import types as T
+
+    return T.StructType(
+        [
+            T.StructField("message_id", T.StringType(), False),
+            T.StructField("master_id", T.StringType(), True),
+            T.StructField("position", T.IntegerType(), True),
+            T.StructField("reason", T.StringType(), False),
+            T.StructField("detail", T.StringType(), True),
+            T.StructField("body", T.BinaryType(), False),
+            T.StructField("batch_key", T.StringType(), False),
+            T.StructField("batch_seq", T.LongType(), False),
+            T.StructField("msg_seq", T.IntegerType(), False),
+            T.StructField("delivery_count", T.IntegerType(), False),
+            T.StructField("fold_step", T.LongType(), False),
+            T.StructField("dead_lettered_at", T.TimestampType(), False),
+        ]
+    )
+
+
+def _message_outcomes() -> StructType:
+    from pyspark.sql import types as T
+
+    return T.StructType(
+        [
+            T.StructField("message_id", T.StringType(), False),
+            T.StructField("batch_seq", T.LongType(), False),
+            T.StructField("msg_seq", T.IntegerType(), False),
+            T.StructField("position", T.IntegerType(), True),
+            T.StructField("master_id", T.StringType(), True),
+            T.StructField("outcome", T.StringType(), False),
+            T.StructField("version", T.IntegerType(), True),
+            T.StructField("reason", T.StringType(), True),
+            T.StructField("detail", T.StringType(), True),
+            T.StructField("warning", T.StringType(), True),
+            T.StructField("fold_step", T.LongType(), False),
+        ]
+    )
+
+
+def _fold_steps() -> StructType:
+    from pyspark.sql import types as T
+
+    return T.StructType(
+        [
+            T.StructField("fold_step", T.LongType(), False),
+            T.StructField("first_batch_seq", T.LongType(), False),
+            T.StructField("last_batch_seq", T.LongType(), False),
+            T.StructField("items_digest", T.StringType(), False),
+            T.StructField("master_documents_version", T.LongType(), False),
+            T.StructField("messages", T.LongType(), False),
+            T.StructField("applied", T.LongType(), False),
+            T.StructField("duplicates", T.LongType(), False),
+            T.StructField("filtered", T.LongType(), False),
+            T.StructField("dead_lettered", T.LongType(), False),
+            T.StructField("masters_changed", T.LongType(), False),
+            T.StructField("run_id", T.StringType(), True),
+            T.StructField("committed_at", T.TimestampType(), False),
+        ]
+    )
+
+
+def _events() -> StructType:
+    from pyspark.sql import types as T
+
+    return T.StructType(
+        [
+            T.StructField("master_id", T.StringType(), False),
+            T.StructField("version", T.IntegerType(), False),
+            T.StructField("sport", T.StringType(), True),
+            T.StructField("country", T.StringType(), True),
+            T.StructField("course", T.StringType(), True),
+            T.StructField("name", T.StringType(), True),
+            T.StructField("start", T.StringType(), True),
+            T.StructField("status", T.StringType(), True),
+            T.StructField("going", T.StringType(), True),
+            T.StructField("stale", T.BooleanType(), False),
+            T.StructField("fold_step", T.LongType(), False),
+        ]
+    )
+
+
+def _markets() -> StructType:
+    from pyspark.sql import types as T
+
+    return T.StructType(
+        [
+            T.StructField("master_id", T.StringType(), False),
+            T.StructField("market_id", T.StringType(), False),
+            T.StructField("type", T.StringType(), True),
+            T.StructField("status", T.StringType(), True),
+            T.StructField("places", T.IntegerType(), True),
+            T.StructField("fold_step", T.LongType(), False),
+        ]
+    )
+
+
+def _selections() -> StructType:
+    from pyspark.sql import types as T
+
+    return T.StructType(
+        [
+            T.StructField("master_id", T.StringType(), False),
+            T.StructField("market_id", T.StringType(), False),
+            T.StructField("selection_id", T.StringType(), False),
+            T.StructField("number", T.IntegerType(), True),
+            T.StructField("name", T.StringType(), True),
+            T.StructField("status", T.StringType(), True),
+            T.StructField("jockey", T.StringType(), True),
+            T.StructField("trainer", T.StringType(), True),
+            T.StructField("price_num", T.IntegerType(), True),
+            T.StructField("price_den", T.IntegerType(), True),
+            T.StructField("price_decimal", T.DoubleType(), True),
+            T.StructField("price_at", T.StringType(), True),
+            T.StructField("fold_step", T.LongType(), False),
+        ]
+    )
+
+
+def _model_steps() -> StructType:
+    from pyspark.sql import types as T
+
+    return T.StructType(
+        [
+            T.StructField("fold_step", T.LongType(), False),
+            T.StructField("masters", T.LongType(), False),
+            T.StructField("committed_at", T.TimestampType(), False),
+        ]
+    )
+
+
+_SCHEMAS = {
+    "raw_messages": _raw_messages,
+    "message_items": _message_items,
+    "batch_log": _batch_log,
+    "master_versions": _master_versions,
+    "master_documents": _master_documents,
+    "dead_letters": _dead_letters,
+    "message_outcomes": _message_outcomes,
+    "fold_steps": _fold_steps,
+    "events": _events,
+    "markets": _markets,
+    "selections": _selections,
+    "model_steps": _model_steps,
+}

@@ -1,0 +1,69 @@
+"""Resources for the landing zone, the Delta lake and feed processing settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import dagster as dg
+from pydantic import Field
+
+from sis_platform.domain.messages import DEFAULT_MAX_BYTES
+from sis_platform.landing import LandingZone
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from sis_platform.domain.selector import Selector
+    from sis_platform.lake.delta import Lake
+
+
+class LandingZoneResource(dg.ConfigurableResource):
+    """Durable landing batches, and how large the sensor makes them."""
+
+    root: str = Field(description="Folder of the landing zone (shared storage in production).")
+    max_messages: int = Field(default=5_000, description="Most messages in one batch.")
+    max_bytes: int = Field(default=64 * 1024 * 1024, description="Most body bytes in one batch.")
+    max_seconds: float = Field(
+        default=10.0,
+        description="Longest a sensor tick spends getting one batch; keep well under the "
+        "sensor timeout (60 s by default).",
+    )
+    get_wait_seconds: float = Field(
+        default=0.5, description="How long one get waits for a message before the batch closes."
+    )
+
+    def zone(self) -> LandingZone:
+        return LandingZone(Path(self.root))
+
+
+class DeltaLakeResource(dg.ConfigurableResource):
+    """Where the Delta tables live: a local folder, or s3a://, abfss://, gs:// on a cluster."""
+
+    base_path: str
+
+    def lake(self, spark: SparkSession) -> Lake:
+        from sis_platform.lake.delta import Lake
+
+        return Lake(spark, self.base_path)
+
+
+class FeedProcessingResource(dg.ConfigurableResource):
+    """How the feed is interpreted (SPORTSDATA.md): limits and the item selector."""
+
+    max_message_bytes: int = Field(
+        default=DEFAULT_MAX_BYTES, description="A body over this many bytes is invalid."
+    )
+    redelivery_limit: int = Field(
+        default=5, description="A message delivered more often than this is dead-lettered."
+    )
+    selector: str | None = Field(
+        default=None,
+        description="JMS selector over item properties (category, type, masterId, sport, "
+        "country, course, eventStatus, ...); items it does not select are recorded as filtered.",
+    )
+
+    def compiled_selector(self) -> Selector | None:
+        from sis_platform.domain.selector import Selector
+
+        return Selector.compile(self.selector) if self.selector else None

@@ -1,0 +1,67 @@
+"""Spark with Delta Lake, as a lazily built session (the sensor process never starts a JVM).
+
+The session comes from dagster-pyspark's `LazyPySparkResource`; this module only computes its
+configuration: Delta's SQL extension and catalog, and Delta's jars. By default Spark's own
+resolver fetches `io.delta:delta-spark_<spark>_<scala>:<delta-spark version>` from Maven Central
+at first start and caches it (~/.ivy2*). Where that resolver cannot reach Maven Central, fetch
+the jars once with `scripts/fetch_delta_jars.sh` (mvn dependency:copy into a cache folder) and
+set `SIS_SPARK_JARS_DIR` to that folder: the jars are then passed as `spark.jars`.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import version
+from pathlib import Path
+
+SCALA_VERSION = "2.13"
+
+
+def delta_package() -> str:
+    """The Maven coordinate of the Delta jar matching the installed pyspark and delta-spark
+    (the same rule as delta.pip_utils.configure_spark_with_delta_pip)."""
+    spark_major_minor = ".".join(version("pyspark").split(".")[:2])
+    return f"io.delta:delta-spark_{spark_major_minor}_{SCALA_VERSION}:{version('delta-spark')}"
+
+
+def delta_spark_config(
+    *,
+    master: str = "local[*]",
+    app_name: str = "sis-platform",
+    shuffle_partitions: int = 4,
+    driver_memory: str = "2g",
+    ui_enabled: bool = True,
+    jars_dir: str | None = None,
+    extra: dict[str, str] | None = None,
+) -> dict[str, str]:
+    conf: dict[str, str] = {
+        "spark.app.name": app_name,
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        # A handful of shuffle partitions: a batch is thousands of rows, not billions, and the
+        # default 200 tiny tasks per shuffle cost more than the work on two cores.
+        "spark.sql.shuffle.partitions": str(shuffle_partitions),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.ui.enabled": str(ui_enabled).lower(),
+        "spark.ui.showConsoleProgress": "false",
+        # Delta's small metadata tables would otherwise collect thousands of tiny files.
+        "spark.databricks.delta.optimizeWrite.enabled": "true",
+        "spark.databricks.delta.autoCompact.enabled": "true",
+    }
+    if master.startswith("sc://"):
+        conf["spark.remote"] = master
+    else:
+        conf["spark.master"] = master
+        conf["spark.driver.memory"] = driver_memory
+        if master.startswith("local"):
+            conf["spark.driver.host"] = "127.0.0.1"
+            conf["spark.driver.bindAddress"] = "127.0.0.1"
+    if jars_dir:
+        jars = sorted(str(p) for p in Path(jars_dir).glob("*.jar"))
+        if not jars:
+            raise ValueError(f"SIS_SPARK_JARS_DIR={jars_dir!r} holds no jars")
+        conf["spark.jars"] = ",".join(jars)
+    elif not master.startswith("sc://"):
+        conf["spark.jars.packages"] = delta_package()
+    conf.update(extra or {})
+    return conf

@@ -1,0 +1,75 @@
+"""The only component that talks to the queue: it lands batches and registers them."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from sis_platform.assets.partitions import batches_partitions
+from sis_platform.consumer import BatchLimits, consume_batch
+from sis_platform.jobs import process_batch_job
+from sis_platform.landing import batch_seq_of
+from sis_platform.queues.base import SourceUnavailable
+from sis_platform.resources.platform import LandingZoneResource
+from sis_platform.resources.sources import QueueSourceResource
+
+
+@dg.sensor(
+    job=process_batch_job,
+    minimum_interval_seconds=5,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Gets a bounded batch from the Sportsdata queue under syncpoint, lands it "
+    "durably, commits the queue, then registers the batch as a partition and requests its run.",
+)
+def sportsdata_queue_sensor(
+    context: dg.SensorEvaluationContext,
+    queue: QueueSourceResource,
+    landing: LandingZoneResource,
+) -> dg.SensorResult | dg.SkipReason:
+    zone = landing.zone()
+    zone.ensure()
+    if removed := zone.clean_partials():
+        context.log.warning(f"removed {removed} partial batch file(s) left by a crash")
+    registered = int(context.cursor) if context.cursor else 0
+
+    # Batches landed but not yet registered (a crash between landing and the end of the tick)
+    # are registered before anything new is consumed.
+    pending = zone.keys_after(registered)
+    if not pending:
+        source = queue.open()
+        limits = BatchLimits(
+            max_messages=landing.max_messages,
+            max_bytes=landing.max_bytes,
+            max_seconds=landing.max_seconds,
+            get_wait_seconds=landing.get_wait_seconds,
+        )
+        try:
+            with source.connect() as session:
+                batch = consume_batch(session, zone, limits)
+        except SourceUnavailable as exc:
+            # A failed tick, not a skip: an outage must be visible in the UI (STYLE.md rule 7).
+            raise dg.Failure(
+                description=f"queue unavailable ({source.description}): {exc}; retrying next tick"
+            ) from exc
+        if batch is None:
+            return dg.SkipReason(
+                f"queue empty: no message within {landing.get_wait_seconds}s "
+                f"({source.description}); {registered} batch(es) registered so far"
+            )
+        context.log.info(
+            f"landed batch {batch.key}: {batch.messages} message(s), {batch.bytes} bytes "
+            f"from {source.description}"
+        )
+        pending = zone.keys_after(registered)
+
+    known = set(context.instance.get_dynamic_partitions(batches_partitions.name))
+    new_keys = [k for k in pending if k not in known]
+    return dg.SensorResult(
+        run_requests=[
+            dg.RunRequest(partition_key=key, run_key=f"batch-{key}", tags={"sis/batch": key})
+            for key in pending
+        ],
+        dynamic_partitions_requests=[batches_partitions.build_add_request(new_keys)]
+        if new_keys
+        else [],
+        cursor=str(batch_seq_of(pending[-1])),
+    )
