@@ -1,0 +1,118 @@
+"""Splitting a message into items, and what a JMS selector sees of an item
+(SPORTSDATA.md, "Splitting, order, exactly once").
+
+An item is the unit of processing: one per listed master id, keeping the message id and the
+id's 0-based position in the message's id list. Items carry bytes only, so they pickle and
+cross into Spark unchanged:
+
+- a master item's payload is its `event` serialized as a standalone document (no XML
+  declaration, UTF-8, no namespace declarations inherited from the envelope, no tail);
+- an update item's payload is the serialized `sportsdata` element whose children are the patch
+  operations: one bytes object shared by every item of the message, so the patch engine can
+  compile it once (fold.PatchCache) and apply it to each master.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from lxml import etree
+
+from sis_platform.domain.messages import ParsedMessage
+
+
+@dataclass(frozen=True)
+class Item:
+    message_id: str
+    position: int
+    master_id: str
+    category: str  # "master" | "update"
+    type: str | None  # "new" | "refresh" for a master item, None for an update item
+    payload: bytes
+
+
+def serialize(node: etree._Element | etree._ElementTree) -> bytes:
+    """The canonical bytes of a document this package stores: UTF-8, no XML declaration."""
+    return etree.tostring(node, encoding="utf-8")
+
+
+def standalone_event(event: etree._Element) -> bytes:
+    """An `event` (possibly inside an envelope) serialized as its own document."""
+    if event.nsmap:
+        # In-scope declarations from the envelope would otherwise be copied onto the event;
+        # the event vocabulary is unqualified (schema), so every declaration is unused.
+        event = copy.deepcopy(event)
+        etree.cleanup_namespaces(event)
+    return etree.tostring(event, encoding="utf-8", with_tail=False)
+
+
+def split_message(message_id: str, message: ParsedMessage) -> list[Item]:
+    """One item per listed id, in id order (the order the ids are listed in the message)."""
+    if message.category == "master":
+        events = {event.get("id"): event for event in message.root.iterchildren("event")}
+        return [
+            Item(
+                message_id=message_id,
+                position=position,
+                master_id=master_id,
+                category="master",
+                type=message.type,
+                payload=standalone_event(events[master_id]),
+            )
+            for position, master_id in enumerate(message.ids)
+        ]
+    payload = serialize(message.root)
+    return [
+        Item(
+            message_id=message_id,
+            position=position,
+            master_id=master_id,
+            category="update",
+            type=None,
+            payload=payload,
+        )
+        for position, master_id in enumerate(message.ids)
+    ]
+
+
+# Event attributes a selector sees under the same name; the event's @status is "eventStatus"
+# (plain "status" would be ambiguous next to the market and selection statuses).
+EVENT_PROPERTIES = ("sport", "country", "course")
+EVENT_STATUS_PROPERTY = "eventStatus"
+
+
+def selectable_properties(
+    item: Item,
+    master_attributes: Mapping[str, str] | None = None,
+    *,
+    delivery_count: int | None = None,
+) -> dict[str, object]:
+    """The properties a JMS message selector sees for `item`.
+
+    `master_attributes` are the attributes of the master being processed: for a master item
+    its own `event`, for an update item the master's current `event` (None when there is no
+    master). A property that is unknown is absent, which a selector reads as NULL.
+    JMSXDeliveryCount and JMSRedelivered are only present when `delivery_count` is given.
+    """
+    properties: dict[str, object] = {
+        "JMSMessageID": item.message_id,
+        "category": item.category,
+        "masterId": item.master_id,
+        "position": item.position,
+    }
+    if item.type is not None:
+        properties["type"] = item.type
+    if master_attributes is not None:
+        for name in EVENT_PROPERTIES:
+            value = master_attributes.get(name)
+            if value is not None:
+                properties[name] = value
+        status = master_attributes.get("status")
+        if status is not None:
+            properties[EVENT_STATUS_PROPERTY] = status
+    if delivery_count is not None:
+        properties["JMSXDeliveryCount"] = delivery_count
+        properties["JMSRedelivered"] = delivery_count > 1
+    return properties

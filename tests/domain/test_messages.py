@@ -1,0 +1,262 @@
+from __future__ import annotations
+
+import pickle
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+
+from sis_platform.domain.messages import (
+    DEFAULT_MAX_BYTES,
+    InvalidMessage,
+    ParsedMessage,
+    parse_message,
+)
+from sis_platform.domain.reasons import Reason
+from tests.domain.sportsdata_fixtures import (
+    ASCOT_1430,
+    ASCOT_1500,
+    GO_SOFT,
+    event,
+    master,
+    update,
+)
+
+
+def rejected(body: bytes, **kwargs) -> InvalidMessage:
+    with pytest.raises(InvalidMessage) as caught:
+        parse_message(body, **kwargs)
+    return caught.value
+
+
+def test_master_message_parses_to_its_envelope():
+    parsed = parse_message(master(event(ASCOT_1430), event(ASCOT_1500), type="refresh"))
+    assert isinstance(parsed, ParsedMessage)
+    assert parsed.category == "master"
+    assert parsed.type == "refresh"
+    assert parsed.ids == (ASCOT_1430, ASCOT_1500)
+    assert parsed.sent == datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+    assert parsed.root.tag == "sportsdata"
+
+
+def test_update_message_parses_without_type():
+    parsed = parse_message(update(f"{ASCOT_1430} {ASCOT_1500}", GO_SOFT))
+    assert parsed.category == "update"
+    assert parsed.type is None
+    assert parsed.ids == (ASCOT_1430, ASCOT_1500)
+    assert parsed.sent is None
+
+
+def test_master_events_may_come_in_any_order():
+    body = master(event(ASCOT_1500), event(ASCOT_1430), ids=f"{ASCOT_1430} {ASCOT_1500}")
+    parsed = parse_message(body)
+    assert parsed.ids == (ASCOT_1430, ASCOT_1500)
+
+
+def test_id_list_is_split_on_any_xml_whitespace():
+    parsed = parse_message(update("  A&#9;B&#10;C:1_x.y-z ", GO_SOFT))
+    assert parsed.ids == ("A", "B", "C:1_x.y-z")
+
+
+def test_a_64_character_id_is_valid_and_65_is_not():
+    assert parse_message(update("x" * 64, GO_SOFT)).ids == ("x" * 64,)
+    assert rejected(update("x" * 65, GO_SOFT)).reason is Reason.INVALID_ENVELOPE
+
+
+@pytest.mark.parametrize(
+    ("sent", "expected"),
+    [
+        ("2026-11-21T12:00:00Z", datetime(2026, 11, 21, 12, tzinfo=UTC)),
+        (
+            "2026-11-21T12:00:00.5+01:00",
+            datetime(2026, 11, 21, 12, 0, 0, 500000, timezone(timedelta(hours=1))),
+        ),
+        (
+            "2026-11-21T12:00:00.1234567-05:30",
+            datetime(2026, 11, 21, 12, 0, 0, 123456, timezone(-timedelta(hours=5, minutes=30))),
+        ),
+        ("2026-11-21T12:00:00", datetime(2026, 11, 21, 12)),
+    ],
+)
+def test_sent_is_an_xs_datetime(sent, expected):
+    assert parse_message(master(event(), sent=sent)).sent == expected
+
+
+# --- too-large ---------------------------------------------------------------------------------
+
+
+def test_default_limit_is_4_mb():
+    assert DEFAULT_MAX_BYTES == 4 * 1024 * 1024
+
+
+def test_body_at_the_limit_is_accepted_and_one_byte_over_is_too_large():
+    body = master(event())
+    assert parse_message(body, max_bytes=len(body)).ids == (ASCOT_1430,)
+    error = rejected(body, max_bytes=len(body) - 1)
+    assert error.reason is Reason.TOO_LARGE
+    assert str(len(body)) in error.detail
+
+
+def test_size_is_checked_before_parsing():
+    assert rejected(b"<not xml" * 10, max_bytes=10).reason is Reason.TOO_LARGE
+
+
+def test_body_over_the_default_limit_is_too_large():
+    padding = b"<!--" + b"x" * DEFAULT_MAX_BYTES + b"-->"
+    assert rejected(master(event()) + padding).reason is Reason.TOO_LARGE
+
+
+# --- not-well-formed ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"",
+        b"not xml at all",
+        b"<sportsdata category='update' id='A'><replace sel='/x'>y</replace>",
+        b"<sportsdata category='update' id='A'></sportsdata><extra/>",
+        master(event()).replace(b"Ascot", b"Ascot \xff\xfe"),
+        b"<?xml version='1.0' encoding='ISO-8859-1'?>"
+        + master(event()).replace(b"Ascot", b"Caf\xe9"),
+        master(event()).replace(b"Ascot", b"&undefined;"),
+        "\ufeff".encode("utf-16-le") + master(event()).decode().encode("utf-16-le"),
+    ],
+    ids=[
+        "empty",
+        "text",
+        "unclosed",
+        "two-roots",
+        "bad-utf8",
+        "latin1-declared",
+        "undefined-entity",
+        "utf16",
+    ],
+)
+def test_malformed_body_is_not_well_formed(body):
+    assert rejected(body).reason is Reason.NOT_WELL_FORMED
+
+
+def test_doctype_is_rejected_even_without_declarations():
+    body = b"<!DOCTYPE sportsdata>" + master(event())
+    error = rejected(body)
+    assert error.reason is Reason.NOT_WELL_FORMED
+    assert "DOCTYPE" in error.detail
+
+
+def test_internal_entity_declaration_is_rejected_and_never_expanded():
+    body = b'<!DOCTYPE sportsdata [<!ENTITY course "Ascot">]>' + master(event()).replace(
+        b'course="Ascot"', b'course="&course;"'
+    )
+    assert rejected(body).reason is Reason.NOT_WELL_FORMED
+
+
+def test_billion_laughs_is_rejected():
+    entities = '<!ENTITY lol0 "lol">' + "".join(
+        f'<!ENTITY lol{i} "{f"&lol{i - 1};" * 10}">' for i in range(1, 10)
+    )
+    body = f"<!DOCTYPE sportsdata [{entities}]>".encode() + update(
+        "A", "<replace sel='/event/@going'>&lol9;</replace>"
+    )
+    assert rejected(body).reason is Reason.NOT_WELL_FORMED
+
+
+def test_external_entity_is_rejected_without_reading_the_file(tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP-SECRET")
+    body = f'<!DOCTYPE sportsdata [<!ENTITY x SYSTEM "file://{secret}">]>'.encode() + update(
+        "A", "<replace sel='/event/@going'>&x;</replace>"
+    )
+    error = rejected(body)
+    assert error.reason is Reason.NOT_WELL_FORMED
+    assert "TOP-SECRET" not in error.detail
+
+
+# --- envelope ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "detail"),
+    [
+        (master(event()).replace(b'category="master" ', b""), "@category is missing"),
+        (master(event()).replace(b'category="master"', b'category="news"'), "news"),
+        (master(event()).replace(b'type="new" ', b""), "needs @type"),
+        (master(event(), type="update"), "'update'"),
+        (update("A", GO_SOFT, extra=' type="new"'), "must not have @type"),
+        (update("A", GO_SOFT).replace(b' id="A"', b""), "@id is missing"),
+        (update(" ", GO_SOFT), "no master id"),
+        (update("A B+C", GO_SOFT), "'B+C'"),
+        (update("A caf\u00e9", GO_SOFT), "caf"),
+        (update("A\u00a0B", GO_SOFT), "does not match"),
+        (update("A B A", GO_SOFT), "listed twice"),
+        (master(event(), sent="yesterday"), "yesterday"),
+        (master(event(), sent="2026-11-21"), "xs:dateTime"),
+        (master(event(), sent="2026-13-40T12:00:00Z"), "not a valid date"),
+        (master(event(), extra=' priority="high"'), "priority"),
+        (master(event(), extra=' xmlns:x="urn:x" x:id="1"'), "unknown root attribute"),
+    ],
+    ids=[
+        "no-category",
+        "bad-category",
+        "master-without-type",
+        "master-bad-type",
+        "update-with-type",
+        "no-id",
+        "blank-id",
+        "bad-id-character",
+        "non-ascii-id",
+        "no-break-space-is-not-a-separator",
+        "duplicate-id",
+        "sent-not-a-date",
+        "sent-date-only",
+        "sent-impossible-date",
+        "unknown-attribute",
+        "namespaced-attribute",
+    ],
+)
+def test_bad_envelope_is_invalid_envelope(body, detail):
+    error = rejected(body)
+    assert error.reason is Reason.INVALID_ENVELOPE
+    assert detail in error.detail
+
+
+# --- schema-invalid ----------------------------------------------------------------------------
+
+
+def test_root_other_than_sportsdata_is_schema_invalid():
+    assert rejected(event().encode()).reason is Reason.SCHEMA_INVALID
+    namespaced = master(event()).replace(b"<sportsdata ", b'<sportsdata xmlns="urn:x" ')
+    assert rejected(namespaced).reason is Reason.SCHEMA_INVALID
+
+
+def test_event_with_unknown_attribute_is_schema_invalid():
+    error = rejected(master(event(extra=' colour="red"')))
+    assert error.reason is Reason.SCHEMA_INVALID
+    assert "colour" in error.detail
+
+
+def test_update_with_unknown_operation_is_schema_invalid():
+    assert rejected(update("A", "<delete sel='/event'/>")).reason is Reason.SCHEMA_INVALID
+
+
+# --- ids-mismatch ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "detail"),
+    [
+        (master(event(ASCOT_1430), ids=ASCOT_1500), "not listed"),
+        (master(event(ASCOT_1430), ids=f"{ASCOT_1430} {ASCOT_1500}"), ASCOT_1500),
+        (master(event(ASCOT_1430), event(ASCOT_1430), ids=f"{ASCOT_1430} {ASCOT_1500}"), "twice"),
+        (master(event(ASCOT_1430), event(ASCOT_1500), ids=ASCOT_1430), "not listed"),
+    ],
+    ids=["event-not-listed", "listed-id-without-event", "event-twice", "extra-event"],
+)
+def test_events_not_matching_the_id_list_are_ids_mismatch(body, detail):
+    error = rejected(body)
+    assert error.reason is Reason.IDS_MISMATCH
+    assert detail in error.detail
+
+
+def test_invalid_message_pickles_with_reason_and_detail():
+    error = pickle.loads(pickle.dumps(InvalidMessage(Reason.TOO_LARGE, "5 bytes")))
+    assert (error.reason, error.detail) == (Reason.TOO_LARGE, "5 bytes")
