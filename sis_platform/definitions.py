@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import dagster as dg
 
 from sis_platform import config
@@ -11,11 +13,16 @@ from sis_platform.jobs import process_batch_job
 from sis_platform.sensors.queue_sensor import sportsdata_queue_sensor
 
 
-@dg.definitions
-def defs() -> dg.Definitions:
+def build_definitions(env: Mapping[str, str] | None = None) -> dg.Definitions:
+    """The platform's definitions, configured from `env` (the process environment by default)."""
     return dg.Definitions(
         assets=[raw_messages, message_items, fold_masters, interpreted_model],
         jobs=[process_batch_job],
         sensors=[sportsdata_queue_sensor],
-        resources=config.resources(),
+        resources=config.resources(env),
     )
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return build_definitions()

@@ -1,6 +1,8 @@
-"""The fold (master documents, their versions, dead letters, outcomes) and the model."""
+"""The fold (master documents, their versions, dead letters, outcomes) and the model.
 
-from __future__ import annotations
+No `from __future__ import annotations` in asset and sensor modules: Dagster reads the
+`context` annotation at definition time.
+"""
 
 from collections.abc import Iterator
 

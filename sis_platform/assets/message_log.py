@@ -1,7 +1,5 @@
 """The message log (raw_messages) and its parsed, split form (message_items), per batch."""
 
-from __future__ import annotations
-
 from collections import Counter
 from datetime import UTC, datetime
 

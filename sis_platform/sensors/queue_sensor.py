@@ -1,7 +1,5 @@
 """The only component that talks to the queue: it lands batches and registers them."""
 
-from __future__ import annotations
-
 import dagster as dg
 
 from sis_platform.assets.partitions import batches_partitions

@@ -167,7 +167,9 @@ def _fold_groups(
                 payload=bytes(rec.payload),
             )
         )
-    result = fold_master(master_id, current, batch, selector=_selector(selector_text))
+    result = fold_master(
+        master_id, current, batch, selector=_selector(selector_text), patches=_patch_cache()
+    )
     rows: list[tuple[object, ...]] = []
     for v in result.versions:
         b, m = where[(v.message_id, v.position)]
@@ -183,15 +185,27 @@ def _fold_groups(
              None, b, m)
         )
     st = result.state
-    rows.append(
-        ("state", master_id, st.version, None, None, None,
-         st.document.decode("utf-8") if st.document is not None else None, None, None, None,
-         None, st.stale, st.filtered, None, None)
-    )
+    # Like the reference, an orphan update leaves no master behind.
+    if st.exists or st.stale or st.filtered:
+        rows.append(
+            ("state", master_id, st.version, None, None, None,
+             st.document.decode("utf-8") if st.document is not None else None, None, None,
+             None, None, st.stale, st.filtered, None, None)
+        )
     return pd.DataFrame.from_records(rows, columns=columns)
 
 
 _SELECTORS: dict[str, object] = {}
+_PATCHES = None  # a PatchCache per Python worker, made on first use
+
+
+def _patch_cache():  # type: ignore[no-untyped-def]
+    global _PATCHES
+    if _PATCHES is None:
+        from sis_platform.domain.fold import PatchCache
+
+        _PATCHES = PatchCache()
+    return _PATCHES
 
 
 def _selector(text: str | None):  # type: ignore[no-untyped-def]

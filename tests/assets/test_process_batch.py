@@ -1,0 +1,103 @@
+"""The per-batch job on real Spark and Delta, against the reference pipeline.
+
+Batches are landed straight into the landing zone here (the queue has its own tests and the
+end-to-end test goes through it); the runs go through Dagster's public execution API.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from sis_platform.lake.tables import EVENTS, MASTER_DOCUMENTS, SELECTIONS
+from sis_platform.queues.base import ReceivedMessage, new_message_id
+from tests.domain.sportsdata_fixtures import (
+    ASCOT_1430,
+    ASCOT_1500,
+    GO_SOFT,
+    MISSING_NODE,
+    PRICE_7_TO_9,
+    event,
+    master,
+    update,
+)
+from tests.harness import Harness
+from tests.reference import assert_lake_matches_reference, reference_for
+
+pytestmark = [pytest.mark.spark, pytest.mark.dagster]
+
+T0 = datetime(2026, 11, 21, 12, tzinfo=UTC)
+
+
+def _msg(body: bytes, message_id: str | None = None, delivery_count: int = 1) -> ReceivedMessage:
+    return ReceivedMessage(message_id or new_message_id(), body, T0, delivery_count)
+
+
+def _land(h: Harness, *batches: list[ReceivedMessage]) -> list[str]:
+    keys = [h.zone.land(batch).key for batch in batches]
+    h.instance.add_dynamic_partitions("batches", keys)
+    return keys
+
+
+def test_batches_fold_into_masters_exactly_like_the_reference(tmp_path, spark):
+    h = Harness(tmp_path / "data")
+    dup_id = new_message_id()
+    keys = _land(
+        h,
+        [
+            _msg(master(event(ASCOT_1430), event(ASCOT_1500))),
+            _msg(update(f"{ASCOT_1430} {ASCOT_1500}", GO_SOFT), dup_id),
+            _msg(b"<sportsdata category='master' type='new' id='X'><event"),
+        ],
+        [
+            _msg(update(ASCOT_1430, PRICE_7_TO_9)),
+            _msg(update(f"{ASCOT_1430} {ASCOT_1500}", GO_SOFT), dup_id, delivery_count=2),
+            _msg(update(ASCOT_1500, MISSING_NODE)),
+            _msg(update(ASCOT_1500, PRICE_7_TO_9)),  # master is stale now
+            _msg(update("NOPE-1", GO_SOFT)),  # orphan
+            _msg(update(ASCOT_1430, PRICE_7_TO_9), delivery_count=6),  # over the limit
+        ],
+    )
+    h.run_requested(keys)
+    lake = h.lake(spark)
+    ref = reference_for(h.logged_messages())
+    assert_lake_matches_reference(lake, ref)
+
+    docs = {r["master_id"]: r for r in lake.read(MASTER_DOCUMENTS).collect()}
+    assert docs[ASCOT_1430]["version"] == 3 and not docs[ASCOT_1430]["stale"]
+    assert docs[ASCOT_1500]["stale"]
+    events = {r["master_id"]: r for r in lake.read(EVENTS).collect()}
+    assert events[ASCOT_1430]["going"] == "soft"
+    price = [
+        r for r in lake.read(SELECTIONS).collect()
+        if r["master_id"] == ASCOT_1430 and r["selection_id"] == "7"
+    ]
+    assert [(r["price_num"], r["price_den"], r["price_decimal"]) for r in price] == [(9, 1, 10.0)]
+
+
+def test_fold_waits_for_a_missing_batch_then_catches_up(tmp_path, spark):
+    h = Harness(tmp_path / "data")
+    first, second = _land(
+        h,
+        [_msg(master(event(ASCOT_1430)))],
+        [_msg(update(ASCOT_1430, PRICE_7_TO_9))],
+    )
+    result = h.run(second)  # out of order: batch 1 not processed yet
+    meta = result.asset_materializations_for_node("fold_masters")
+    documents = next(m for m in meta if m.asset_key.path == ["master_documents"])
+    assert documents.metadata["waiting_for_batch"].value == 1
+    lake = h.lake(spark)
+    assert lake.read(MASTER_DOCUMENTS).count() == 0
+
+    h.run(first)  # folds batch 1 and the waiting batch 2 in one step
+    assert_lake_matches_reference(lake, reference_for(h.logged_messages()))
+    assert lake.read(MASTER_DOCUMENTS).first()["version"] == 2
+
+
+def test_rerunning_a_partition_changes_nothing(tmp_path, spark):
+    h = Harness(tmp_path / "data")
+    (key,) = _land(h, [_msg(master(event(ASCOT_1430))), _msg(update(ASCOT_1430, GO_SOFT))])
+    h.run(key)
+    h.run(key)
+    assert_lake_matches_reference(h.lake(spark), reference_for(h.logged_messages()))

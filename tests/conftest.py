@@ -1,0 +1,33 @@
+"""Fixtures shared across the suite: one real Spark session (with Delta) per test session."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """A local Spark session with Delta, configured exactly as the platform configures it.
+
+    The platform's LazyPySparkResource calls getOrCreate() with the same configuration, so
+    every Dagster run inside the test process reuses this session instead of starting a JVM.
+    """
+    from pyspark.sql import SparkSession
+
+    from sis_platform.resources.spark import delta_spark_config
+
+    builder = SparkSession.builder
+    for key, value in delta_spark_config(
+        master="local[2]", app_name="sis-platform-tests", shuffle_partitions=2, ui_enabled=False
+    ).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
