@@ -16,7 +16,7 @@ import dagster as dg
 
 from sis_platform import config
 from sis_platform.definitions import build_definitions
-from sis_platform.domain.pipeline import LoggedMessage
+
 from sis_platform.landing import LandingZone
 
 SENSOR = "sportsdata_queue_sensor"
@@ -49,7 +49,7 @@ class Harness:
         return self.resources["lake"].lake(spark)
 
     def tick(self) -> dg.SensorResult | dg.SkipReason:
-        sensor = self.defs.get_sensor_def(SENSOR)
+        sensor = self.defs.resolve_sensor_def(SENSOR)
         context = dg.build_sensor_context(
             instance=self.instance, cursor=self.cursor, resources=self.resources
         )
@@ -82,8 +82,10 @@ class Harness:
         for key in list(order if order is not None else self.requested):
             self.run(key)
 
-    def logged_messages(self) -> list[LoggedMessage]:
+    def logged_messages(self) -> list[Any]:
         """The message log in landing order, as the reference pipeline consumes it."""
+        from sis_platform.domain.pipeline import LoggedMessage
+
         return [
             LoggedMessage(str(r["message_id"]), bytes(r["body"]), int(r["delivery_count"]))
             for r in self.zone.iter_messages()

@@ -1,0 +1,138 @@
+"""The queue sensor against the real embedded queue and landing zone (no Spark involved)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from datetime import UTC, datetime
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from sis_platform.consumer import BatchLimits, consume_batch
+from sis_platform.queues.base import ReceivedMessage, new_message_id
+from sis_platform.queues.embedded import EmbeddedQueue
+from tests.harness import Harness
+
+
+def _queue(h: Harness) -> EmbeddedQueue:
+    return h.resources["queue"].open()
+
+
+def _put(h: Harness, n: int) -> list[str]:
+    with _queue(h).producer() as producer:
+        return [producer.put(f"<m n='{i}'/>".encode()) for i in range(n)]
+
+
+def test_tick_lands_a_batch_commits_the_queue_and_requests_its_run(tmp_path):
+    h = Harness(tmp_path)
+    ids = _put(h, 10)
+    result = h.tick()
+    assert isinstance(result, dg.SensorResult)
+    (request,) = result.run_requests
+    assert request.partition_key == "0000000001"
+    assert h.instance.get_dynamic_partitions("batches") == ["0000000001"]
+    assert [r["message_id"] for r in h.zone.iter_messages()] == ids
+    assert _queue(h).depth() == 0
+
+
+def test_empty_queue_skips_and_says_why(tmp_path):
+    h = Harness(tmp_path)
+    result = h.tick()
+    assert isinstance(result, dg.SkipReason)
+    assert "queue empty" in (result.skip_message or "")
+    assert h.zone.keys() == []
+
+
+def test_batches_respect_the_message_bound(tmp_path):
+    h = Harness(tmp_path, {"SIS_BATCH_MAX_MESSAGES": "10"})
+    _put(h, 25)
+    assert h.drain() == 3
+    sizes = [h.zone.read(k).num_rows for k in h.zone.keys()]
+    assert sizes == [10, 10, 5]
+    assert h.requested == h.zone.keys()
+
+
+def test_a_batch_landed_but_not_registered_is_registered_before_consuming_more(tmp_path):
+    h = Harness(tmp_path)
+    _put(h, 3)
+    # A tick that crashed after landing and committing, before its result reached the daemon.
+    with _queue(h).connect() as session:
+        consume_batch(session, h.zone, BatchLimits(get_wait_seconds=0.05))
+    _put(h, 2)
+    result = h.tick()
+    assert isinstance(result, dg.SensorResult)
+    assert [r.partition_key for r in result.run_requests] == ["0000000001"]
+    assert _queue(h).depth() == 2  # nothing new consumed in that tick
+    h.tick()
+    assert h.requested == ["0000000001", "0000000002"]
+
+
+def test_failure_between_landing_and_commit_backs_out_and_redelivers(tmp_path):
+    h = Harness(tmp_path)
+    ids = _put(h, 3)
+
+    def crash(_batch: object) -> None:
+        raise RuntimeError("simulated crash before commit")
+
+    with _queue(h).connect() as session, pytest.raises(RuntimeError):
+        consume_batch(session, h.zone, BatchLimits(get_wait_seconds=0.05), before_commit=crash)
+    redelivered = _queue(h).browse()
+    assert [m.message_id for m in redelivered] == ids
+    assert all(m.delivery_count == 2 for m in redelivered)
+    # The landed copies stay: the message log holds both deliveries, and the fold records the
+    # second as a duplicate by message id.
+    h.drain()
+    logged = [(r["message_id"], r["delivery_count"]) for r in h.zone.iter_messages()]
+    assert logged == [(i, 1) for i in ids] + [(i, 2) for i in ids]
+
+
+def test_rerequesting_a_batch_uses_the_same_run_key(tmp_path):
+    h = Harness(tmp_path)
+    _put(h, 1)
+    first = h.tick()
+    assert isinstance(first, dg.SensorResult)
+    h.cursor = None  # the cursor update was lost: the batch is offered again
+    again = h.tick()
+    assert isinstance(again, dg.SensorResult)
+    assert [r.run_key for r in again.run_requests] == [r.run_key for r in first.run_requests]
+    assert again.dynamic_partitions_requests == []  # already known
+
+
+def test_the_sensor_process_never_starts_a_jvm(tmp_path):
+    # The code location imports pyspark (dagster-pyspark does), but a tick must not launch
+    # Spark's JVM: the sensor only talks to the queue and the landing zone.
+    script = textwrap.dedent(
+        f"""
+        import pathlib, psutil
+        from tests.harness import Harness
+        h = Harness(pathlib.Path({str(tmp_path)!r}))
+        with h.resources["queue"].open().producer() as p:
+            p.put(b"<m/>")
+        h.tick()
+        assert h.requested == ["0000000001"], h.requested
+        children = psutil.Process().children(recursive=True)
+        print(sorted(c.name() for c in children))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True,
+        cwd=Path(__file__).resolve().parents[2], check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_sensor_messages_keep_queue_metadata(tmp_path):
+    h = Harness(tmp_path)
+    mid = new_message_id()
+    with _queue(h).producer() as producer:
+        producer.put(b"<m/>", message_id=mid)
+    h.tick()
+    (row,) = list(h.zone.iter_messages())
+    assert row["message_id"] == mid
+    assert row["delivery_count"] == 1
+    assert row["put_time"] <= datetime.now(UTC)
+    assert isinstance(ReceivedMessage, type)
