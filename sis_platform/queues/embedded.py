@@ -1,0 +1,486 @@
+"""A durable local queue with IBM MQ syncpoint semantics, in one SQLite database.
+
+The feed simulator puts from one process while the sensor gets from another, so everything
+that matters lives in the database (WAL mode, `synchronous=FULL` for every put, commit and
+backout) and every state change is one SQLite transaction:
+
+- FIFO by put order: `seq` is assigned inside the writer lock, so it is commit order.
+- A get under syncpoint marks the row with the session's token (invisible to other sessions);
+  commit deletes it; backout clears the mark and raises `backout_count`, which leaves the row
+  at its original position.
+- Crashed consumers: a session holds a `flock` on its own lock file for its whole life. The
+  kernel drops the lock when the process dies (SIGKILL included), so "owner dead" is an event
+  we can test for, not a timeout we guess. The next session to open (and a waiting `get`, at
+  most once a second) reinstates a dead session's messages with backout count + 1, as the
+  queue manager does when a connection breaks with a unit of work open.
+- Backout threshold (MQ BOTHRESH, 0 = off) and backout queue (BOQNAME): a get that meets a
+  message whose backout count has reached the threshold moves it to the backout queue inside
+  the unit of work, as the IBM MQ JMS client does, instead of returning it.
+
+Waiting: SQLite has no cross-process notification, so a waiting `get` polls
+`PRAGMA data_version` (it changes when another connection commits; reading it touches only the
+shared-memory WAL index, no disk I/O) every 20 ms until something changed or the wait is over.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sis_platform.queues.base import (
+    QueueProducer,
+    QueueSession,
+    QueueSource,
+    ReceivedMessage,
+    SourceUnavailable,
+    new_message_id,
+)
+
+log = logging.getLogger(__name__)
+
+DATABASE_NAME = "queues.db"
+_SESSIONS_DIR = "sessions"
+# How often a waiting get looks for a commit by another process; short enough that a put is
+# seen within a tick, long enough that an idle consumer costs nothing measurable.
+_POLL_SECONDS = 0.02
+# How often a waiting get checks for dead owners (crashed consumers) besides at connect.
+_REAP_INTERVAL_SECONDS = 1.0
+_BUSY_TIMEOUT_SECONDS = 30.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS messages (
+    seq           INTEGER PRIMARY KEY AUTOINCREMENT,
+    queue         TEXT    NOT NULL,
+    message_id    TEXT    NOT NULL,
+    body          BLOB    NOT NULL,
+    put_time_us   INTEGER NOT NULL,
+    backout_count INTEGER NOT NULL DEFAULT 0,
+    owner         TEXT,
+    move_to       TEXT
+);
+CREATE INDEX IF NOT EXISTS messages_by_queue ON messages (queue, owner, seq);
+CREATE INDEX IF NOT EXISTS messages_by_owner ON messages (owner);
+CREATE TABLE IF NOT EXISTS sessions (
+    token     TEXT    PRIMARY KEY,
+    pid       INTEGER NOT NULL,
+    opened_us INTEGER NOT NULL
+);
+"""
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def _utc(us: int) -> datetime:
+    return datetime.fromtimestamp(us / 1_000_000, tz=UTC)
+
+
+def _open_database(directory: Path) -> sqlite3.Connection:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(
+            directory / DATABASE_NAME,
+            timeout=_BUSY_TIMEOUT_SECONDS,
+            isolation_level=None,  # transactions are explicit: BEGIN IMMEDIATE ... COMMIT
+            check_same_thread=False,  # a session may be used from a sensor's worker thread
+        )
+    except (OSError, sqlite3.Error) as e:
+        raise SourceUnavailable(f"cannot open embedded queue database in {directory}: {e}") from e
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        with _transaction(conn):
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+    except sqlite3.Error as e:
+        conn.close()
+        raise SourceUnavailable(f"embedded queue database in {directory} is unusable: {e}") from e
+    return conn
+
+
+@contextmanager
+def _transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    # IMMEDIATE takes the write lock up front, so two consumers never both read the same head
+    # row and then race to claim it.
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+@contextmanager
+def _db_errors(directory: Path) -> Iterator[None]:
+    # A locked-out or failing database (disk full, I/O error, busy beyond the timeout) is an
+    # outage of this source, not a bug in the caller: report it the way a broker outage is.
+    try:
+        yield
+    except sqlite3.OperationalError as e:
+        raise SourceUnavailable(f"embedded queue in {directory}: {e}") from e
+
+
+def _row_to_message(row: tuple[str, bytes, int, int]) -> ReceivedMessage:
+    message_id, body, put_time_us, backout_count = row
+    return ReceivedMessage(
+        message_id=message_id,
+        body=bytes(body),
+        put_time=_utc(put_time_us),
+        delivery_count=backout_count + 1,
+    )
+
+
+class _OwnerLock:
+    """The lock file a session holds for its life; its absence of a holder means death."""
+
+    def __init__(self, directory: Path, token: str) -> None:
+        self.path = directory / f"{token}.lock"
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            # flock, not fcntl/lockf: flock locks belong to the open file description, so a
+            # probe from another session in the same process conflicts with it too (POSIX
+            # record locks are per process and would make same-process sessions look dead).
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            self.path.unlink(missing_ok=True)
+        finally:
+            os.close(self._fd)
+            self._fd = None
+
+    @staticmethod
+    def holder_alive(path: Path) -> bool:
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            # Lock files are created and locked before the session row is inserted and removed
+            # only after it is deleted, so a row without a file belongs to a dead session.
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                return True
+            raise
+        finally:
+            os.close(fd)  # also drops the probe's lock if it got one
+        return False
+
+
+def _reap_dead_sessions(conn: sqlite3.Connection, sessions_dir: Path, own_token: str) -> int:
+    """Reinstate the in-flight messages of sessions whose process died; returns how many."""
+    dead: list[str] = []
+    with _transaction(conn):
+        tokens = [t for (t,) in conn.execute("SELECT token FROM sessions") if t != own_token]
+        for token in tokens:
+            if not _OwnerLock.holder_alive(sessions_dir / f"{token}.lock"):
+                dead.append(token)
+        reinstated = 0
+        for token in dead:
+            cur = conn.execute(
+                "UPDATE messages SET owner = NULL, move_to = NULL,"
+                " backout_count = backout_count + 1 WHERE owner = ?",
+                (token,),
+            )
+            reinstated += cur.rowcount
+            conn.execute("DELETE FROM sessions WHERE token = ?", (token,))
+        # Defensive: a mark whose session row is gone can only be left by a dead owner.
+        cur = conn.execute(
+            "UPDATE messages SET owner = NULL, move_to = NULL, backout_count = backout_count + 1"
+            " WHERE owner IS NOT NULL AND owner NOT IN (SELECT token FROM sessions)"
+            " AND owner != ?",
+            (own_token,),
+        )
+        reinstated += cur.rowcount
+    for token in dead:
+        (sessions_dir / f"{token}.lock").unlink(missing_ok=True)
+    if dead:
+        log.warning(
+            "embedded queue: reinstated %d in-flight message(s) of %d dead consumer session(s)",
+            reinstated,
+            len(dead),
+        )
+    return reinstated
+
+
+class EmbeddedQueue(QueueSource):
+    """A durable local queue in `path` (one SQLite file shared by all queues in the folder)."""
+
+    def __init__(
+        self,
+        path: Path,
+        queue: str = "SPORTSDATA",
+        backout_threshold: int = 0,
+        backout_queue: str | None = None,
+    ) -> None:
+        if not queue:
+            raise ValueError("queue name must not be empty")
+        if backout_threshold < 0:
+            raise ValueError(f"backout_threshold must be >= 0, got {backout_threshold}")
+        self.path = Path(path)
+        self.queue = queue
+        self.backout_threshold = backout_threshold
+        # MQ leaves BOQNAME blank by default; a blank one would leave poison messages cycling,
+        # so the embedded queue always has somewhere to put them.
+        self.backout_queue = backout_queue or f"{queue}.BACKOUT"
+        if self.backout_queue == queue:
+            raise ValueError("backout_queue must differ from queue")
+
+    @property
+    def description(self) -> str:
+        threshold = (
+            f", backout threshold {self.backout_threshold} -> {self.backout_queue}"
+            if self.backout_threshold
+            else ""
+        )
+        return f"embedded queue {self.queue} in {self.path}{threshold}"
+
+    def connect(self) -> EmbeddedSession:
+        return EmbeddedSession(self)
+
+    def producer(self) -> EmbeddedProducer:
+        return EmbeddedProducer(self.path, self.queue)
+
+    def backout_source(self) -> EmbeddedQueue:
+        """The backout queue as a source of its own (to drain or inspect it)."""
+        return EmbeddedQueue(self.path, queue=self.backout_queue)
+
+    def depth(self, include_in_flight: bool = True) -> int:
+        """Messages on the queue. Like MQ CURDEPTH, messages got in an uncommitted unit of work
+        are still on the queue; `include_in_flight=False` counts only the gettable ones."""
+        with self._reader() as conn:
+            sql = "SELECT COUNT(*) FROM messages WHERE queue = ?"
+            if not include_in_flight:
+                sql += " AND owner IS NULL"
+            (n,) = conn.execute(sql, (self.queue,)).fetchone()
+        return int(n)
+
+    def browse(self) -> list[ReceivedMessage]:
+        """The gettable messages in get order, without consuming them (an MQ browse, which
+        does not see messages got in someone's open unit of work)."""
+        return self._browse(self.queue)
+
+    def browse_backout(self) -> list[ReceivedMessage]:
+        """The backout queue's messages in order, without consuming them."""
+        return self._browse(self.backout_queue)
+
+    def _browse(self, queue: str) -> list[ReceivedMessage]:
+        with self._reader() as conn:
+            rows = conn.execute(
+                "SELECT message_id, body, put_time_us, backout_count FROM messages"
+                " WHERE queue = ? AND owner IS NULL ORDER BY seq",
+                (queue,),
+            ).fetchall()
+        return [_row_to_message(r) for r in rows]
+
+    @contextmanager
+    def _reader(self) -> Iterator[sqlite3.Connection]:
+        conn = _open_database(self.path)
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+
+class EmbeddedSession(QueueSession):
+    """One consumer connection: at most one unit of work at a time."""
+
+    def __init__(self, source: EmbeddedQueue) -> None:
+        self._source = source
+        self._queue = source.queue
+        self._threshold = source.backout_threshold
+        self._backout_queue = source.backout_queue
+        self._lock = threading.Lock()
+        self._token = uuid.uuid4().hex
+        self._sessions_dir = source.path / _SESSIONS_DIR
+        self._conn = _open_database(source.path)
+        try:
+            self._sessions_dir.mkdir(exist_ok=True)
+            self._owner_lock = _OwnerLock(self._sessions_dir, self._token)
+        except OSError as e:
+            self._conn.close()
+            raise SourceUnavailable(
+                f"cannot create a session lock in {self._sessions_dir}: {e}"
+            ) from e
+        try:
+            with _db_errors(source.path):
+                _reap_dead_sessions(self._conn, self._sessions_dir, self._token)
+                self._register()
+        except BaseException:
+            self._owner_lock.release()
+            self._conn.close()
+            raise
+        self._in_unit = 0
+        self._closed = False
+        self._last_reap = time.monotonic()
+
+    def _register(self) -> None:
+        with _transaction(self._conn):
+            self._conn.execute(
+                "INSERT INTO sessions (token, pid, opened_us) VALUES (?, ?, ?)",
+                (self._token, os.getpid(), _now_us()),
+            )
+
+    def get(self, wait_seconds: float = 0.0) -> ReceivedMessage | None:
+        deadline = time.monotonic() + max(0.0, wait_seconds)
+        with self._lock, _db_errors(self._source.path):
+            self._require_open()
+            version = self._data_version()
+            while True:
+                message = self._claim_next()
+                if message is not None:
+                    return message
+                now = time.monotonic()
+                if now >= deadline:
+                    return None
+                if now - self._last_reap >= _REAP_INTERVAL_SECONDS:
+                    self._last_reap = now
+                    if _reap_dead_sessions(self._conn, self._sessions_dir, self._token):
+                        continue
+                # Wait for another connection to commit something (a put, a backout).
+                while time.monotonic() < deadline:
+                    time.sleep(min(_POLL_SECONDS, max(0.0, deadline - time.monotonic())))
+                    current = self._data_version()
+                    if current != version:
+                        version = current
+                        break
+
+    def commit(self) -> None:
+        with self._lock, _db_errors(self._source.path):
+            self._require_open()
+            if not self._in_unit:
+                return
+            with _transaction(self._conn):
+                self._conn.execute(
+                    "INSERT INTO messages (queue, message_id, body, put_time_us, backout_count)"
+                    " SELECT move_to, message_id, body, put_time_us, backout_count FROM messages"
+                    " WHERE owner = ? AND move_to IS NOT NULL ORDER BY seq",
+                    (self._token,),
+                )
+                self._conn.execute("DELETE FROM messages WHERE owner = ?", (self._token,))
+            self._in_unit = 0
+
+    def backout(self) -> None:
+        with self._lock, _db_errors(self._source.path):
+            self._require_open()
+            self._backout_locked()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                self._backout_locked()
+                with _transaction(self._conn):
+                    self._conn.execute("DELETE FROM sessions WHERE token = ?", (self._token,))
+            finally:
+                self._conn.close()
+                # Released only after the session row is gone, so no reaper ever sees a live
+                # row without a held lock.
+                self._owner_lock.release()
+
+    def _backout_locked(self) -> None:
+        if not self._in_unit:
+            return
+        with _transaction(self._conn):
+            self._conn.execute(
+                "UPDATE messages SET owner = NULL, move_to = NULL,"
+                " backout_count = backout_count + 1 WHERE owner = ?",
+                (self._token,),
+            )
+        self._in_unit = 0
+
+    def _claim_next(self) -> ReceivedMessage | None:
+        # A claim needs no fsync of its own: if it is lost in a power cut, the message is
+        # simply still available (or reinstated from this now-dead session). The commit that
+        # deletes it runs with synchronous=FULL and makes everything before it durable too.
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        try:
+            with _transaction(self._conn):
+                while True:
+                    row = self._conn.execute(
+                        "SELECT seq, message_id, body, put_time_us, backout_count FROM messages"
+                        " WHERE queue = ? AND owner IS NULL ORDER BY seq LIMIT 1",
+                        (self._queue,),
+                    ).fetchone()
+                    if row is None:
+                        return None
+                    seq, message_id, body, put_time_us, backout_count = row
+                    if self._threshold and backout_count >= self._threshold:
+                        self._conn.execute(
+                            "UPDATE messages SET owner = ?, move_to = ? WHERE seq = ?",
+                            (self._token, self._backout_queue, seq),
+                        )
+                        self._in_unit += 1
+                        log.warning(
+                            "embedded queue %s: message %s reached backout count %d,"
+                            " moving it to %s",
+                            self._queue,
+                            message_id,
+                            backout_count,
+                            self._backout_queue,
+                        )
+                        continue
+                    self._conn.execute(
+                        "UPDATE messages SET owner = ? WHERE seq = ?", (self._token, seq)
+                    )
+                    self._in_unit += 1
+                    return _row_to_message((message_id, body, put_time_us, backout_count))
+        finally:
+            self._conn.execute("PRAGMA synchronous=FULL")
+
+    def _data_version(self) -> int:
+        (version,) = self._conn.execute("PRAGMA data_version").fetchone()
+        return int(version)
+
+    def _require_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("session is closed")
+
+
+class EmbeddedProducer(QueueProducer):
+    def __init__(self, path: Path, queue: str) -> None:
+        self._path = path
+        self._queue = queue
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = _open_database(path)
+
+    def put(self, body: bytes, message_id: str | None = None) -> str:
+        message_id = message_id or new_message_id()
+        with self._lock, _db_errors(self._path):
+            if self._conn is None:
+                raise RuntimeError("producer is closed")
+            with _transaction(self._conn):
+                self._conn.execute(
+                    "INSERT INTO messages (queue, message_id, body, put_time_us)"
+                    " VALUES (?, ?, ?, ?)",
+                    (self._queue, message_id, bytes(body), _now_us()),
+                )
+        return message_id
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None

@@ -1,0 +1,766 @@
+"""A JMS broker over STOMP 1.2 (ActiveMQ 5.17 is what we test against) through stomp.py.
+
+How MQ syncpoint semantics map onto STOMP, and what ActiveMQ 5.17 actually does (each point is
+exercised by tests/queues against a real broker):
+
+- Consuming: one subscription with `ack:client-individual` and a bounded
+  `activemq.prefetchSize`. Every message handed to the caller is ACKed at once *inside a STOMP
+  transaction* that is the unit of work. ActiveMQ counts transacted-but-uncommitted acks as
+  freeing the prefetch window, so a unit can be far larger than the prefetch while the broker
+  still never pushes more than `prefetch` messages we have not asked for. `commit()` sends
+  COMMIT with a receipt and waits for it: only then are the messages gone.
+- Backout: ABORT rolls the acks back, but ActiveMQ keeps the messages dispatched to the same
+  subscription; they are redelivered only when the consumer goes away. So backout is ABORT +
+  UNSUBSCRIBE + SUBSCRIBE (a new subscription id): the broker puts the messages back at the
+  head of the queue in their original order and marks them `redelivered:true`. Messages that
+  were prefetched but never handed to the caller are redelivered (and marked) too; keep the
+  prefetch small. A consumer that disconnects, crashes (SIGKILL) or loses its TCP connection
+  gets the same treatment from the broker.
+- NACK is not a backout on ActiveMQ: it is a "poison ack" that moves the message straight to
+  the dead-letter queue (ActiveMQ.DLQ by default), and it is refused inside a transaction
+  ("Poison ack cannot be transacted", which also marks the transaction rollback-only). We never
+  send NACK.
+- Delivery count: ActiveMQ's MESSAGE frames carry `redelivered:true` but no delivery count
+  (no JMSXDeliveryCount, no redelivery counter), and the flag is not persisted across a broker
+  restart unless the broker sets `persistJMSRedelivered="true"`. `delivery_count` is therefore
+  2 for a redelivered message (a lower bound) and exact only for backouts this `StompQueue`
+  object saw itself (it counts them per broker message id). ActiveMQ itself never gives up on
+  a message that keeps coming back through disconnects (no broker-side redelivery limit for
+  STOMP consumers), so the backout threshold is applied here.
+- Backout threshold / backout queue: a get that meets a message whose known backout count
+  (delivery_count - 1) has reached the threshold SENDs a copy to `backout_queue` and ACKs the
+  original, both in the unit's transaction, exactly like the IBM MQ JMS client's poison-message
+  handling. The copy keeps our message id, the original put timestamp and properties, and
+  records `sis_backout_count` and `sis_original_destination`.
+- Message ids: JMS providers assign ids and a STOMP client cannot choose ActiveMQ's
+  (`message-id` on SEND is discarded; the broker's form is `ID:<host>-<port>-<start>-<n>:...`,
+  not 48 hex digits) and is never told it on SEND. So the producer puts the id it returns in a
+  `sis_message_id` property, and the consumer uses that property when present and the broker's
+  `message-id` verbatim otherwise (messages from a foreign producer). A redelivered message on
+  a real broker keeps its `message-id`; the simulator's "redelivered duplicates" (the same id
+  put twice) are reproduced by putting the same `sis_message_id` twice.
+- Bodies are bytes: sends carry `content-length` (ActiveMQ makes a BytesMessage), stomp.py runs
+  with `auto_decode=False`, producers send `persistent:true` and wait for the broker's receipt.
+- Outages: a receiver thread (stomp.py's) hands frames to the caller through a Condition; a
+  lost connection (socket closed, heartbeat timeout) wakes the waiting caller at once. With no
+  unit of work open, the session reconnects with exponential backoff and jitter and raises
+  SourceUnavailable if the broker stays down. With a unit open, the broker has already rolled
+  it back, so the caller gets SourceUnavailable and must back out (which is then a no-op).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+import uuid
+from collections import OrderedDict, deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import stomp
+import stomp.exception
+
+from sis_platform.queues.base import (
+    QueueProducer,
+    QueueSession,
+    QueueSource,
+    ReceivedMessage,
+    SourceUnavailable,
+    new_message_id,
+)
+
+log = logging.getLogger(__name__)
+
+ID_PROPERTY = "sis_message_id"
+BACKOUT_COUNT_PROPERTY = "sis_backout_count"
+ORIGINAL_DESTINATION_PROPERTY = "sis_original_destination"
+ACTIVEMQ_DLQ = "/queue/ActiveMQ.DLQ"
+
+# Headers that are STOMP or JMS header fields, not application properties.
+_FRAME_HEADERS = frozenset(
+    {
+        "ack",
+        "content-length",
+        "content-type",
+        "correlation-id",
+        "destination",
+        "expires",
+        "JMSXUserID",
+        "message-id",
+        "original-destination",
+        "originalExpiration",
+        "persistent",
+        "priority",
+        "redelivered",
+        "reply-to",
+        "subscription",
+        "timestamp",
+        "type",
+        ID_PROPERTY,
+    }
+)
+
+
+def queue_destination(name: str) -> str:
+    """`SPORTSDATA` -> `/queue/SPORTSDATA`; a destination with a leading slash is kept."""
+    if not name:
+        raise ValueError("destination must not be empty")
+    return name if name.startswith("/") else f"/queue/{name}"
+
+
+class _LinkLost(Exception):
+    """The STOMP connection is gone (internal; surfaces as SourceUnavailable)."""
+
+
+class _BrokerError(Exception):
+    """The broker answered a request with an ERROR frame."""
+
+
+@dataclass(frozen=True)
+class _Endpoint:
+    host: str
+    port: int
+    user: str | None
+    password: str | None
+    heartbeats: tuple[int, int]
+    vhost: str | None
+    connect_timeout: float
+    receipt_timeout: float
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+class _Link(stomp.ConnectionListener):
+    """One STOMP connection. stomp.py's receiver thread calls the on_* methods; the caller's
+    thread waits on one Condition for messages, receipts and connection loss."""
+
+    def __init__(self, endpoint: _Endpoint) -> None:
+        self.endpoint = endpoint
+        self._cond = threading.Condition()
+        self._messages: deque[Any] = deque()
+        self._replies: dict[str, Any] = {}
+        self._connected = False
+        self._lost: str | None = None
+        self.conn = stomp.Connection12(
+            [(endpoint.host, endpoint.port)],
+            heartbeats=endpoint.heartbeats,
+            vhost=endpoint.vhost,
+            auto_decode=False,
+            timeout=endpoint.connect_timeout,
+            # One TCP attempt per call: the backoff between attempts is ours (interruptible,
+            # logged, bounded), not stomp.py's silent internal loop.
+            reconnect_attempts_max=1,
+        )
+        self.conn.set_listener("sis", self)
+
+    # -- stomp.py receiver thread ------------------------------------------------------------
+
+    def on_connected(self, frame: Any) -> None:
+        with self._cond:
+            self._connected = True
+            self._cond.notify_all()
+
+    def on_message(self, frame: Any) -> None:
+        with self._cond:
+            self._messages.append(frame)
+            self._cond.notify_all()
+
+    def on_receipt(self, frame: Any) -> None:
+        with self._cond:
+            self._replies[frame.headers.get("receipt-id", "")] = frame
+            self._cond.notify_all()
+
+    def on_error(self, frame: Any) -> None:
+        message = frame.headers.get("message", "")
+        with self._cond:
+            receipt_id = frame.headers.get("receipt-id")
+            if receipt_id:
+                self._replies[receipt_id] = frame
+            elif not self._connected:
+                # Refused at CONNECT (bad credentials, unknown vhost): no point waiting.
+                self._lost = f"broker refused the connection: {message}"
+            self._cond.notify_all()
+        if not receipt_id:
+            log.warning("STOMP broker %s sent ERROR: %s", self.endpoint, message)
+
+    def on_disconnected(self) -> None:
+        self._mark_lost("connection closed")
+
+    def on_heartbeat_timeout(self) -> None:
+        self._mark_lost("heartbeat timeout")
+
+    def _mark_lost(self, reason: str) -> None:
+        with self._cond:
+            if self._lost is None:
+                self._lost = reason
+            self._connected = False
+            self._cond.notify_all()
+
+    # -- caller thread -------------------------------------------------------------------------
+
+    @property
+    def lost(self) -> bool:
+        return self._lost is not None
+
+    @property
+    def lost_reason(self) -> str:
+        return self._lost or ""
+
+    def open(self) -> None:
+        ep = self.endpoint
+        try:
+            self.conn.connect(ep.user, ep.password, wait=False)
+        except (stomp.exception.StompException, OSError) as e:
+            self.abort()
+            raise SourceUnavailable(f"cannot connect to STOMP broker {ep}: {e!r}") from e
+        # stomp.py's own wait_for_connection has no deadline; this one does.
+        deadline = time.monotonic() + ep.connect_timeout
+        with self._cond:
+            while not self._connected and self._lost is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._cond.wait(remaining)
+            connected, reason = self._connected, self._lost
+        if not connected:
+            self.abort()
+            raise SourceUnavailable(
+                f"STOMP broker {ep} did not complete CONNECT: {reason or 'timed out'}"
+            )
+
+    def send(self, action: Callable[[], None]) -> None:
+        """Send a frame without waiting for anything."""
+        if self._lost is not None:
+            raise _LinkLost(self._lost)
+        try:
+            action()
+        except (stomp.exception.StompException, OSError) as e:
+            self._mark_lost(f"send failed: {e!r}")
+            raise _LinkLost(self.lost_reason) from e
+
+    def request(self, action: Callable[[str], None], what: str) -> None:
+        """Send a frame carrying a receipt header and wait for the broker's RECEIPT."""
+        receipt = f"{what}-{uuid.uuid4().hex}"
+        self.send(lambda: action(receipt))
+        deadline = time.monotonic() + self.endpoint.receipt_timeout
+        with self._cond:
+            while receipt not in self._replies:
+                if self._lost is not None:
+                    raise _LinkLost(self._lost)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise _LinkLost(
+                        f"no receipt for {what} within {self.endpoint.receipt_timeout}s"
+                    )
+                self._cond.wait(remaining)
+            reply = self._replies.pop(receipt)
+        if reply.cmd == "ERROR":
+            raise _BrokerError(reply.headers.get("message", "") or repr(reply.body))
+
+    def next_message(self, deadline: float, subscription: str) -> Any | None:
+        """The next MESSAGE frame of `subscription`, or None at the deadline. Frames of
+        earlier subscriptions are dropped: the broker redelivers those messages anyway."""
+        with self._cond:
+            while True:
+                while self._messages:
+                    frame = self._messages.popleft()
+                    if frame.headers.get("subscription") == subscription:
+                        return frame
+                if self._lost is not None:
+                    raise _LinkLost(self._lost)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self._cond.wait(remaining)
+
+    def close(self) -> None:
+        """DISCONNECT (the broker rolls back an open transaction and redelivers unacked
+        messages), then make sure the socket and stomp.py's threads are gone."""
+        if not self.lost:
+            try:
+                self.conn.disconnect()
+            except (stomp.exception.StompException, OSError):
+                pass
+            deadline = time.monotonic() + self.endpoint.receipt_timeout
+            with self._cond:
+                while self._lost is None:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._cond.wait(remaining)
+        self.abort()
+
+    def abort(self) -> None:
+        """Drop the socket without a goodbye."""
+        self._mark_lost("closed by client")
+        try:
+            self.conn.transport.disconnect_socket()
+        except (stomp.exception.StompException, OSError):
+            pass
+
+
+class _BackoutCounts:
+    """Backouts this source object has seen, per broker message id (ActiveMQ only says
+    whether a message was redelivered, not how often). Bounded: forgetting an entry only
+    lowers a count to the broker's lower bound."""
+
+    def __init__(self, limit: int = 100_000) -> None:
+        self._limit = limit
+        self._counts: OrderedDict[str, int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> int:
+        with self._lock:
+            return self._counts.get(key, 0)
+
+    def add(self, keys: list[str]) -> None:
+        with self._lock:
+            for key in keys:
+                self._counts[key] = self._counts.get(key, 0) + 1
+                self._counts.move_to_end(key)
+            while len(self._counts) > self._limit:
+                self._counts.popitem(last=False)
+
+    def forget(self, keys: list[str]) -> None:
+        with self._lock:
+            for key in keys:
+                self._counts.pop(key, None)
+
+
+def _put_time(headers: Mapping[str, str]) -> datetime:
+    try:
+        return datetime.fromtimestamp(int(headers["timestamp"]) / 1000, tz=UTC)
+    except (KeyError, ValueError):
+        return datetime.now(tz=UTC)
+
+
+def _body(frame: Any) -> bytes:
+    body = frame.body
+    if body is None:
+        return b""
+    if isinstance(body, str):  # only if someone turns auto_decode back on
+        return body.encode("utf-8")
+    return bytes(body)
+
+
+class StompQueue(QueueSource):
+    """A queue on a STOMP broker. Cheap to construct; connects in `connect()`/`producer()`.
+
+    Keep one instance per process where you can (e.g. cache it in the resource): delivery
+    counts above 2 are only known for backouts the instance itself saw.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        destination: str,
+        user: str | None = None,
+        password: str | None = None,
+        heartbeats: tuple[int, int] = (10_000, 10_000),
+        selector: str | None = None,
+        *,
+        prefetch: int = 10,
+        backout_threshold: int = 0,
+        backout_queue: str | None = None,
+        vhost: str | None = None,
+        connect_timeout: float = 10.0,
+        receipt_timeout: float = 30.0,
+        connect_attempts: int = 3,
+        retry_initial_seconds: float = 0.5,
+        retry_max_seconds: float = 10.0,
+    ) -> None:
+        if prefetch < 1:
+            raise ValueError(f"prefetch must be >= 1, got {prefetch}")
+        if backout_threshold < 0:
+            raise ValueError(f"backout_threshold must be >= 0, got {backout_threshold}")
+        if connect_attempts < 1:
+            raise ValueError(f"connect_attempts must be >= 1, got {connect_attempts}")
+        self.destination = queue_destination(destination)
+        self.selector = selector
+        self.prefetch = prefetch
+        self.backout_threshold = backout_threshold
+        self.backout_queue = queue_destination(backout_queue) if backout_queue else ACTIVEMQ_DLQ
+        if self.backout_queue == self.destination:
+            raise ValueError("backout_queue must differ from destination")
+        self.connect_attempts = connect_attempts
+        self.retry_initial_seconds = retry_initial_seconds
+        self.retry_max_seconds = retry_max_seconds
+        self._endpoint = _Endpoint(
+            host=host,
+            port=port,
+            user=user,
+            password=password,
+            heartbeats=heartbeats,
+            vhost=vhost,
+            connect_timeout=connect_timeout,
+            receipt_timeout=receipt_timeout,
+        )
+        self._backouts = _BackoutCounts()
+        self._closing = threading.Event()
+
+    @property
+    def description(self) -> str:
+        who = f"{self._endpoint.user}@" if self._endpoint.user else ""
+        extras = []
+        if self.selector:
+            extras.append(f"selector {self.selector!r}")
+        if self.backout_threshold:
+            extras.append(f"backout threshold {self.backout_threshold} -> {self.backout_queue}")
+        suffix = f" ({', '.join(extras)})" if extras else ""
+        return f"stomp://{who}{self._endpoint}{self.destination}{suffix}"
+
+    def connect(self) -> StompSession:
+        return StompSession(self)
+
+    def producer(self) -> StompProducer:
+        return StompProducer(self)
+
+    def backout_source(self) -> StompQueue:
+        """The backout queue as a source of its own (to drain or inspect it)."""
+        ep = self._endpoint
+        return StompQueue(
+            ep.host,
+            ep.port,
+            self.backout_queue,
+            ep.user,
+            ep.password,
+            ep.heartbeats,
+            vhost=ep.vhost,
+            connect_timeout=ep.connect_timeout,
+            receipt_timeout=ep.receipt_timeout,
+            connect_attempts=self.connect_attempts,
+        )
+
+    def browse(self, destination: str | None = None) -> list[ReceivedMessage]:
+        """The messages on the queue (or `destination`), without consuming them, through an
+        ActiveMQ queue-browser subscription (`browser:true`, ended by a `browser:end` frame).
+        Messages held unacked by a consumer are not shown."""
+        dest = queue_destination(destination) if destination else self.destination
+        link = self.open_link()
+        sub = f"browse-{uuid.uuid4().hex[:12]}"
+        found: list[ReceivedMessage] = []
+        try:
+            link.send(
+                lambda: link.conn.subscribe(dest, id=sub, ack="auto", headers={"browser": "true"})
+            )
+            while True:
+                deadline = time.monotonic() + self._endpoint.receipt_timeout
+                frame = link.next_message(deadline, sub)
+                if frame is None:
+                    raise SourceUnavailable(f"browsing {dest} on {self._endpoint} timed out")
+                if frame.headers.get("browser") == "end":
+                    return found
+                found.append(self._message(frame, count_backouts=False))
+        except _LinkLost as e:
+            raise SourceUnavailable(f"browsing {dest} on {self._endpoint}: {e}") from e
+        finally:
+            link.close()
+
+    def browse_backout(self) -> list[ReceivedMessage]:
+        """The backout queue's messages in order, without consuming them."""
+        return self.browse(self.backout_queue)
+
+    def open_link(self) -> _Link:
+        """A connected STOMP link, retried with exponential backoff and jitter."""
+        delay = self.retry_initial_seconds
+        last: SourceUnavailable | None = None
+        for attempt in range(1, self.connect_attempts + 1):
+            link = _Link(self._endpoint)
+            try:
+                link.open()
+                if attempt > 1:
+                    log.info("STOMP broker %s reachable again", self._endpoint)
+                return link
+            except SourceUnavailable as e:
+                last = e
+            if attempt == self.connect_attempts:
+                break
+            # Full jitter around the exponential step, so restarted consumers do not stampede.
+            pause = delay * random.uniform(0.5, 1.5)
+            log.warning(
+                "STOMP broker %s unavailable (attempt %d/%d), retrying in %.1fs: %s",
+                self._endpoint,
+                attempt,
+                self.connect_attempts,
+                pause,
+                last,
+            )
+            if self._closing.wait(pause):
+                break
+            delay = min(self.retry_max_seconds, delay * 2)
+        raise SourceUnavailable(
+            f"{self.description} unavailable after {self.connect_attempts} attempt(s): {last}"
+        )
+
+    def _message(self, frame: Any, count_backouts: bool = True) -> ReceivedMessage:
+        headers: Mapping[str, str] = frame.headers
+        broker_id = headers.get("message-id", "")
+        redelivered = headers.get("redelivered") == "true"
+        seen = self._backouts.get(broker_id) if count_backouts else 0
+        return ReceivedMessage(
+            message_id=headers.get(ID_PROPERTY) or broker_id,
+            body=_body(frame),
+            put_time=_put_time(headers),
+            delivery_count=max(2 if redelivered else 1, 1 + seen),
+            properties={k: v for k, v in headers.items() if k not in _FRAME_HEADERS},
+        )
+
+
+@dataclass
+class _Got:
+    broker_id: str
+    ack_id: str
+
+
+class StompSession(QueueSession):
+    def __init__(self, source: StompQueue) -> None:
+        self._source = source
+        self._lock = threading.RLock()
+        self._link: _Link | None = None
+        self._subscription = ""
+        self._tx: str | None = None
+        self._unit: list[_Got] = []
+        self._unit_lost = False
+        self._closed = False
+        self._attach()
+
+    # -- QueueSession ------------------------------------------------------------------------
+
+    def get(self, wait_seconds: float = 0.0) -> ReceivedMessage | None:
+        deadline = time.monotonic() + max(0.0, wait_seconds)
+        with self._lock:
+            self._require_usable()
+            while True:
+                link = self._live_link()
+                try:
+                    frame = link.next_message(deadline, self._subscription)
+                    if frame is None:
+                        return None
+                    message = self._source._message(frame)
+                    self._take(link, frame)
+                    threshold = self._source.backout_threshold
+                    if threshold and message.delivery_count - 1 >= threshold:
+                        self._move_to_backout(link, frame, message)
+                        continue
+                    return message
+                except _LinkLost:
+                    continue  # _live_link decides: reconnect, or report the lost unit
+
+    def commit(self) -> None:
+        with self._lock:
+            self._require_usable()
+            if self._tx is None:
+                return
+            tx, unit = self._tx, self._unit
+            link = self._link
+            try:
+                if link is None:
+                    raise _LinkLost("not connected")
+                link.request(
+                    lambda receipt: link.conn.commit(tx, headers={"receipt": receipt}), "commit"
+                )
+            except (_LinkLost, _BrokerError) as e:
+                # Outcome in doubt (or rolled back): drop the connection so the broker rolls
+                # back whatever is left and redelivers; the landed copies become duplicates.
+                self._end_unit(backed_out=True)
+                self._drop_link()
+                raise SourceUnavailable(
+                    f"commit of {len(unit)} message(s) on {self._source.description} not"
+                    f" confirmed ({e}); they may be redelivered"
+                ) from e
+            self._source._backouts.forget([g.broker_id for g in unit])
+            self._end_unit(backed_out=False)
+
+    def backout(self) -> None:
+        with self._lock:
+            self._require_open()
+            self._unit_lost = False
+            if self._tx is None:
+                return
+            tx = self._tx
+            self._end_unit(backed_out=True)
+            link = self._link
+            if link is None or link.lost:
+                return  # the broker already rolled the unit back when the connection went
+            try:
+                link.send(lambda: link.conn.abort(tx))
+                self._resubscribe(link)
+            except (_LinkLost, _BrokerError) as e:
+                log.warning("backout on %s: %s; reconnecting", self._source.description, e)
+                self._drop_link()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._tx is not None:
+                self._end_unit(backed_out=True)
+            self._drop_link()
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _attach(self) -> None:
+        link = self._source.open_link()
+        try:
+            self._subscribe(link)
+        except (_LinkLost, _BrokerError) as e:
+            link.abort()
+            raise SourceUnavailable(f"cannot subscribe to {self._source.description}: {e}") from e
+        self._link = link
+
+    def _subscribe(self, link: _Link) -> None:
+        source = self._source
+        subscription = f"sis-{uuid.uuid4().hex[:16]}"
+        headers = {"activemq.prefetchSize": str(source.prefetch)}
+        if source.selector:
+            headers["selector"] = source.selector
+
+        def subscribe(receipt: str) -> None:
+            link.conn.subscribe(
+                source.destination,
+                id=subscription,
+                ack="client-individual",
+                headers={**headers, "receipt": receipt},
+            )
+
+        link.request(subscribe, "subscribe")
+        self._subscription = subscription
+
+    def _resubscribe(self, link: _Link) -> None:
+        # Removing the consumer is what makes ActiveMQ redeliver its unacked messages (at the
+        # head of the queue, flagged redelivered); a fresh id keeps stale frames apart.
+        old = self._subscription
+        link.send(lambda: link.conn.unsubscribe(old))
+        self._subscribe(link)
+
+    def _live_link(self) -> _Link:
+        link = self._link
+        if link is not None and not link.lost:
+            return link
+        reason = link.lost_reason if link is not None else "not connected"
+        if self._tx is not None:
+            n = len(self._unit)
+            self._end_unit(backed_out=True)
+            self._unit_lost = True
+            self._drop_link()
+            raise SourceUnavailable(
+                f"connection to {self._source.description} lost ({reason}) with {n} message(s)"
+                " in the unit of work; the broker rolls it back and redelivers them: back out"
+            )
+        self._drop_link()
+        log.warning("STOMP session on %s reconnecting: %s", self._source.description, reason)
+        self._attach()
+        assert self._link is not None
+        return self._link
+
+    def _take(self, link: _Link, frame: Any) -> None:
+        """ACK inside the unit's transaction (begun with the unit's first message)."""
+        if self._tx is None:
+            tx = f"tx-{uuid.uuid4().hex}"
+            self._tx = tx
+            link.send(lambda: link.conn.begin(tx))
+        tx = self._tx
+        got = _Got(broker_id=frame.headers.get("message-id", ""), ack_id=frame.headers["ack"])
+        self._unit.append(got)
+        link.send(lambda: link.conn.ack(got.ack_id, transaction=tx))
+
+    def _move_to_backout(self, link: _Link, frame: Any, message: ReceivedMessage) -> None:
+        source = self._source
+        headers: dict[str, str] = {str(k): str(v) for k, v in message.properties.items()}
+        headers.update(
+            {
+                "persistent": "true",
+                "transaction": self._tx or "",
+                ID_PROPERTY: message.message_id,
+                BACKOUT_COUNT_PROPERTY: str(message.delivery_count - 1),
+                ORIGINAL_DESTINATION_PROPERTY: source.destination,
+            }
+        )
+        if "timestamp" in frame.headers:
+            headers["timestamp"] = frame.headers["timestamp"]  # keeps the original put time
+        log.warning(
+            "%s: message %s reached backout count %d, moving it to %s",
+            source.description,
+            message.message_id,
+            message.delivery_count - 1,
+            source.backout_queue,
+        )
+        # The ACK was already sent by _take, in the same transaction as this SEND.
+        link.send(lambda: link.conn.send(source.backout_queue, message.body, headers=headers))
+
+    def _end_unit(self, backed_out: bool) -> None:
+        if backed_out and self._unit:
+            self._source._backouts.add([g.broker_id for g in self._unit])
+        self._unit = []
+        self._tx = None
+
+    def _drop_link(self) -> None:
+        link, self._link = self._link, None
+        if link is not None:
+            link.close()
+
+    def _require_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("session is closed")
+
+    def _require_usable(self) -> None:
+        self._require_open()
+        if self._unit_lost:
+            raise SourceUnavailable(
+                f"the unit of work on {self._source.description} was lost with the connection;"
+                " call backout() before continuing"
+            )
+
+
+class StompProducer(QueueProducer):
+    def __init__(self, source: StompQueue) -> None:
+        self._source = source
+        self._lock = threading.Lock()
+        self._link: _Link | None = source.open_link()
+        self._closed = False
+
+    def put(self, body: bytes, message_id: str | None = None) -> str:
+        message_id = message_id or new_message_id()
+        source = self._source
+        headers = {"persistent": "true", ID_PROPERTY: message_id}
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("producer is closed")
+            if self._link is None or self._link.lost:
+                if self._link is not None:
+                    self._link.abort()
+                self._link = None
+                self._link = source.open_link()
+            link = self._link
+            try:
+                link.request(
+                    lambda receipt: link.conn.send(
+                        source.destination, bytes(body), headers={**headers, "receipt": receipt}
+                    ),
+                    "send",
+                )
+            except (_LinkLost, _BrokerError) as e:
+                link.abort()
+                self._link = None
+                # In doubt: the broker may have stored it. Putting it again with the same
+                # message_id is safe, the platform drops duplicates by id.
+                raise SourceUnavailable(
+                    f"put of {message_id} to {source.description} not confirmed: {e}"
+                ) from e
+        return message_id
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._link is not None:
+                self._link.close()
+                self._link = None
