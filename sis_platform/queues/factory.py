@@ -1,0 +1,238 @@
+"""Build a queue source from a URL: the one place that maps a configured address to a class.
+
+    embedded:///abs/dir[?queue=NAME&backout_threshold=N&backout_queue=NAME]
+    stomp://[user[:password]@]host[:port]/queue/NAME[?selector=..&prefetch=N
+        &backout_threshold=N&backout_queue=NAME&heartbeats=OUT,IN&vhost=..]
+    ibmmq://[user@]host[:port][,host2[:port2]...]/QMGR/QUEUE?channel=CHANNEL
+        [&cipher_spec=..&key_repository=..&certificate_label=..]
+    ibmmq:                      (everything from the SIS_IBMMQ_* environment variables)
+
+Secrets: a password may be given in the URL, but the intended places are the `password`
+keyword (a resource field set from an EnvVar) or the environment at call time
+(SIS_STOMP_USER / SIS_STOMP_PASSWORD, SIS_IBMMQ_PASSWORD). Error messages never include one.
+Extra keyword options go to the source's constructor (e.g. `connect_attempts=1`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from sis_platform.queues.base import QueueSource
+
+STOMP_DEFAULT_PORT = 61613
+IBMMQ_DEFAULT_PORT = 1414
+STOMP_USER_ENV = "SIS_STOMP_USER"
+STOMP_PASSWORD_ENV = "SIS_STOMP_PASSWORD"
+IBMMQ_PASSWORD_ENV = "SIS_IBMMQ_PASSWORD"
+
+
+def open_source(url: str, **options: Any) -> QueueSource:
+    """The queue source `url` names (constructed only: nothing connects until asked)."""
+    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
+    builder = _BUILDERS.get(scheme)
+    if builder is None:
+        raise ValueError(
+            f"unsupported queue URL {_redact(url)!r}: scheme must be one of"
+            f" {', '.join(sorted(_BUILDERS))}"
+        )
+    return builder(url, options)
+
+
+def _redact(url: str) -> str:
+    """The URL with any password replaced, for error messages."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable URL>"
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
+
+
+def _query(url: str, query: str, allowed: Mapping[str, Callable[[str], Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, raw in parse_qsl(query, keep_blank_values=True, strict_parsing=False):
+        convert = allowed.get(key)
+        if convert is None:
+            raise ValueError(
+                f"unknown parameter {key!r} in {_redact(url)!r}; known: {', '.join(allowed)}"
+            )
+        if key in result:
+            raise ValueError(f"parameter {key!r} given twice in {_redact(url)!r}")
+        try:
+            result[key] = convert(raw)
+        except ValueError as e:
+            raise ValueError(f"bad value for {key!r} in {_redact(url)!r}: {e}") from e
+    return result
+
+
+def _non_negative_int(raw: str) -> int:
+    value = int(raw)
+    if value < 0:
+        raise ValueError(f"must be >= 0, got {value}")
+    return value
+
+
+def _positive_int(raw: str) -> int:
+    value = int(raw)
+    if value < 1:
+        raise ValueError(f"must be >= 1, got {value}")
+    return value
+
+
+def _name(raw: str) -> str:
+    if not raw:
+        raise ValueError("must not be empty")
+    return raw
+
+
+def _heartbeats(raw: str) -> tuple[int, int]:
+    parts = raw.split(",")
+    if len(parts) != 2:
+        raise ValueError("expected OUT_MS,IN_MS")
+    out_ms, in_ms = (_non_negative_int(p.strip()) for p in parts)
+    return out_ms, in_ms
+
+
+def _embedded(url: str, options: dict[str, Any]) -> QueueSource:
+    from sis_platform.queues.embedded import EmbeddedQueue
+
+    parts = urlsplit(url)
+    if parts.netloc not in ("", "localhost"):
+        raise ValueError(
+            f"embedded URL {url!r} names a host; use embedded:///absolute/folder (three slashes)"
+        )
+    path = unquote(parts.path)
+    if not path or not path.startswith("/"):
+        raise ValueError(f"embedded URL {url!r} needs an absolute folder: embedded:///abs/dir")
+    if parts.fragment:
+        raise ValueError(f"embedded URL {url!r} must not have a fragment")
+    params = _query(
+        url,
+        parts.query,
+        {"queue": _name, "backout_threshold": _non_negative_int, "backout_queue": _name},
+    )
+    return EmbeddedQueue(Path(path), **{**params, **options})
+
+
+def _stomp(url: str, options: dict[str, Any]) -> QueueSource:
+    from sis_platform.queues.stomp import StompQueue
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port or STOMP_DEFAULT_PORT
+    except ValueError as e:
+        raise ValueError(f"bad STOMP URL {_redact(url)!r}: {e}") from e
+    if not parts.hostname:
+        raise ValueError(f"STOMP URL {_redact(url)!r} needs a host: stomp://host:port/queue/NAME")
+    path = unquote(parts.path)
+    prefix = "/queue/"
+    if not path.startswith(prefix) or len(path) == len(prefix) or "/" in path[len(prefix) :]:
+        raise ValueError(
+            f"STOMP URL {_redact(url)!r} must name a queue: stomp://host:port/queue/NAME"
+        )
+    params = _query(
+        url,
+        parts.query,
+        {
+            "selector": _name,
+            "prefetch": _positive_int,
+            "backout_threshold": _non_negative_int,
+            "backout_queue": _name,
+            "heartbeats": _heartbeats,
+            "vhost": _name,
+        },
+    )
+    user = options.pop("user", None) or (unquote(parts.username) if parts.username else None)
+    password = options.pop("password", None)
+    if password is None and parts.password is not None:
+        password = unquote(parts.password)
+    user = user or os.environ.get(STOMP_USER_ENV) or None
+    if password is None:
+        password = os.environ.get(STOMP_PASSWORD_ENV) or None
+    return StompQueue(
+        parts.hostname,
+        port,
+        path,
+        user=user,
+        password=password,
+        **{**params, **options},
+    )
+
+
+def _ibmmq(url: str, options: dict[str, Any]) -> QueueSource:
+    try:
+        module = importlib.import_module("sis_platform.queues.ibmmq")
+    except ModuleNotFoundError as e:
+        if e.name != "sis_platform.queues.ibmmq":
+            raise
+        raise ValueError(
+            "ibmmq:// sources need sis_platform.queues.ibmmq, which is not part of this build"
+        ) from e
+    queue_class = module.IbmMqQueue
+    parts = urlsplit(url)
+    if not parts.netloc and not parts.path.strip("/"):
+        # "ibmmq:" or "ibmmq://": the whole configuration is in SIS_IBMMQ_* variables.
+        source: QueueSource = queue_class.from_env(os.environ, **options)
+        return source
+    # The netloc may list several hosts (a multi-instance queue manager), which urlsplit's
+    # hostname/port cannot parse, so it is split by hand.
+    netloc = parts.netloc
+    userinfo, _, hosts = netloc.rpartition("@")
+    user, has_password, url_password = userinfo.partition(":")
+    conn_names = []
+    for host_port in hosts.split(","):
+        host, _, port = host_port.strip().partition(":")
+        if not host:
+            raise ValueError(f"IBM MQ URL {_redact(url)!r} has an empty host")
+        try:
+            port_number = int(port) if port else IBMMQ_DEFAULT_PORT
+        except ValueError as e:
+            raise ValueError(f"IBM MQ URL {_redact(url)!r} has a bad port {port!r}") from e
+        conn_names.append(f"{host}({port_number})")
+    segments = [unquote(s) for s in parts.path.split("/") if s]
+    if len(segments) != 2:
+        raise ValueError(
+            f"IBM MQ URL {_redact(url)!r} must be ibmmq://host:port/QMGR/QUEUE?channel=CHANNEL"
+        )
+    queue_manager, queue = segments
+    params = _query(
+        url,
+        parts.query,
+        {
+            "channel": _name,
+            "cipher_spec": _name,
+            "key_repository": _name,
+            "certificate_label": _name,
+        },
+    )
+    if "channel" not in params:
+        raise ValueError(f"IBM MQ URL {_redact(url)!r} needs ?channel=CHANNEL")
+    user_value = options.pop("user", None) or (unquote(user) if user else None)
+    password = options.pop("password", None)
+    if password is None and has_password:
+        password = unquote(url_password)
+    if password is None and user_value:
+        password = os.environ.get(IBMMQ_PASSWORD_ENV) or None
+    source = queue_class(
+        queue_manager=queue_manager,
+        conn_name=",".join(conn_names),
+        queue=queue,
+        user=user_value,
+        password=password,
+        **{**params, **options},
+    )
+    return source
+
+
+_BUILDERS: dict[str, Callable[[str, dict[str, Any]], QueueSource]] = {
+    "embedded": _embedded,
+    "stomp": _stomp,
+    "ibmmq": _ibmmq,
+}
