@@ -613,6 +613,18 @@ def test_backout_on_a_broken_connection_is_quietly_done_by_the_queue_manager(
         session.commit()
 
 
+def test_a_connection_breaking_again_right_after_reconnecting_is_reported(
+    server: FakeQueueManagerServer,
+) -> None:
+    server.put_message(QUEUE, b"<m/>")
+    with make_source(server).connect() as session:
+        server.break_connections()
+        server.fail_next("MQGET", CMQC.MQRC_CONNECTION_BROKEN)
+        with pytest.raises(SourceUnavailable, match="again right after reconnecting"):
+            session.get()
+    assert len(server.connects) == 2
+
+
 # -- closing ----------------------------------------------------------------------------
 
 
@@ -630,6 +642,20 @@ def test_close_backs_out_the_open_unit_instead_of_letting_mqdisc_commit_it(
     assert server.live_connections == 0
     with pytest.raises(RuntimeError, match="closed"):
         session.get()
+
+
+def test_close_does_not_disconnect_when_mqback_fails_because_mqdisc_would_commit(
+    server: FakeQueueManagerServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    server.put_message(QUEUE, b"<m/>")
+    session = make_source(server).connect()
+    assert session.get() is not None
+    server.fail_next("MQBACK", CMQC.MQRC_UNEXPECTED_ERROR)
+    with caplog.at_level(logging.ERROR):
+        session.close()
+    assert "not disconnecting, so as not to commit" in caplog.text
+    assert server.disconnects_committing_a_unit == 0
+    assert server.in_flight() == 1  # left for the end of the process to back out
 
 
 # -- producing --------------------------------------------------------------------------
