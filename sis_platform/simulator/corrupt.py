@@ -115,8 +115,8 @@ def whole_message(
             events = event.xml(event_extra=' surface="turf"')
             return master_body(master_type, event.id, at, events).encode()
         if variant == 2:  # the first status attribute is the event's
-            bad = master.replace(f' status="{event.status}"', ' status="running"', 1)
-            return bad.encode()
+            wrong = master.replace(f' status="{event.status}"', ' status="running"', 1)
+            return wrong.encode()
         return master.replace(' status="runner"', ' status="scratched"', 1).encode()
 
     if reason == Reason.INVALID_ENVELOPE:

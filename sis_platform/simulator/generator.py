@@ -269,7 +269,7 @@ def _build_event(
             name += f" (Class {rng.randint(1, 6)})"
         places = 2 if n <= 7 else 3 if n <= 15 else 4
         fav = rng.randint(LADDER_INDEX[(5, 4)], LADDER_INDEX[(4, 1)])
-        max_step = 4
+        steps = (0, 1, 1, 2, 2, 3)
     else:
         n = 6
         name = (
@@ -278,10 +278,10 @@ def _build_event(
         )
         places = 2
         fav = rng.randint(LADDER_INDEX[(1, 1)], LADDER_INDEX[(5, 2)])
-        max_step = 3
+        steps = (0, 1, 2, 2, 3, 4)
     rungs = [fav]
     for _ in range(n - 1):
-        rungs.append(min(len(LADDER) - 1, rungs[-1] + rng.randint(0, max_step)))
+        rungs.append(min(len(LADDER) - 1, rungs[-1] + rng.choice(steps)))
     rng.shuffle(rungs)
 
     names: set[str] = set()
@@ -500,7 +500,7 @@ def _plan_day(seed: int, day_index: int, day: date, budget: int, max_bytes: int)
             )
             if ids:
                 add(t, GOING, ids)
-        if rng.random() < 0.08 and card_at + 600 < last_off - 600:
+        if rng.random() < 0.15 and card_at + 600 < last_off - 600:
             t = rng.randint(card_at + 600, last_off - 600)
             ids = tuple(
                 i for i in meeting.races if races[i].new_at <= t - 1 and races[i].off_at >= t + 60
@@ -511,9 +511,9 @@ def _plan_day(seed: int, day_index: int, day: date, budget: int, max_bytes: int)
     # Price moves fill the rest of the budget, more for horse races, denser towards the off.
     spare = budget - len(actions)
     if spare > 0:
-        weights = [(1.5 if r.horse else 1.0) * rng.uniform(0.5, 1.5) for r in races]
-        total = sum(weights)
-        quotas = [spare * w / total for w in weights]
+        activity = [(1.5 if r.horse else 1.0) * rng.uniform(0.5, 1.5) for r in races]
+        total = sum(activity)
+        quotas = [spare * a / total for a in activity]
         counts = [math.floor(q) for q in quotas]
         by_remainder = sorted(range(len(races)), key=lambda i: counts[i] - quotas[i])
         for i in by_remainder[: spare - sum(counts)]:
@@ -578,12 +578,13 @@ class FeedSimulator:
             raise ValueError("invalid and duplicate shares add up to more than 1")
         # Fixed order so the draw is deterministic whatever order the mapping came in.
         order = [INVALID_PREFIX + r for r in INVALID_REASONS] + [KIND_DUPLICATE]
-        self._owed = [[kind, round(shares[kind] * messages)] for kind in order if kind in shares]
-        special = sum(count for _, count in self._owed)
+        self._owed_kinds = [kind for kind in order if kind in shares]
+        self._owed = [round(shares[kind] * messages) for kind in self._owed_kinds]
+        special = sum(self._owed)
         if special > messages:  # rounding can overshoot by one per kind
-            for entry in reversed(self._owed):
-                cut = min(entry[1], special - messages)
-                entry[1] -= cut
+            for i in reversed(range(len(self._owed))):
+                cut = min(self._owed[i], special - messages)
+                self._owed[i] -= cut
                 special -= cut
         self._base_total = messages - special
         if self._base_total == 0 and special:
@@ -619,20 +620,20 @@ class FeedSimulator:
     # -- the stream ---------------------------------------------------------------------------
 
     def _run(self) -> Iterator[SimulatedMessage]:
-        owed = self._owed
+        kinds, owed = self._owed_kinds, self._owed
         base_left = self._base_total
         draw = self._special.random
         for slot in range(self._messages):
             left = self._messages - slot
             message: SimulatedMessage | None = None
             pick = draw() * left
-            for entry in owed:
-                if pick < entry[1]:
-                    message = self._make_special(entry[0], forced=base_left == 0)
+            for i, count in enumerate(owed):
+                if pick < count:
+                    message = self._make_special(kinds[i], forced=base_left == 0)
                     if message is not None:
-                        entry[1] -= 1
+                        owed[i] -= 1
                     break
-                pick -= entry[1]
+                pick -= count
             if message is None:
                 if base_left == 0:  # pragma: no cover - forced specials always succeed
                     raise AssertionError("no message to emit")
