@@ -218,20 +218,22 @@ class Pacer:
 
     Deadlines come from the start time and the message count, not from adding up sleeps, so
     time lost to slow puts or oversleeping is made up rather than accumulated as drift.
+    `rate=None` (backlog) never waits.
     """
 
     def __init__(
         self,
         rate: float | None,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] | None = None,
+        sleep: Callable[[float], None] | None = None,
     ) -> None:
         self._rate = rate
-        self._clock = clock
-        self._sleep = sleep
-        self._start = clock()
+        self._clock = time.monotonic if clock is None else clock
+        self._sleep = time.sleep if sleep is None else sleep
+        self._start = self._clock()
 
     def wait(self, index: int) -> None:
+        """Block until message `index` (0-based) is due."""
         if self._rate is None:
             return
         delay = self._start + index / self._rate - self._clock()

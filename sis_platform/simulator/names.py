@@ -328,6 +328,8 @@ HORSE_RACE_TYPES: Final[tuple[str, ...]] = (
     "Hunters' Chase",
     "Classified Stakes",
     "Maiden Hurdle",
+    "Fillies' & Mares' Handicap",
+    "Fillies' & Mares' Novice Stakes",
 )
 GREYHOUND_GRADES: Final[tuple[str, ...]] = (
     "A1",
