@@ -1,0 +1,5 @@
+from __future__ import annotations
+
+from tests.queues.broker import activemq, activemq_outage
+
+__all__ = ["activemq", "activemq_outage"]
