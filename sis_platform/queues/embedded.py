@@ -189,13 +189,20 @@ class _OwnerLock:
 
 def _reap_dead_sessions(conn: sqlite3.Connection, sessions_dir: Path, own_token: str) -> int:
     """Reinstate the in-flight messages of sessions whose process died; returns how many."""
-    dead: list[str] = []
+    # Looked at without a transaction first: this runs every second in a waiting get, and
+    # should not take the write lock when (as almost always) nobody has died. A token is never
+    # reused, so a session found dead here is still dead inside the transaction below.
+    tokens = [t for (t,) in conn.execute("SELECT token FROM sessions") if t != own_token]
+    dead = [t for t in tokens if not _OwnerLock.holder_alive(sessions_dir / f"{t}.lock")]
+    orphaned = conn.execute(
+        "SELECT 1 FROM messages WHERE owner IS NOT NULL AND owner != ?"
+        " AND owner NOT IN (SELECT token FROM sessions) LIMIT 1",
+        (own_token,),
+    ).fetchone()
+    if not dead and orphaned is None:
+        return 0
+    reinstated = 0
     with _transaction(conn):
-        tokens = [t for (t,) in conn.execute("SELECT token FROM sessions") if t != own_token]
-        for token in tokens:
-            if not _OwnerLock.holder_alive(sessions_dir / f"{token}.lock"):
-                dead.append(token)
-        reinstated = 0
         for token in dead:
             cur = conn.execute(
                 "UPDATE messages SET owner = NULL, move_to = NULL,"
@@ -207,19 +214,17 @@ def _reap_dead_sessions(conn: sqlite3.Connection, sessions_dir: Path, own_token:
         # Defensive: a mark whose session row is gone can only be left by a dead owner.
         cur = conn.execute(
             "UPDATE messages SET owner = NULL, move_to = NULL, backout_count = backout_count + 1"
-            " WHERE owner IS NOT NULL AND owner NOT IN (SELECT token FROM sessions)"
-            " AND owner != ?",
+            " WHERE owner IS NOT NULL AND owner != ? AND owner NOT IN (SELECT token FROM sessions)",
             (own_token,),
         )
         reinstated += cur.rowcount
     for token in dead:
         (sessions_dir / f"{token}.lock").unlink(missing_ok=True)
-    if dead:
-        log.warning(
-            "embedded queue: reinstated %d in-flight message(s) of %d dead consumer session(s)",
-            reinstated,
-            len(dead),
-        )
+    log.warning(
+        "embedded queue: reinstated %d in-flight message(s) of %d dead consumer session(s)",
+        reinstated,
+        len(dead),
+    )
     return reinstated
 
 
@@ -357,9 +362,11 @@ class EmbeddedSession(QueueSession):
                     self._last_reap = now
                     if _reap_dead_sessions(self._conn, self._sessions_dir, self._token):
                         continue
-                # Wait for another connection to commit something (a put, a backout).
-                while time.monotonic() < deadline:
-                    time.sleep(min(_POLL_SECONDS, max(0.0, deadline - time.monotonic())))
+                # Wait until another connection commits something (a put, a backout), the
+                # wait is over, or it is time to look for dead owners again.
+                wake = min(deadline, self._last_reap + _REAP_INTERVAL_SECONDS)
+                while (now := time.monotonic()) < wake:
+                    time.sleep(min(_POLL_SECONDS, wake - now))
                     current = self._data_version()
                     if current != version:
                         version = current
