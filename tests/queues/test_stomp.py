@@ -1,0 +1,211 @@
+"""What ActiveMQ 5.17 does over STOMP (the facts sis_platform/queues/stomp.py is built on),
+checked on the wire with plain stomp.py, plus StompQueue specifics."""
+
+from __future__ import annotations
+
+import queue as stdlib_queue
+import socket
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import stomp
+
+from sis_platform.queues.base import SourceUnavailable
+from sis_platform.queues.stomp import ACTIVEMQ_DLQ, ID_PROPERTY, StompQueue
+from tests.queues.broker import Broker
+
+WAIT = 10.0
+
+
+class Wire(stomp.ConnectionListener):
+    """A bare STOMP 1.2 connection that records every frame the broker sends."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.frames: stdlib_queue.Queue[Any] = stdlib_queue.Queue()
+        self.errors: stdlib_queue.Queue[Any] = stdlib_queue.Queue()
+        self.conn = stomp.Connection12([(broker.host, broker.stomp_port)], auto_decode=False)
+        self.conn.set_listener("wire", self)
+        self.conn.connect(wait=True)
+
+    def on_message(self, frame: Any) -> None:
+        self.frames.put(frame)
+
+    def on_error(self, frame: Any) -> None:
+        self.errors.put(frame)
+
+    def next(self, subscription: str | None = None) -> Any:
+        while True:
+            frame = self.frames.get(timeout=WAIT)
+            if subscription is None or frame.headers.get("subscription") == subscription:
+                return frame
+
+    def close(self) -> None:
+        self.conn.disconnect()
+
+
+@pytest.fixture
+def wire(activemq: Broker) -> Iterator[Wire]:
+    w = Wire(activemq)
+    yield w
+    w.close()
+
+
+@pytest.fixture
+def name() -> str:
+    return f"T{uuid.uuid4().hex}"
+
+
+def source(broker: Broker, name: str, **kwargs: Any) -> StompQueue:
+    return StompQueue(broker.host, broker.stomp_port, name, **kwargs)
+
+
+@pytest.mark.broker
+def test_activemq_marks_redelivery_with_a_flag_and_no_delivery_count(wire: Wire, name: str) -> None:
+    dest = f"/queue/{name}"
+    wire.conn.send(dest, b"\x00body", headers={"persistent": "true"})
+    wire.conn.subscribe(dest, id="s1", ack="client-individual")
+    first = wire.next("s1")
+    assert set(first.headers) == {
+        "ack",
+        "content-length",
+        "destination",
+        "expires",
+        "message-id",
+        "persistent",
+        "priority",
+        "subscription",
+        "timestamp",
+    }
+    assert first.headers["message-id"].startswith("ID:")
+    assert first.body == b"\x00body"
+    # Unacked messages come back when the subscription goes away.
+    wire.conn.unsubscribe("s1")
+    wire.conn.subscribe(dest, id="s2", ack="client-individual")
+    again = wire.next("s2")
+    assert again.headers["redelivered"] == "true"
+    assert again.headers["message-id"] == first.headers["message-id"]
+    assert set(again.headers) - set(first.headers) == {"redelivered"}
+    wire.conn.ack(again.headers["ack"])
+
+
+@pytest.mark.broker
+def test_activemq_nack_dead_letters_at_once_and_is_refused_in_a_transaction(
+    wire: Wire, name: str
+) -> None:
+    dest = f"/queue/{name}"
+    wire.conn.send(dest, b"poison", headers={"persistent": "true"})
+    wire.conn.send(dest, b"next", headers={"persistent": "true"})
+    wire.conn.subscribe(dest, id="s", ack="client-individual")
+    poison = wire.next("s")
+    wire.conn.begin("tx")
+    wire.conn.nack(poison.headers["ack"], transaction="tx")
+    error = wire.errors.get(timeout=WAIT)
+    assert "Poison ack cannot be transacted" in error.headers["message"]
+    wire.conn.abort("tx")
+    wire.conn.nack(poison.headers["ack"])  # outside a transaction: straight to the DLQ
+    nxt = wire.next("s")
+    assert nxt.body == b"next" and "redelivered" not in nxt.headers
+    wire.conn.ack(nxt.headers["ack"])
+    selector = f"JMSMessageID = '{poison.headers['message-id']}'"
+    wire.conn.subscribe(
+        ACTIVEMQ_DLQ, id="dlq", ack="client-individual", headers={"selector": selector}
+    )
+    dead = wire.next("dlq")
+    assert dead.body == b"poison"
+    assert dead.headers["original-destination"] == dest
+    wire.conn.ack(dead.headers["ack"])
+
+
+@pytest.mark.broker
+def test_prefetch_bounds_what_a_consumer_holds_back_from_others(
+    activemq: Broker, name: str
+) -> None:
+    src = source(activemq, name, prefetch=2)
+    with src.producer() as producer:
+        put_ids = [producer.put(b"%d" % i) for i in range(10)]
+    with src.connect() as first:
+        m = first.get(WAIT)
+        assert m is not None and m.message_id == put_ids[0]
+        with source(activemq, name, prefetch=10).connect() as second:
+            got = []
+            while (m := second.get(2.0)) is not None:
+                got.append(m.message_id)
+            second.commit()
+        # The first consumer holds its unit plus at most its prefetch.
+        assert len(got) >= 10 - 1 - 2
+        assert got == sorted(got, key=put_ids.index)
+        first.commit()
+
+
+@pytest.mark.broker
+def test_selector_filters_and_application_properties_are_returned(
+    wire: Wire, activemq: Broker, name: str
+) -> None:
+    dest = f"/queue/{name}"
+    for kind in ("a", "b", "a"):
+        wire.conn.send(dest, kind.encode(), headers={"persistent": "true", "kind": kind})
+    src = source(activemq, name, selector="kind = 'b'")
+    with src.connect() as session:
+        m = session.get(WAIT)
+        assert m is not None and m.body == b"b" and dict(m.properties) == {"kind": "b"}
+        assert session.get(0.5) is None
+        session.commit()
+    assert [m.body for m in source(activemq, name).browse()] == [b"a", b"a"]
+
+
+@pytest.mark.broker
+def test_message_id_is_the_producers_sis_id_or_else_the_brokers(
+    wire: Wire, activemq: Broker, name: str
+) -> None:
+    dest = f"/queue/{name}"
+    wire.conn.send(dest, b"foreign", headers={"persistent": "true"})
+    src = source(activemq, name)
+    with src.producer() as producer:
+        ours = producer.put(b"ours")
+    with src.connect() as session:
+        foreign, mine = session.get(WAIT), session.get(WAIT)
+        session.commit()
+    assert foreign is not None and mine is not None
+    assert foreign.message_id.startswith("ID:") and len(foreign.message_id) != 51
+    assert mine.message_id == ours and ID_PROPERTY not in mine.properties
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])  # nobody listens once the socket is closed
+
+
+def test_unreachable_broker_is_a_source_outage_after_bounded_retries() -> None:
+    src = StompQueue(
+        "127.0.0.1",
+        _closed_port(),
+        "SPORTSDATA",
+        user="feed",
+        password="s3cret-pw",
+        connect_attempts=3,
+        retry_initial_seconds=0.01,
+    )
+    with pytest.raises(SourceUnavailable) as raised:
+        src.connect()
+    assert "3 attempt(s)" in str(raised.value)
+    with pytest.raises(SourceUnavailable):
+        src.producer()
+    assert "s3cret-pw" not in str(raised.value) and "s3cret-pw" not in src.description
+    assert src.description.startswith("stomp://feed@127.0.0.1:")
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"prefetch": 0},
+        {"backout_threshold": -1},
+        {"connect_attempts": 0},
+        {"backout_queue": "/queue/SPORTSDATA"},
+    ],
+)
+def test_bad_arguments_are_rejected(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        StompQueue("127.0.0.1", 61613, "SPORTSDATA", **kwargs)
