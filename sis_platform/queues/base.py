@@ -25,7 +25,11 @@ class ReceivedMessage:
     """One message as the queue delivered it.
 
     `message_id` is in JMS form: "ID:" followed by 48 lowercase hex digits (the 24-byte MQ
-    MsgId). `delivery_count` is JMSXDeliveryCount, i.e. MQ BackoutCount + 1.
+    MsgId) for everything our producers put, on every source. A message put on a STOMP broker
+    by another producer keeps the broker's own JMS id verbatim (ActiveMQ:
+    "ID:<host>-<port>-<start>-<n>:<session>:<producer>:<seq>"), so code must treat the id as
+    an opaque string. `delivery_count` is JMSXDeliveryCount, i.e. MQ BackoutCount + 1; where
+    the provider only says "redelivered" (ActiveMQ over STOMP) it is a lower bound, 2.
     """
 
     message_id: str

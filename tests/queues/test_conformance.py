@@ -52,7 +52,7 @@ class QueueUnderTest:
             return [producer.put(body) for body in bodies]
 
     def get_n(self, session: QueueSession, n: int) -> list[ReceivedMessage]:
-        got = []
+        got: list[ReceivedMessage] = []
         for _ in range(n):
             message = session.get(self.wait)
             assert message is not None, f"expected {n} messages, got {len(got)}"

@@ -37,7 +37,7 @@ def consume_until_stopped(path: str, stop: Any, pipe: Any) -> None:
     with EmbeddedQueue(Path(path)).connect() as session:
         pipe.send("ready")
         while True:
-            got = []
+            got: list[int] = []
             while len(got) < 20:
                 m = session.get(0.1)
                 if m is None:
@@ -80,7 +80,7 @@ def test_producer_and_consumer_processes_lose_and_duplicate_nothing(tmp_path: Pa
     with EmbeddedQueue(tmp_path).connect() as session:
         while len(committed) < count:
             assert time.monotonic() < deadline, f"only {len(committed)} of {count} consumed"
-            got = []
+            got: list[ReceivedMessage] = []
             while len(got) < 50:
                 m = session.get(0.2)
                 if m is None:
