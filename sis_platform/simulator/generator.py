@@ -132,8 +132,11 @@ def generate_feed(
 
     `invalid` maps a reason code (see INVALID_REASONS) to the share of all messages that are
     invalid for that reason; `duplicates` is the share that are redeliveries. Counts are
-    `round(share * messages)` each, exactly. `max_bytes` is the consumer's body limit:
-    regular messages stay under it and `too-large` ones go over it.
+    `round(share * messages)` each, exactly, with one exception: an invalid patch
+    (`unlocated-node`, `invalid-result`) needs a master that is not already stale, and in a
+    tiny feed with a large share of them the last ones can find none left; such a message is
+    labelled "invalid:master-stale", the reason the consumer will give. `max_bytes` is the
+    consumer's body limit: regular messages stay under it and `too-large` ones go over it.
     """
     return iter(
         FeedSimulator(
@@ -593,7 +596,6 @@ class FeedSimulator:
         self._days = max(1, math.ceil(self._base_total / DAY_MESSAGES))
         self._day_index = -1
         self._day: _Day | None = None
-        self._base_left_in_plan = self._base_total
         self._now = 0
         self._render = random.Random(f"sis-feed/{seed}/render")
         self._special = random.Random(f"sis-feed/{seed}/special")
@@ -635,7 +637,7 @@ class FeedSimulator:
                     break
                 pick -= count
             if message is None:
-                if base_left == 0:  # pragma: no cover - forced specials always succeed
+                if base_left == 0:  # cannot happen: a forced special is always made
                     raise AssertionError("no message to emit")
                 message = self._next_base()
                 base_left -= 1

@@ -60,6 +60,11 @@ def _expected_dead_letters(
             stale -= set(ids(message))
         elif kind == "invalid:orphan-update":
             expected += [(message.message_id, master_id, reason) for master_id in ids(message)]
+        elif kind == "invalid:master-stale":
+            # Only when an invalid patch was owed and every master was already stale.
+            (master_id,) = ids(message)
+            assert master_id in stale
+            expected.append((message.message_id, master_id, reason))
         elif kind in STALE_MAKING:
             (master_id,) = ids(message)
             assert master_id not in stale, "an invalid patch goes to a master that is not stale"
@@ -176,6 +181,21 @@ def test_stale_masters_recover_over_several_days_of_heavy_invalid_patching() -> 
     )
     messages = list(simulator)
     assert len({m.sent.date() for m in messages}) == 2
+    pipeline = _fold(messages, 4 * 1024 * 1024)
+    expected, stale = _expected_dead_letters(messages)
+    actual = [(d.message_id, d.master_id, str(d.reason)) for d in pipeline.dead_letters]
+    assert actual == expected
+    _assert_masters_match_the_model(pipeline, simulator.masters(), stale)
+
+
+def test_an_invalid_patch_with_no_master_left_to_break_is_labelled_master_stale() -> None:
+    # 8 invalid patches owed among 20 messages (one short race): some come when every master
+    # is already stale, and the consumer will call those master-stale, so the label does too.
+    simulator = FeedSimulator(3, 20, invalid={"unlocated-node": 0.4})
+    messages = list(simulator)
+    kinds = Counter(m.kind for m in messages)
+    assert kinds["invalid:master-stale"] > 0
+    assert kinds["invalid:master-stale"] + kinds["invalid:unlocated-node"] == 8
     pipeline = _fold(messages, 4 * 1024 * 1024)
     expected, stale = _expected_dead_letters(messages)
     actual = [(d.message_id, d.master_id, str(d.reason)) for d in pipeline.dead_letters]
