@@ -402,7 +402,6 @@ class StompQueue(QueueSource):
             receipt_timeout=receipt_timeout,
         )
         self._backouts = _BackoutCounts()
-        self._closing = threading.Event()
 
     @property
     def description(self) -> str:
@@ -491,8 +490,7 @@ class StompQueue(QueueSource):
                 pause,
                 last,
             )
-            if self._closing.wait(pause):
-                break
+            time.sleep(pause)
             delay = min(self.retry_max_seconds, delay * 2)
         raise SourceUnavailable(
             f"{self.description} unavailable after {self.connect_attempts} attempt(s): {last}"

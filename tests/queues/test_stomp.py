@@ -3,8 +3,11 @@ checked on the wire with plain stomp.py, plus StompQueue specifics."""
 
 from __future__ import annotations
 
+import os
 import queue as stdlib_queue
+import signal
 import socket
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -209,3 +212,41 @@ def test_unreachable_broker_is_a_source_outage_after_bounded_retries() -> None:
 def test_bad_arguments_are_rejected(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         StompQueue("127.0.0.1", 61613, "SPORTSDATA", **kwargs)
+
+
+@pytest.mark.broker
+def test_heartbeats_keep_an_idle_session_alive_and_detect_a_frozen_broker(
+    activemq_outage: Broker, name: str
+) -> None:
+    broker = activemq_outage
+    src = source(
+        broker,
+        name,
+        heartbeats=(300, 300),
+        connect_attempts=1,
+        connect_timeout=1.0,
+    )
+    with src.connect() as session:
+        # Idle for several heartbeat periods: the link must survive on heartbeats alone.
+        assert session.get(2.0) is None
+        with src.producer() as producer:
+            put_id = producer.put(b"after idling")
+        m = session.get(WAIT)
+        assert m is not None and m.message_id == put_id
+        session.commit()
+        # A broker that stops answering (frozen JVM, dead network) keeps the TCP connection
+        # open; only the missing heartbeats reveal it.
+        pid = int((broker.directory / "broker.pid").read_text())
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            with pytest.raises(SourceUnavailable):
+                session.get(30.0)
+            assert time.monotonic() - started < 10.0
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        with src.producer() as producer:
+            put_id = producer.put(b"after thaw")
+        m = session.get(WAIT)  # the session reconnects by itself
+        assert m is not None and m.message_id == put_id
+        session.commit()
