@@ -1,22 +1,23 @@
 """The Sportsdata RELAX NG schema, compiled once per process (SPORTSDATA.md, "The document").
 
 `schema/sportsdata.rnc` is authoritative; `schema/sportsdata.rng` is its rnc2rng conversion,
-checked in so that loading needs no converter (a test keeps the two equal). Two validators
+checked in so that loading needs no converter (a test keeps the two equal). Three validators
 come from the one grammar:
 
 - the envelope schema (the grammar's own `start`, root `sportsdata`) for whole messages;
 - the event schema (the same grammar with `start` replaced by `<ref name="event"/>`) for
   a standalone master document, which is what a master is after splitting and after every
-  patch (SPORTSDATA.md, "Update messages": the patched document must still be valid).
+  patch (SPORTSDATA.md, "Update messages": the patched document must still be valid);
+- the fragment schema (start: any one of event, market, selection, price) for checking just
+  the part of a master an update changed (sis_platform.domain.patchscope).
 
-Both are compiled lazily on first use and cached for the life of the process (one compile per
+All are compiled lazily on first use and cached for the life of the process (one compile per
 Spark Python worker). lxml validators keep their error log on the instance, so use them from
 one thread at a time (Spark Python workers are single-threaded).
 """
 
 from __future__ import annotations
 
-import copy
 import functools
 from pathlib import Path
 
@@ -28,6 +29,8 @@ RNG_PATH = SCHEMA_DIR / "sportsdata.rng"
 
 _RNG_NS = "http://relaxng.org/ns/structure/1.0"
 EVENT_DEFINE = "event"
+# The defines of the event vocabulary's elements, each named after its element.
+VOCABULARY_DEFINES = ("event", "market", "selection", "price")
 
 
 def _load_grammar() -> etree._ElementTree:
@@ -42,17 +45,31 @@ def envelope_schema() -> etree.RelaxNG:
     return etree.RelaxNG(_load_grammar())
 
 
-@functools.cache
-def event_schema() -> etree.RelaxNG:
-    """The compiled schema for a standalone master document (root `event`)."""
-    grammar = copy.deepcopy(_load_grammar())
+def _with_start(*defines: str) -> etree.RelaxNG:
+    # The grammar with its start replaced by the named defines (a choice if several).
+    grammar = _load_grammar()
     start = grammar.getroot().find(f"{{{_RNG_NS}}}start")
     if start is None:
         raise RuntimeError(f"{RNG_PATH} has no <start>")
     for child in list(start):
         start.remove(child)
-    etree.SubElement(start, f"{{{_RNG_NS}}}ref", name=EVENT_DEFINE)
+    parent = start if len(defines) == 1 else etree.SubElement(start, f"{{{_RNG_NS}}}choice")
+    for name in defines:
+        etree.SubElement(parent, f"{{{_RNG_NS}}}ref", name=name)
     return etree.RelaxNG(grammar)
+
+
+@functools.cache
+def event_schema() -> etree.RelaxNG:
+    """The compiled schema for a standalone master document (root `event`)."""
+    return _with_start(EVENT_DEFINE)
+
+
+@functools.cache
+def fragment_schema() -> etree.RelaxNG:
+    """Any one element of the event vocabulary with its subtree (event, market, selection or
+    price), for re-validating the part of a master a patch changed (patchscope)."""
+    return _with_start(*VOCABULARY_DEFINES)
 
 
 # libxml2 reports the alternatives it tried around a failure as well as the failure: "failed

@@ -1,0 +1,129 @@
+"""Throughput of the reference pipeline (sis_platform.domain.pipeline) on a simulated feed.
+
+    python scripts/bench_reference_fold.py                   # a day (12,000) and 100,000 messages
+    python scripts/bench_reference_fold.py --messages 12000 --profile
+
+The feed is generated first (not timed), then one ReferencePipeline processes it as one batch.
+Throughput is given against wall time and against the process's CPU time ("per core": the
+pipeline is single-threaded, so the two agree unless the machine is busy). Classification
+(parse, validate, split) and the fold are also timed separately.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import platform
+import pstats
+import sys
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from sis_platform.domain.fold import MasterState, PatchCache, fold_master
+from sis_platform.domain.items import Item
+from sis_platform.domain.pipeline import (
+    DeadLetter,
+    LoggedMessage,
+    ReferencePipeline,
+    classify_message,
+)
+from sis_platform.simulator.generator import generate_feed
+
+T = TypeVar("T")
+
+
+def timed(function: Callable[[], T]) -> tuple[T, float, float]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = function()
+    return result, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def feed(seed: int, count: int) -> list[LoggedMessage]:
+    return [
+        LoggedMessage(m.message_id, m.body, getattr(m, "delivery_count", 1))
+        for m in generate_feed(seed, count)
+    ]
+
+
+def stages(messages: list[LoggedMessage]) -> tuple[float, float, int]:
+    """CPU seconds to classify every message, then to fold every master; and the item count."""
+    seen: set[str] = set()
+    groups: dict[str, list[Item]] = {}
+
+    def classify() -> None:
+        for message in messages:
+            if message.message_id in seen:
+                continue
+            seen.add(message.message_id)
+            classified = classify_message(message)
+            if not isinstance(classified, DeadLetter):
+                for item in classified:
+                    groups.setdefault(item.master_id, []).append(item)
+
+    def fold() -> None:
+        cache = PatchCache()
+        for master_id, items in groups.items():
+            state: MasterState | None = None
+            fold_master(master_id, state, items, patches=cache)
+
+    _, _, classify_cpu = timed(classify)
+    _, _, fold_cpu = timed(fold)
+    return classify_cpu, fold_cpu, sum(len(items) for items in groups.values())
+
+
+def bench(seed: int, count: int, profile: bool) -> None:
+    messages, generate_wall, _ = timed(lambda: feed(seed, count))
+    size = sum(len(m.body) for m in messages)
+    print(
+        f"\n{len(messages):,} messages ({size / 1e6:.1f} MB, mean {size / len(messages):,.0f} B)"
+        f" generated in {generate_wall:.1f} s"
+    )
+
+    pipeline = ReferencePipeline()
+    _, wall, cpu = timed(lambda: pipeline.process(messages))
+    items = sum(1 for r in pipeline.results if getattr(r, "position", None) is not None)
+    counts = {str(k): v for k, v in sorted(pipeline.outcome_counts().items())}
+    print(f"  outcomes: {counts}; masters {len(pipeline.masters):,}")
+    print(f"  versions {len(pipeline.versions):,}; dead letters {len(pipeline.dead_letters):,}")
+    print(
+        f"  pipeline: {wall:.2f} s wall, {cpu:.2f} s CPU -> "
+        f"{len(messages) / wall:,.0f} messages/s and {items / wall:,.0f} items/s wall; "
+        f"{len(messages) / cpu:,.0f} messages/s and {items / cpu:,.0f} items/s per core"
+    )
+
+    classify_cpu, fold_cpu, _ = stages(messages)
+    print(
+        f"  stages (CPU): classify {classify_cpu:.2f} s "
+        f"({len(messages) / classify_cpu:,.0f} messages/s), "
+        f"fold {fold_cpu:.2f} s ({items / fold_cpu:,.0f} items/s)"
+    )
+
+    if profile:
+        profiler = cProfile.Profile()
+        profiler.enable()
+        ReferencePipeline().process(messages)
+        profiler.disable()
+        pstats.Stats(profiler, stream=sys.stdout).sort_stats("tottime").print_stats(25)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=20261121)
+    parser.add_argument(
+        "--messages", type=int, action="append", help="feed sizes (default: 12000 and 100000)"
+    )
+    parser.add_argument("--profile", action="store_true", help="cProfile one more run")
+    args = parser.parse_args()
+
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, {platform.platform()}"
+    )
+    for count in args.messages or [12_000, 100_000]:
+        bench(args.seed, count, args.profile)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,332 @@
+"""The reference fold: one master's items, in feed order, applied to its state.
+
+This is the oracle. The Spark fold groups items by master id, sorts each group by (landing
+order, position) and calls `fold_master` on it; the serial `ReferencePipeline` does the same,
+so both produce the same states, versions and results (DESIGN.md, invariant 3).
+
+Rules (SPORTSDATA.md, "Master messages", "Update messages", "Invalid items and poison
+messages"), and the decisions taken where the contract is silent:
+
+- A master `new` creates the document. A `new` for a master that already exists replaces it as
+  a refresh would and is applied with the warning "new-for-existing".
+- A master `refresh` replaces the document whole. A `refresh` for a master that does not exist
+  (decision) creates it, applied with the warning "refresh-for-missing": dropping the only
+  full copy of a master the provider sent would turn every later update into an orphan.
+- Either clears the stale mark (and the filtered mark, see below). Master items were
+  validated when their message was classified and are not validated again.
+- An update for a master that does not exist is dead-lettered `orphan-update`.
+- An update for a stale master is dead-lettered `master-stale` and not applied.
+- An update applies its operations to the current document atomically (the patch engine
+  returns a patched copy). A failed operation dead-letters the item with the RFC 5261 error
+  name as its reason; a result that is not a valid standalone `event` (event schema), or
+  whose `event/@id` is no longer the master id (decision: the id is the key, a patch may not
+  move a document to another key), is dead-lettered `invalid-result`. Either way the master is
+  unchanged and marked stale: it has missed an update, so later updates would apply to the
+  wrong base.
+- Each applied item advances the version by one (the first version is 1) and produces one
+  `MasterVersion` with the full document.
+
+Selector (optional; a JMS message selector over `items.selectable_properties`):
+- A master item is tested on its own event's attributes. Not selected: outcome `filtered`,
+  not applied, and the master is marked filtered (its version and document stay as they were).
+- An update item for a filtered master is `filtered` (not an orphan, not stale): the
+  consumer chose not to carry that master. This lasts until a selected master item arrives.
+- Otherwise an update for an existing master is tested on the master's current event
+  attributes; not selected: `filtered`, not applied, and (decision) the master is not marked
+  stale, since skipping it was asked for. The selector is tested before the stale check, as a
+  broker-side selector would never have delivered the item at all.
+- An update for a master that does not exist (and is not filtered) is `orphan-update` without
+  testing the selector: there are no event attributes to test, and an orphan must be visible.
+- JMSMessageID is the item's message id. JMSXDeliveryCount and JMSRedelivered are not given
+  to the selector here (decision): the
+  fold is a pure function of the logged message ids and bytes, and which copy of a redelivered
+  message landed first must not change what is selected.
+
+Performance: within one call the current document is kept parsed across the group's items and
+serialized once per produced version; master payloads are only parsed when something needs
+the tree. A patched result is validated only where the update can have changed it
+(sis_platform.domain.patchscope proves which parts; the outcome is the same as validating the
+whole event). Compiled updates are cached per message payload in a `PatchCache`, which the
+caller should keep across calls (one update message applies to several masters, in several
+groups).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+from lxml import etree
+
+from sis_platform.domain.items import Item, selectable_properties, serialize
+from sis_platform.domain.messages import parse_xml
+from sis_platform.domain.patchscope import PatchScope, patch_scope, validate_patched
+from sis_platform.domain.reasons import Outcome, Reason
+from sis_platform.domain.xmlpatch import Patch, PatchError
+
+WARNING_NEW_FOR_EXISTING = "new-for-existing"
+WARNING_REFRESH_FOR_MISSING = "refresh-for-missing"
+
+
+class ItemSelector(Protocol):
+    """What the fold needs of a compiled selector (sis_platform.domain.selector.Selector)."""
+
+    def matches(self, props: Mapping[str, object]) -> bool: ...
+
+
+@dataclass(frozen=True)
+class MasterState:
+    """A master's current state. Version 0 with no document: the master does not exist."""
+
+    master_id: str
+    version: int
+    document: bytes | None
+    stale: bool = False
+    filtered: bool = False
+
+    @property
+    def exists(self) -> bool:
+        return self.document is not None
+
+
+@dataclass(frozen=True)
+class MasterVersion:
+    master_id: str
+    version: int
+    message_id: str
+    position: int
+    operation: str  # "new" | "refresh" | "update"
+    document: bytes
+
+
+@dataclass(frozen=True)
+class ItemResult:
+    message_id: str
+    position: int
+    master_id: str
+    outcome: Outcome
+    version: int | None  # the version the item produced, when applied
+    reason: Reason | None  # why it was dead-lettered
+    detail: str | None
+    warning: str | None  # applied with a warning, e.g. "new-for-existing"
+
+
+@dataclass(frozen=True)
+class MasterFoldResult:
+    state: MasterState
+    versions: list[MasterVersion] = field(default_factory=list)
+    results: list[ItemResult] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CompiledUpdate:
+    """An update payload made ready to apply: the compiled patch and the parts of a master it
+    can change (None: validate the whole result)."""
+
+    patch: Patch
+    scope: PatchScope | None
+
+
+class PatchCache:
+    """Compiled updates by payload (bounded, least recently used out).
+
+    Keyed by the payload bytes: every item of one update message shares the same bytes, and
+    bytes cache their hash, so a hit costs one dict lookup. A payload whose operations do not
+    compile caches its PatchError, so each of its items fails the same way.
+    """
+
+    def __init__(self, maxsize: int = 4096) -> None:
+        self.maxsize = maxsize
+        self._entries: OrderedDict[bytes, CompiledUpdate | PatchError] = OrderedDict()
+
+    def get(self, payload: bytes) -> CompiledUpdate:
+        """The compiled form of an update item's payload; raises PatchError."""
+        entry = self._entries.get(payload)
+        if entry is None:
+            entry = self._compile(payload)
+            self._entries[payload] = entry
+            if len(self._entries) > self.maxsize:
+                self._entries.popitem(last=False)
+        else:
+            self._entries.move_to_end(payload)
+        if isinstance(entry, PatchError):
+            raise entry
+        return entry
+
+    @staticmethod
+    def _compile(payload: bytes) -> CompiledUpdate | PatchError:
+        operations = parse_xml(payload)
+        try:
+            patch = Patch.from_element(operations)
+        except PatchError as error:
+            return error
+        return CompiledUpdate(patch, patch_scope(operations))
+
+
+def _result(
+    item: Item,
+    outcome: Outcome,
+    *,
+    version: int | None = None,
+    reason: Reason | None = None,
+    detail: str | None = None,
+    warning: str | None = None,
+) -> ItemResult:
+    return ItemResult(
+        message_id=item.message_id,
+        position=item.position,
+        master_id=item.master_id,
+        outcome=outcome,
+        version=version,
+        reason=reason,
+        detail=detail,
+        warning=warning,
+    )
+
+
+def fold_master(
+    master_id: str,
+    state: MasterState | None,
+    items: Sequence[Item],
+    *,
+    selector: ItemSelector | None = None,
+    patches: PatchCache | None = None,
+) -> MasterFoldResult:
+    """Apply `items` (all for `master_id`, in feed order) to `state` (None: no state yet)."""
+    if state is None:
+        state = MasterState(master_id=master_id, version=0, document=None)
+    elif state.master_id != master_id:
+        raise ValueError(f"state is for {state.master_id!r}, not {master_id!r}")
+    if patches is None:
+        patches = PatchCache()
+
+    version = state.version
+    document = state.document
+    stale = state.stale
+    filtered = state.filtered
+    # The parsed form of `document`, built on first need and then kept across the group.
+    tree: etree._ElementTree | None = None
+    versions: list[MasterVersion] = []
+    results: list[ItemResult] = []
+
+    for item in items:
+        if item.master_id != master_id:
+            raise ValueError(f"item {item.message_id}/{item.position} is not for {master_id!r}")
+
+        if item.category == "master":
+            if item.type not in ("new", "refresh"):
+                raise ValueError(f"master item {item.message_id}/{item.position}: {item.type!r}")
+            event_tree: etree._ElementTree | None = None
+            if selector is not None:
+                event_tree = parse_xml(item.payload).getroottree()
+                properties = selectable_properties(item, event_tree.getroot().attrib)
+                if not selector.matches(properties):
+                    filtered = True
+                    results.append(_result(item, Outcome.FILTERED, detail="master not selected"))
+                    continue
+            warning = None
+            if item.type == "new" and document is not None:
+                warning = WARNING_NEW_FOR_EXISTING
+            elif item.type == "refresh" and document is None:
+                warning = WARNING_REFRESH_FOR_MISSING
+            version += 1
+            document = item.payload
+            tree = event_tree
+            stale = False
+            filtered = False
+            versions.append(
+                MasterVersion(
+                    master_id=master_id,
+                    version=version,
+                    message_id=item.message_id,
+                    position=item.position,
+                    operation=item.type,
+                    document=document,
+                )
+            )
+            results.append(_result(item, Outcome.APPLIED, version=version, warning=warning))
+            continue
+
+        if item.category != "update":
+            raise ValueError(f"item {item.message_id}/{item.position}: {item.category!r}")
+        if filtered:
+            results.append(_result(item, Outcome.FILTERED, detail="master filtered"))
+            continue
+        if document is None:
+            results.append(
+                _result(
+                    item,
+                    Outcome.DEAD_LETTERED,
+                    reason=Reason.ORPHAN_UPDATE,
+                    detail=f"master {master_id!r} does not exist",
+                )
+            )
+            continue
+        if selector is not None:
+            if tree is None:
+                tree = parse_xml(document).getroottree()
+            if not selector.matches(selectable_properties(item, tree.getroot().attrib)):
+                results.append(_result(item, Outcome.FILTERED, detail="update not selected"))
+                continue
+        if stale:
+            results.append(
+                _result(
+                    item,
+                    Outcome.DEAD_LETTERED,
+                    reason=Reason.MASTER_STALE,
+                    detail=f"master {master_id!r} is stale since a failed update",
+                )
+            )
+            continue
+
+        if tree is None:
+            tree = parse_xml(document).getroottree()
+        try:
+            update = patches.get(item.payload)
+            patched = update.patch.apply(tree)
+        except PatchError as error:
+            stale = True
+            results.append(
+                _result(
+                    item, Outcome.DEAD_LETTERED, reason=Reason(error.error), detail=error.detail
+                )
+            )
+            continue
+        invalid = _invalid_result(master_id, patched, update.scope)
+        if invalid is not None:
+            stale = True
+            results.append(
+                _result(item, Outcome.DEAD_LETTERED, reason=Reason.INVALID_RESULT, detail=invalid)
+            )
+            continue
+        version += 1
+        tree = patched
+        document = serialize(patched)
+        versions.append(
+            MasterVersion(
+                master_id=master_id,
+                version=version,
+                message_id=item.message_id,
+                position=item.position,
+                operation="update",
+                document=document,
+            )
+        )
+        results.append(_result(item, Outcome.APPLIED, version=version))
+
+    final = replace(state, version=version, document=document, stale=stale, filtered=filtered)
+    return MasterFoldResult(state=final, versions=versions, results=results)
+
+
+def _invalid_result(
+    master_id: str, patched: etree._ElementTree, scope: PatchScope | None
+) -> str | None:
+    error = validate_patched(patched, scope)
+    if error is not None:
+        return error
+    event_id = patched.getroot().get("id")
+    if event_id != master_id:
+        return f"the patch changed event/@id from {master_id!r} to {event_id!r}"
+    return None

@@ -1,0 +1,207 @@
+"""Validating a patched master by re-checking only what the patch can have changed.
+
+SPORTSDATA.md ("Update messages"): the patched document must still be valid against the
+schema. Validating the whole `event` after every update is the fold's largest cost (a race
+with four markets is a few hundred elements), while a typical update moves a price or a
+status: a handful of attributes. This module proves, from the operations alone, which parts
+of the master an update can have touched, so that only those are validated.
+
+Why that is sound. The previous master was valid (master items are validated with their
+message, every applied update was validated). In the event vocabulary an element is valid
+exactly when its own attributes are valid, its children's names fit its content model, and
+each child element is valid; nothing depends on siblings or ancestors. So if every node the
+patch changed lies in the subtree of a "deep" region root, or is a "shallow" region root
+whose attributes alone changed, the result is valid exactly when each deep root's subtree and
+each shallow root's attributes are valid (ancestors outside the regions keep their children
+and attributes, and those children stay valid). Every vocabulary element is valid without
+children (`market*`, `selection*`, `price?`, empty), which is what lets a shallow root be
+checked as a copy without its children.
+
+Which regions, and when the proof holds. The regions are only derived for selectors of one
+plain form, the form the provider uses and SPORTSDATA.md shows:
+
+    /event(/name([@attr='literal'])*)*(/@name)?
+
+(no positions, functions, wildcards, axes or prefixes), and only when no operation changes an
+attribute that any selector's predicates read (so `@id` keys cannot move under another
+operation's selector). Under those conditions a selector evaluated on the result finds the node
+the operation touched, unless a later operation removed or replaced it, in which case the
+selector finds nothing or a node inside that later operation's region, or finds two nodes; the
+check then falls back to validating the whole document. Per operation (RFC 5261):
+
+- `replace`/`remove` of `.../@a`, and `add type="@a"`: shallow region at the element;
+- `add` without `pos` or with `pos="prepend"`: deep region at the selected element;
+- `add pos="before|after"`, `replace` or `remove` of an element: deep region at its parent.
+
+Anything else (text, comment or namespace nodes, other selector forms, a region at the root)
+is validated whole. The outcome never depends on the shortcut: a region that fails, or any
+doubt, is answered by validating the whole event, so the error text is the same as well.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+
+from lxml import etree
+
+from sis_platform.domain.schema import fragment_schema, validate_event
+
+_NAME = r"[A-Za-z_][A-Za-z0-9_.\-]*"
+_PREDICATE = re.compile(rf"\[@({_NAME})=(?:'([^']*)'|\"([^\"]*)\")\]")
+_STEP = re.compile(rf"/(@?)({_NAME})((?:{_PREDICATE.pattern})*)")
+_ATTRIBUTE_TYPE = re.compile(rf"@({_NAME})")
+
+# One location step: element name and the (attribute, value) pairs its predicates require.
+Step = tuple[str, tuple[tuple[str, str], ...]]
+# An absolute path of element steps from the root `event` step.
+Path = tuple[Step, ...]
+
+
+@dataclass(frozen=True)
+class PatchScope:
+    """Where an update can have changed a master: paths of region roots."""
+
+    shallow: tuple[Path, ...]  # elements whose attributes (only) may have changed
+    deep: tuple[Path, ...]  # elements whose whole subtree may have changed
+
+
+# Selectors repeat across messages (the same market and selection ids in every race), so their
+# parses are memoized: a pure function of the string, bounded.
+@functools.lru_cache(maxsize=8192)
+def _parse_selector(selector: str) -> tuple[Path, str | None, frozenset[str]] | None:
+    """(element path, attribute name or None, attribute names its predicates read) of a plain
+    selector, or None for another form."""
+    steps: list[Step] = []
+    attribute: str | None = None
+    position = 0
+    for match in _STEP.finditer(selector):
+        if match.start() != position or attribute is not None:
+            return None
+        position = match.end()
+        at, name, predicates = match.group(1, 2, 3)
+        if at:
+            if predicates or not steps:
+                return None
+            attribute = name
+            continue
+        # findall gives "" for the quote style not used; either way the literal is the other.
+        pairs = tuple(
+            (key, single or double) for key, single, double in _PREDICATE.findall(predicates)
+        )
+        steps.append((name, pairs))
+    if position != len(selector) or not steps or steps[0][0] != "event":
+        return None
+    keys = frozenset(key for _, pairs in steps for key, _ in pairs)
+    return tuple(steps), attribute, keys
+
+
+def patch_scope(operations: etree._Element) -> PatchScope | None:
+    """The regions an update's operations can change, or None when that cannot be proved."""
+    shallow: list[Path] = []
+    deep: list[Path] = []
+    changed_attributes: set[str] = set()
+    keys: set[str] = set()
+    for operation in operations:
+        tag = operation.tag
+        if not isinstance(tag, str):
+            continue  # comments and processing instructions between operations
+        parsed = _parse_selector(operation.get("sel", ""))
+        if parsed is None:
+            return None
+        path, attribute, read = parsed
+        if read:
+            keys |= read
+        region: Path
+        if tag == "replace" or tag == "remove":
+            if attribute is not None:
+                changed_attributes.add(attribute)
+                shallow.append(path)
+                continue
+            region = path[:-1]
+        elif tag == "add":
+            if attribute is not None:
+                return None  # adding to an attribute node: the engine decides the error
+            type_ = operation.get("type")
+            pos = operation.get("pos")
+            if type_ is not None:
+                named = _ATTRIBUTE_TYPE.fullmatch(type_)
+                if named is None or pos is not None:
+                    return None  # namespace declarations, or a directive the engine rejects
+                changed_attributes.add(named[1])
+                shallow.append(path)
+                continue
+            if pos is None or pos == "prepend":
+                region = path
+            elif pos in ("before", "after"):
+                region = path[:-1]
+            else:
+                return None
+        else:
+            return None
+        if len(region) <= 1:
+            return None  # the event's own children change: validate it whole
+        deep.append(region)
+    if changed_attributes & keys:
+        return None
+    # A region inside a deep region is checked with it.
+    deep_set = set(deep)
+
+    def covered(path: Path, strictly: bool) -> bool:
+        return any(path[:n] in deep_set for n in range(1, len(path) + (0 if strictly else 1)))
+
+    return PatchScope(
+        shallow=tuple(p for p in dict.fromkeys(shallow) if not covered(p, strictly=False)),
+        deep=tuple(p for p in dict.fromkeys(deep) if not covered(p, strictly=True)),
+    )
+
+
+def _literal(value: str) -> str:
+    # An XPath 1.0 literal has no escapes; the parsed value came from one, so one quote kind
+    # is always free.
+    return f'"{value}"' if "'" in value else f"'{value}'"
+
+
+@functools.lru_cache(maxsize=8192)
+def _compiled(path: Path) -> etree.XPath:
+    # The same selector as the operation's (child steps by name, predicates by string equality
+    # of an attribute), compiled once per distinct path: they repeat across messages.
+    return etree.XPath(
+        "".join(
+            "/" + name + "".join(f"[@{key}={_literal(value)}]" for key, value in predicates)
+            for name, predicates in path
+        )
+    )
+
+
+def _resolve(tree: etree._ElementTree, path: Path) -> list[etree._Element]:
+    found = _compiled(path)(tree)
+    assert isinstance(found, list)
+    return found
+
+
+def _valid_in_place(element: etree._Element) -> bool:
+    return bool(fragment_schema().validate(element))
+
+
+def validate_patched(patched: etree._ElementTree, scope: PatchScope | None) -> str | None:
+    """None when the patched master is valid, else the first error of the whole event."""
+    root = patched.getroot()
+    if scope is None or root.tag != "event":
+        return validate_event(patched)
+    for path in scope.deep:
+        found = _resolve(patched, path)
+        if len(found) != 1 or not _valid_in_place(found[0]):
+            return validate_event(patched)
+    for path in scope.shallow:
+        found = _resolve(patched, path)
+        if len(found) != 1:
+            return validate_event(patched)
+        element = found[0]
+        if len(element):
+            # Attributes only: the children are unchanged and were valid.
+            element = etree.Element(element.tag, element.attrib)
+        if not _valid_in_place(element):
+            return validate_event(patched)
+    return None
