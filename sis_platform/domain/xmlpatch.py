@@ -1,0 +1,1259 @@
+"""RFC 5261 XML patch operations (<add>, <replace>, <remove>) with XPath selectors, over lxml.
+
+`Patch.from_element` compiles the operation elements found under a parent element (a `<diff>`,
+or a `<sportsdata category="update">`: the parent's name does not matter, RFC 5261 leaves it to
+the using application) and `Patch.apply` applies them, in document order, to a copy of a
+document. Application is atomic: the first failing operation raises `PatchError` carrying the
+RFC 5261 section 5 error element name, and the input document is never modified.
+
+Decisions where RFC 5261 is silent or its peers disagree (each is cited where it is coded):
+- Selectors are XPath 1.0 location paths evaluated by libxml2, with RFC 5261 section 4.1/4.2
+  semantics on top: the context node is the document root node, the selector must locate
+  exactly one node (else `unlocated-node`), prefixes resolve against the namespace
+  declarations in scope on the operation element, and an unprefixed element name matches the
+  default namespace in scope on the operation element, if there is one (section 4.2.1; the
+  A.18 example depends on it; errata 3477). The RFC's restricted grammar is accepted as well
+  as general location paths (`//`, predicates with functions), but not variables or extension
+  functions. `id()` is not supported (`unsupported-id-function`), and addressing an `xml:id`
+  through it reports `unsupported-xml-id`.
+- Element, comment and processing-instruction replacement ignores whitespace-only text around
+  the single replacement node (pretty-printed patches, A.6); text in `<add>` content is copied
+  verbatim, whitespace included (section 4.3, A.5). A `<replace>`'s content is checked against
+  the node its selector locates, so a selector that locates nothing is reported first.
+- `ws` on an attribute, text or namespace removal is `invalid-whitespace-directive`: such a
+  node never has an adjacent whitespace text node to remove.
+- A missing namespace declaration on the selected element is `unlocated-node` (section 4.4.3:
+  the selected element must be the parent of the declaration); removing a declaration whose
+  prefix is still used is `invalid-patch-directive` (section 4.5).
+- Replacing the root element is allowed (section 5 only forbids removing it and adding element
+  siblings); text added outside the root element is `invalid-xml-prolog-operation`.
+- `<add type="@name">` on an attribute that exists sets its value (XML allows one attribute of
+  a name; both peer implementations do the same).
+- Documents and patches must declare the same character encoding (`invalid-character-set`).
+- Namespace mangling (section 4.2.3): added content keeps its namespaces but reuses the
+  target's prefixes for them; unqualified content added under a default namespace gets an
+  `xmlns=""` undeclaration so that it stays unqualified when serialized.
+"""
+
+from __future__ import annotations
+
+import codecs
+import copy
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Final, TypeAlias
+
+from lxml import etree
+
+__all__ = [
+    "ERROR_NAMES",
+    "Patch",
+    "PatchError",
+    "apply_patch",
+    "parse_patch",
+]
+
+# RFC 5261 section 5 error elements.
+INVALID_ATTRIBUTE_VALUE: Final = "invalid-attribute-value"
+INVALID_CHARACTER_SET: Final = "invalid-character-set"
+INVALID_DIFF_FORMAT: Final = "invalid-diff-format"
+INVALID_ENTITY_DECLARATION: Final = "invalid-entity-declaration"
+INVALID_NAMESPACE_PREFIX: Final = "invalid-namespace-prefix"
+INVALID_NAMESPACE_URI: Final = "invalid-namespace-uri"
+INVALID_NODE_TYPES: Final = "invalid-node-types"
+INVALID_PATCH_DIRECTIVE: Final = "invalid-patch-directive"
+INVALID_ROOT_ELEMENT_OPERATION: Final = "invalid-root-element-operation"
+INVALID_XML_PROLOG_OPERATION: Final = "invalid-xml-prolog-operation"
+INVALID_WHITESPACE_DIRECTIVE: Final = "invalid-whitespace-directive"
+UNLOCATED_NODE: Final = "unlocated-node"
+UNSUPPORTED_ID_FUNCTION: Final = "unsupported-id-function"
+UNSUPPORTED_XML_ID: Final = "unsupported-xml-id"
+
+ERROR_NAMES: Final[frozenset[str]] = frozenset(
+    {
+        INVALID_ATTRIBUTE_VALUE,
+        INVALID_CHARACTER_SET,
+        INVALID_DIFF_FORMAT,
+        INVALID_ENTITY_DECLARATION,
+        INVALID_NAMESPACE_PREFIX,
+        INVALID_NAMESPACE_URI,
+        INVALID_NODE_TYPES,
+        INVALID_PATCH_DIRECTIVE,
+        INVALID_ROOT_ELEMENT_OPERATION,
+        INVALID_XML_PROLOG_OPERATION,
+        INVALID_WHITESPACE_DIRECTIVE,
+        UNLOCATED_NODE,
+        UNSUPPORTED_ID_FUNCTION,
+        UNSUPPORTED_XML_ID,
+    }
+)
+
+XML_NAMESPACE: Final = "http://www.w3.org/XML/1998/namespace"
+XMLNS_NAMESPACE: Final = "http://www.w3.org/2000/xmlns/"
+
+
+class PatchError(Exception):
+    """An RFC 5261 patch failure: `error` is the section 5 error element name."""
+
+    error: str
+    detail: str
+
+    def __init__(self, error: str, detail: str) -> None:
+        if error not in ERROR_NAMES:
+            raise ValueError(f"not an RFC 5261 error element name: {error!r}")
+        # Both in args, so the exception pickles (Spark ships exceptions between processes).
+        super().__init__(error, detail)
+        self.error = error
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return f"{self.error}: {self.detail}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing patch documents
+
+
+def parse_patch(data: bytes | str) -> etree._Element:
+    """Parse a patch document with a hardened parser and return its root element.
+
+    No entity is expanded, no DTD is loaded and nothing is fetched from the network. A document
+    that is not well-formed is `invalid-diff-format`; an undeclared entity reference is
+    `invalid-entity-declaration`.
+    """
+    # A parser per call: lxml parsers are not safe to share between threads, and a fresh one
+    # has an empty error log.
+    parser = etree.XMLParser(
+        resolve_entities=False, no_network=True, load_dtd=False, huge_tree=False
+    )
+    try:
+        return etree.fromstring(data, parser)
+    except etree.XMLSyntaxError as error:
+        # The parser's own log (error.error_log is the thread's, with earlier documents' errors).
+        first = parser.error_log[0] if len(parser.error_log) else None
+        if first is not None and "ENTITY" in first.type_name:
+            raise PatchError(INVALID_ENTITY_DECLARATION, f"patch document: {error}") from None
+        raise PatchError(INVALID_DIFF_FORMAT, f"not well-formed: {error}") from None
+    except ValueError as error:  # e.g. a str carrying an encoding declaration
+        raise PatchError(INVALID_DIFF_FORMAT, f"cannot parse: {error}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Selectors: tokenizing and rewriting XPath 1.0 (XPath 1.0 section 3.7, lexical structure)
+
+_NCNAME = r"[^\W\d][\w.\-]*"
+_TOKEN_RE = re.compile(
+    rf"""
+    (?P<space>[ \t\r\n]+)
+  | (?P<literal>"[^"]*"|'[^']*')
+  | (?P<number>\d+(?:\.\d*)?|\.\d+)
+  | (?P<name>{_NCNAME}(?::(?:{_NCNAME}|\*))?)
+  | (?P<punct>//|::|\.\.|!=|<=|>=|[/()\[\]@,|+\-=<>.*$])
+    """,
+    re.VERBOSE,
+)
+_NODE_TYPES: Final = frozenset({"comment", "text", "processing-instruction", "node"})
+_OPERATOR_NAMES: Final = frozenset({"and", "or", "mod", "div"})
+_OPERATOR_PUNCT: Final = frozenset({"/", "//", "|", "+", "-", "=", "!=", "<", "<=", ">", ">="})
+# XPath 1.0 section 3.7: after these tokens a `*` or a name is an operand, not an operator.
+_OPERAND_FOLLOWS: Final = frozenset({"@", "::", "(", "[", ","})
+
+
+@dataclass(slots=True)
+class _Token:
+    kind: str  # space-free lexical class: literal, number, name, punct
+    text: str
+    start: int
+    end: int
+    role: str = ""  # nametest, nodetype, function, axis, operator or other
+
+
+@dataclass(frozen=True, slots=True)
+class _Selector:
+    """A compiled `sel` value."""
+
+    source: str
+    expression: str  # what libxml2 evaluates (absolute, default namespace made explicit)
+    xpath: etree.XPath
+    namespace_prefix: str | None  # set for `.../namespace::prefix`: xpath locates the element
+    id_values: tuple[str, ...] | None  # set when the selector calls id()
+
+
+def _bad_sel(why: str) -> PatchError:
+    return PatchError(INVALID_ATTRIBUTE_VALUE, f"sel is not a usable XPath selector: {why}")
+
+
+def _tokenize(sel: str) -> list[_Token]:
+    tokens: list[_Token] = []
+    pos = 0
+    while pos < len(sel):
+        match = _TOKEN_RE.match(sel, pos)
+        if match is None:
+            raise _bad_sel(f"unexpected {sel[pos]!r} at offset {pos}")
+        kind = match.lastgroup
+        assert kind is not None
+        if kind != "space":
+            tokens.append(_Token(kind, match.group(), match.start(), match.end()))
+        pos = match.end()
+    # Roles by the disambiguation rules of XPath 1.0 section 3.7.
+    previous: _Token | None = None
+    for index, token in enumerate(tokens):
+        following = tokens[index + 1] if index + 1 < len(tokens) else None
+        operand_expected = (
+            previous is None
+            or previous.role == "operator"
+            or (previous.kind == "punct" and previous.text in _OPERAND_FOLLOWS)
+        )
+        if token.kind == "name":
+            if not operand_expected:
+                if token.text not in _OPERATOR_NAMES:
+                    raise _bad_sel(f"unexpected name {token.text!r}")
+                token.role = "operator"
+            elif following is not None and following.text == "(":
+                token.role = "nodetype" if token.text in _NODE_TYPES else "function"
+            elif following is not None and following.text == "::":
+                token.role = "axis"
+            else:
+                token.role = "nametest"
+        elif token.kind == "punct" and token.text == "*":
+            token.role = "nametest" if operand_expected else "operator"
+        elif token.kind == "punct" and token.text == "$":
+            raise _bad_sel("variable references are not supported")
+        elif token.kind == "punct" and token.text in _OPERATOR_PUNCT:
+            token.role = "operator"
+        else:
+            token.role = "other"
+        previous = token
+    return tokens
+
+
+def _axis_of(tokens: list[_Token], index: int) -> str:
+    """The axis of the step whose node test is tokens[index]."""
+    if index >= 1 and tokens[index - 1].text == "@":
+        return "attribute"
+    if index >= 2 and tokens[index - 1].text == "::":
+        return tokens[index - 2].text
+    return "child"
+
+
+def _rewrite(
+    sel: str, tokens: list[_Token], namespaces: dict[str, str], default_prefix: str | None
+) -> tuple[str, tuple[str, ...] | None]:
+    """Make `tokens` (a slice of `sel`) an absolute expression libxml2 evaluates as RFC 5261 says.
+
+    Returns the expression and the literal arguments of id() if the selector calls it.
+    """
+    inserts: list[tuple[int, str]] = []
+    id_values: tuple[str, ...] | None = None
+    depth = 0
+    for index, token in enumerate(tokens):
+        previous = tokens[index - 1] if index else None
+        if token.text == "[":
+            depth += 1
+        elif token.text == "]":
+            depth -= 1
+        starts_step = token.role in ("nametest", "nodetype", "axis") or (
+            token.kind == "punct" and token.text in ("@", ".", "..")
+        )
+        continues_step = previous is not None and previous.text in ("/", "//", "@", "::")
+        if starts_step and not continues_step and depth == 0:
+            # RFC 5261 section 4.1: the context node is the document root node (a relative `doc`
+            # selects the root element), whereas lxml evaluates against the root element. Outside
+            # predicates every relative location path starts at that context, so anchor it at /.
+            inserts.append((token.start, "/"))
+        if token.role == "nametest" and token.text != "*":
+            prefix, _, _ = token.text.rpartition(":")
+            axis = _axis_of(tokens, index)
+            if prefix:
+                if prefix != "xml" and prefix not in namespaces:
+                    raise PatchError(
+                        INVALID_NAMESPACE_PREFIX,
+                        f"sel uses prefix {prefix!r}, which the patch document does not declare "
+                        "(RFC 5261 section 4.2.1)",
+                    )
+            elif default_prefix is not None and axis not in ("attribute", "namespace"):
+                # RFC 5261 section 4.2.1: unprefixed element names use the patch's default
+                # namespace (a departure from XPath 1.0, where they would mean no namespace).
+                inserts.append((token.start, f"{default_prefix}:"))
+        elif token.role == "function":
+            if ":" in token.text:
+                raise _bad_sel(f"extension function {token.text}() is not supported")
+            if token.text == "id":
+                id_values = _id_arguments(tokens, index)
+    pieces: list[str] = []
+    cursor = tokens[0].start if tokens else 0
+    end = tokens[-1].end if tokens else 0
+    for at, text in inserts:
+        pieces.append(sel[cursor:at])
+        pieces.append(text)
+        cursor = at
+    pieces.append(sel[cursor:end])
+    return "".join(pieces), id_values
+
+
+def _id_arguments(tokens: list[_Token], index: int) -> tuple[str, ...]:
+    if (
+        index + 3 < len(tokens)
+        and tokens[index + 2].kind == "literal"
+        and tokens[index + 3].text == ")"
+    ):
+        return tuple(tokens[index + 2].text[1:-1].split())
+    return ()
+
+
+def _compile_xpath(expression: str, namespaces: dict[str, str]) -> etree.XPath:
+    try:
+        return etree.XPath(expression, namespaces=namespaces, regexp=False, smart_strings=True)
+    except etree.XPathSyntaxError as error:
+        raise _bad_sel(str(error)) from None
+
+
+@lru_cache(maxsize=4096)
+def _compile_selector(sel: str, in_scope: tuple[tuple[str, str], ...]) -> _Selector:
+    """Compile `sel` for an operation element whose in-scope namespaces are `in_scope`.
+
+    Cached on (selector, namespaces): an update applies to many masters and feeds repeat
+    selectors, while compiling is the expensive part of a selector.
+    """
+    namespaces = {prefix: uri for prefix, uri in in_scope if prefix}
+    default_uri = next((uri for prefix, uri in in_scope if not prefix), "")
+    default_prefix: str | None = None
+    if default_uri:
+        default_prefix = "rfc5261-default"
+        while default_prefix in namespaces:
+            default_prefix += "-"
+        namespaces[default_prefix] = default_uri
+    tokens = _tokenize(sel)
+    if not tokens:
+        raise _bad_sel("it is empty")
+    namespace_prefix: str | None = None
+    if (
+        len(tokens) >= 5
+        and tokens[-4].text == "/"
+        and tokens[-3].role == "axis"
+        and tokens[-3].text == "namespace"
+        and tokens[-1].role == "nametest"
+        and ":" not in tokens[-1].text
+        and tokens[-1].text != "*"
+    ):
+        # lxml returns namespace nodes as (prefix, uri) tuples without their element, so a
+        # trailing namespace step (the only place RFC 5261's grammar allows one) is resolved
+        # by locating the element and reading its declarations.
+        namespace_prefix = tokens[-1].text
+        tokens = tokens[:-4]
+    expression, id_values = _rewrite(sel, tokens, namespaces, default_prefix)
+    xpath = _compile_xpath(expression, namespaces)
+    return _Selector(sel, expression, xpath, namespace_prefix, id_values)
+
+
+# ---------------------------------------------------------------------------------------------
+# Located targets
+
+_XML_IDS = etree.XPath("//@xml:id")
+
+
+@dataclass(slots=True)
+class _Target:
+    kind: str  # element, comment, pi, entity, text, attribute, namespace
+    node: etree._Element  # the node, or the owner of a text, attribute or namespace node
+    name: str = ""  # text: "text" or "tail"; attribute: Clark name; namespace: prefix
+
+
+def _node_kind(node: etree._Element) -> str:
+    tag = node.tag
+    if isinstance(tag, str):
+        return "element"
+    if tag is etree.Comment:
+        return "comment"
+    if tag is etree.ProcessingInstruction:
+        return "pi"
+    return "entity"
+
+
+_KIND_NAMES: Final = {
+    "element": "an element",
+    "comment": "a comment",
+    "pi": "a processing instruction",
+    "entity": "an entity reference",
+    "text": "a text node",
+    "attribute": "an attribute",
+    "namespace": "a namespace node",
+}
+
+
+def _locate(selector: _Selector, tree: etree._ElementTree) -> _Target:
+    if selector.id_values is not None:
+        values = set(selector.id_values)
+        if any(str(value) in values for value in _XML_IDS(tree)):
+            raise PatchError(
+                UNSUPPORTED_XML_ID,
+                "sel addresses an xml:id through id(); xml:id is not supported as an ID "
+                "attribute in selectors",
+            )
+        raise PatchError(
+            UNSUPPORTED_ID_FUNCTION,
+            "sel uses id(), which is not supported; select by path",
+        )
+    try:
+        result = selector.xpath(tree)
+    except etree.XPathEvalError as error:
+        raise _bad_sel(str(error)) from None
+    if not isinstance(result, list):
+        raise _bad_sel(f"it evaluates to a {type(result).__name__}, not to nodes")
+    if len(result) != 1:
+        # RFC 5261 section 4.1: a selector must locate exactly one node.
+        found = "no node" if not result else f"{len(result)} nodes"
+        raise PatchError(UNLOCATED_NODE, f"sel matches {found}, it must match exactly one")
+    node = result[0]
+    if selector.namespace_prefix is not None:
+        prefix = selector.namespace_prefix
+        if not isinstance(node, etree._Element) or _node_kind(node) != "element":
+            raise PatchError(
+                UNLOCATED_NODE, "sel does not locate an element to search for the namespace"
+            )
+        if prefix not in _own_namespaces(node):
+            # RFC 5261 section 4.4.3: the selected element must be the parent of the
+            # namespace declaration; an inherited namespace node is not a patch target.
+            raise PatchError(
+                UNLOCATED_NODE,
+                f"namespace prefix {prefix!r} is not declared on the selected <{node.tag}>",
+            )
+        return _Target("namespace", node, prefix)
+    if isinstance(node, etree._Element):
+        return _Target(_node_kind(node), node)
+    if isinstance(node, etree._ElementUnicodeResult):
+        owner = node.getparent()
+        if node.is_attribute:
+            return _Target("attribute", owner, str(node.attrname))
+        if node.is_text:
+            return _Target("text", owner, "text")
+        if node.is_tail:
+            return _Target("text", owner, "tail")
+    if isinstance(node, tuple):
+        raise PatchError(
+            UNLOCATED_NODE,
+            "sel selects a namespace node; select one with a trailing '/namespace::prefix' step",
+        )
+    raise PatchError(UNLOCATED_NODE, "sel does not select a patchable node")
+
+
+# ---------------------------------------------------------------------------------------------
+# Tree helpers
+
+_XML_SPACE: Final = " \t\r\n"
+
+
+def _is_whitespace(text: str | None) -> bool:
+    """Whether text is a non-empty run of XML whitespace (a whitespace-only text node)."""
+    return text is not None and text != "" and not text.strip(_XML_SPACE)
+
+
+def _own_namespaces(element: etree._Element) -> dict[str, str]:
+    """The namespace declarations made on `element` itself ("" is the default namespace)."""
+    declared: dict[str, str] = {}
+    # iterwalk reports an element's own declarations (start-ns) before its start event.
+    for event, value in etree.iterwalk(element, events=("start-ns", "start")):
+        if event == "start":
+            break
+        prefix, uri = value
+        declared[prefix] = uri
+    return declared
+
+
+def _get_slot(owner: etree._Element, tail: bool) -> str:
+    return (owner.tail if tail else owner.text) or ""
+
+
+def _set_slot(owner: etree._Element, tail: bool, text: str | None) -> None:
+    if tail:
+        owner.tail = text or None
+    else:
+        owner.text = text or None
+
+
+def _previous_slot(node: etree._Element) -> tuple[etree._Element, bool] | None:
+    """The text slot holding the text node just before `node` (None at document level)."""
+    previous = node.getprevious()
+    if previous is not None:
+        return previous, True
+    parent = node.getparent()
+    if parent is None:
+        return None
+    return parent, False
+
+
+def _detach(node: etree._Element) -> None:
+    """Remove a child node, keeping its tail text in the document (merged with the text before
+    it: the XPath data model has no adjacent text nodes)."""
+    parent = node.getparent()
+    if parent is None:
+        _discard_top_level(node)
+        return
+    if node.tail:
+        slot = _previous_slot(node)
+        assert slot is not None
+        _set_slot(slot[0], slot[1], _get_slot(*slot) + node.tail)
+    parent.remove(node)
+
+
+def _discard_top_level(node: etree._Element) -> None:
+    # lxml has no remove() for siblings of the root element; moving the node into a throwaway
+    # element takes it out of the document.
+    etree.Element("discarded").append(node)
+
+
+def _is_root(node: etree._Element) -> bool:
+    return node.getparent() is None and node.getroottree().getroot() is node
+
+
+@dataclass(slots=True)
+class _State:
+    """The working copy an application mutates; the tree changes when the root is replaced."""
+
+    tree: etree._ElementTree
+
+
+def _swap_root(state: _State, new_root: etree._Element) -> etree._Element:
+    """Make `new_root` (the root of its own document) the document's root element, keeping the
+    comments and processing instructions around the old root."""
+    old_root = state.tree.getroot()
+    before = list(old_root.itersiblings(preceding=True))
+    after = list(old_root.itersiblings())
+    old_info = state.tree.docinfo
+    new_tree = new_root.getroottree()
+    if old_info.doctype:
+        new_tree.docinfo.public_id = old_info.public_id
+        new_tree.docinfo.system_url = old_info.system_url
+    for node in reversed(before):
+        new_root.addprevious(node)
+    anchor = new_root
+    for node in after:
+        anchor.addnext(node)
+        anchor = node
+    state.tree = new_tree
+    return new_root
+
+
+@dataclass(frozen=True, slots=True)
+class _Rename:
+    """Names bound through `element`'s declaration of `prefix` move from `old` to `new`."""
+
+    element: etree._Element
+    prefix: str
+    old: str
+    new: str
+
+
+def _rebuild(
+    state: _State,
+    overrides: dict[etree._Element, dict[str, str]],
+    rename: _Rename | None = None,
+) -> dict[etree._Element, etree._Element]:
+    """Rebuild the document so each element in `overrides` declares exactly the namespaces given
+    ("" is the default namespace); returns the new copy of each overridden element.
+
+    lxml cannot change the namespace declarations of an existing element, and moving an element
+    drops its declarations of URIs an ancestor already binds (whatever the prefix). So the
+    document is rebuilt top-down with Element/SubElement, which declare what they are given and
+    move nothing. Namespace operations are rare and masters small; the cost is one copy.
+    """
+    copies: dict[etree._Element, etree._Element] = {}
+    root = _build(state.tree.getroot(), None, overrides, rename, False, copies)
+    _swap_root(state, root)
+    return copies
+
+
+def _build(
+    source: etree._Element,
+    parent: etree._Element | None,
+    overrides: dict[etree._Element, dict[str, str]],
+    rename: _Rename | None,
+    active: bool,
+    copies: dict[etree._Element, etree._Element],
+) -> etree._Element:
+    declarations = overrides.get(source)
+    if declarations is None:
+        declarations = _own_namespaces(source)
+    if rename is not None:
+        if source is rename.element:
+            active = True
+        elif rename.prefix in declarations:
+            active = False  # a nearer declaration of the prefix: names below do not use ours
+    tag = source.tag
+    attrib = dict(source.attrib)
+    if active:
+        assert rename is not None
+        old = f"{{{rename.old}}}"
+        if source.prefix == rename.prefix and tag.startswith(old):
+            tag = f"{{{rename.new}}}{tag[len(old) :]}"
+        if source.nsmap.get(rename.prefix) == rename.old:
+            attrib = {
+                (f"{{{rename.new}}}{key[len(old) :]}" if key.startswith(old) else key): value
+                for key, value in attrib.items()
+            }
+    nsmap: dict[str | None, str] = {}
+    if tag.startswith("{"):
+        # First, so lxml gives the element the prefix it had (it takes the first declaration
+        # of the element's URI); an inherited binding is not declared again.
+        nsmap[source.prefix] = tag[1 : tag.index("}")]
+    nsmap.update((prefix or None, uri) for prefix, uri in declarations.items())
+    if parent is None:
+        built = etree.Element(tag, attrib, nsmap=nsmap)
+    else:
+        built = etree.SubElement(parent, tag, attrib, nsmap=nsmap)
+    if source in overrides:
+        copies[source] = built
+    built.text = source.text
+    for child in source:
+        if isinstance(child.tag, str):
+            _build(child, built, overrides, rename, active, copies).tail = child.tail
+        else:
+            leaf = copy.copy(child)
+            leaf.tail = child.tail
+            built.append(leaf)
+    return built
+
+
+def _fix_unqualified(state: _State, nodes: list[etree._Element]) -> None:
+    """Undeclare the default namespace on unqualified elements inserted under one.
+
+    libxml2 keeps such an element in no namespace but serializes it without `xmlns=""`, so it
+    would come back in the default namespace when parsed again (RFC 5261 section 4.2.3: added
+    content keeps the namespaces it had in the patch).
+    """
+    offenders = [
+        element
+        for node in nodes
+        if isinstance(node.tag, str)
+        for element in node.iter()
+        if isinstance(element.tag, str)
+        and not element.tag.startswith("{")
+        and element.nsmap.get(None)
+    ]
+    if offenders:
+        _rebuild(state, {element: {**_own_namespaces(element), "": ""} for element in offenders})
+
+
+def _redeclare(
+    state: _State, element: etree._Element, declarations: dict[str, str]
+) -> etree._Element:
+    """Give element exactly `declarations`; returns its copy in the rebuilt document."""
+    return _rebuild(state, {element: declarations})[element]
+
+
+def _prefix_users(element: etree._Element, prefix: str, uri: str) -> str | None:
+    """The first node under `element` named through its binding of prefix to uri, if any."""
+    stack = [element]
+    while stack:
+        node = stack.pop()
+        if node is not element and prefix in _own_namespaces(node):
+            continue  # a nearer declaration of the prefix: nodes below do not use ours
+        if node.prefix == prefix and node.tag.startswith(f"{{{uri}}}"):
+            return f"<{prefix}:{etree.QName(node).localname}>"
+        for key in node.attrib:
+            if key.startswith(f"{{{uri}}}") and node.nsmap.get(prefix) == uri:
+                return f"attribute {prefix}:{key[len(uri) + 2 :]}"
+        stack.extend(child for child in node if isinstance(child.tag, str))
+    return None
+
+
+def _check_namespace_uri(uri: str) -> None:
+    if not uri:
+        raise PatchError(
+            INVALID_NAMESPACE_URI, "a namespace URI cannot be empty for a prefixed declaration"
+        )
+    if any(char in uri for char in _XML_SPACE) or uri in (XML_NAMESPACE, XMLNS_NAMESPACE):
+        raise PatchError(INVALID_NAMESPACE_URI, f"{uri!r} is not a usable namespace URI")
+
+
+# ---------------------------------------------------------------------------------------------
+# Operations
+
+_Item: TypeAlias = "str | etree._Element"  # a text run, or a detached template node
+
+
+def _content(operation: etree._Element) -> tuple[_Item, ...]:
+    """The content nodes of an operation element, as detached templates."""
+    items: list[_Item] = []
+    if operation.text:
+        items.append(operation.text)
+    for child in operation:
+        for node in child.iter():
+            if isinstance(node, etree._Entity):
+                raise PatchError(
+                    INVALID_ENTITY_DECLARATION,
+                    f"entity reference {node.text} is not expanded: entities are not resolved",
+                )
+        template = copy.deepcopy(child)
+        template.tail = None
+        items.append(template)
+        if child.tail:
+            items.append(child.tail)
+    return tuple(items)
+
+
+def _text_only(items: tuple[_Item, ...], what: str) -> str:
+    for item in items:
+        if not isinstance(item, str):
+            raise PatchError(
+                INVALID_NODE_TYPES,
+                f"{what} needs text content, found {_KIND_NAMES[_node_kind(item)]}",
+            )
+    return "".join(item for item in items if isinstance(item, str))
+
+
+def _single_node(items: tuple[_Item, ...], kind: str) -> etree._Element:
+    # Whitespace-only text around the replacement node is layout of the patch document
+    # (RFC 5261 A.6 shows a pretty-printed <replace>), not content.
+    nodes = [item for item in items if not (isinstance(item, str) and _is_whitespace(item))]
+    if len(nodes) == 1 and not isinstance(nodes[0], str) and _node_kind(nodes[0]) == kind:
+        return nodes[0]
+    if not nodes:
+        found = "nothing"
+    elif len(nodes) > 1:
+        found = f"{len(nodes)} nodes"
+    elif isinstance(nodes[0], str):
+        found = "text"
+    else:
+        found = _KIND_NAMES[_node_kind(nodes[0])]
+    raise PatchError(
+        INVALID_NODE_TYPES,
+        f"replacing {_KIND_NAMES[kind]} needs {_KIND_NAMES[kind]} as its only content, "
+        f"found {found}",
+    )
+
+
+def _replacement(items: tuple[_Item, ...], kind: str) -> str | etree._Element:
+    """What replaces a node of `kind`: its text value or its template node (RFC 5261 4.4)."""
+    if kind in ("text", "attribute", "namespace"):
+        value = _text_only(items, f"replacing {_KIND_NAMES[kind]}")
+        if kind == "namespace":
+            _check_namespace_uri(value)
+        return value
+    if kind == "entity":
+        raise PatchError(INVALID_NODE_TYPES, "entity references cannot be replaced")
+    return _single_node(items, kind)
+
+
+class _Operation:
+    __slots__ = ("index", "selector", "where")
+
+    def __init__(self, index: int, name: str, selector: _Selector) -> None:
+        self.index = index
+        self.selector = selector
+        self.where = f"operation {index} <{name} sel={selector.source!r}>"
+
+    def apply(self, state: _State) -> None:
+        raise NotImplementedError
+
+
+_POSITIONS: Final = frozenset({"before", "after", "prepend"})
+
+
+class _Add(_Operation):
+    __slots__ = ("pos", "attribute", "namespace", "items", "value")
+
+    def __init__(
+        self,
+        index: int,
+        selector: _Selector,
+        pos: str | None,
+        attribute: tuple[str, str, str] | None,
+        namespace: str | None,
+        items: tuple[_Item, ...],
+        value: str,
+    ) -> None:
+        super().__init__(index, "add", selector)
+        self.pos = pos
+        self.attribute = attribute  # (uri, local name, patch prefix) for type="@name"
+        self.namespace = namespace  # prefix for type="namespace::prefix"
+        self.items = items
+        self.value = value  # the text content, for type="@..." and type="namespace::..."
+
+    def apply(self, state: _State) -> None:
+        target = _locate(self.selector, state.tree)
+        if self.attribute is not None or self.namespace is not None:
+            if target.kind != "element":
+                raise PatchError(
+                    INVALID_NODE_TYPES,
+                    f"attributes and namespaces are added to an element, sel located "
+                    f"{_KIND_NAMES[target.kind]}",
+                )
+            if self.attribute is not None:
+                self._add_attribute(state, target.node)
+            else:
+                self._add_namespace(state, target.node)
+            return
+        self._add_nodes(state, target)
+
+    def _add_attribute(self, state: _State, element: etree._Element) -> None:
+        uri, local, prefix = self.attribute  # type: ignore[misc]
+        if uri and uri != XML_NAMESPACE:
+            bound = {p: u for p, u in element.nsmap.items() if p}  # attributes need a prefix
+            if uri not in bound.values() and prefix not in bound:
+                # Keep the patch's prefix when the target has none for the namespace (RFC 5261
+                # section 4.2.3); otherwise lxml reuses the target's prefix for the URI.
+                element = _redeclare(state, element, {**_own_namespaces(element), prefix: uri})
+        element.set(f"{{{uri}}}{local}" if uri else local, self.value)
+
+    def _add_namespace(self, state: _State, element: etree._Element) -> None:
+        prefix, uri = self.namespace, self.value
+        assert prefix is not None
+        if prefix in _own_namespaces(element):
+            raise PatchError(
+                INVALID_NAMESPACE_PREFIX, f"prefix {prefix!r} is already declared on the element"
+            )
+        inherited = element.nsmap.get(prefix)
+        if inherited is not None and inherited != uri:
+            user = _prefix_users(element, prefix, inherited)
+            if user is not None:
+                raise PatchError(
+                    INVALID_NAMESPACE_PREFIX,
+                    f"prefix {prefix!r} is bound to {inherited!r} in scope and used by {user}; "
+                    "redeclaring it would change that name",
+                )
+        _redeclare(state, element, {**_own_namespaces(element), prefix: uri})
+
+    def _add_nodes(self, state: _State, target: _Target) -> None:
+        pos = self.pos
+        node = target.node
+        if target.kind in ("attribute", "namespace"):
+            raise PatchError(
+                INVALID_NODE_TYPES, f"nodes cannot be added to {_KIND_NAMES[target.kind]}"
+            )
+        if pos not in ("before", "after") and target.kind != "element":
+            raise PatchError(
+                INVALID_NODE_TYPES,
+                f"children can only be added to an element, sel located {_KIND_NAMES[target.kind]}",
+            )
+        if target.kind == "text":
+            parent = node if target.name == "text" else node.getparent()
+            index = 0 if target.name == "text" else parent.index(node) + 1
+            slot = (node, target.name == "tail")
+            text = _get_slot(*slot)
+            before, after = ("", text) if pos == "before" else (text, "")
+        elif pos in ("before", "after") and node.getparent() is None:
+            self._add_top_level(node, pos)
+            return
+        elif pos == "before":
+            parent = node.getparent()
+            index = parent.index(node)
+            previous = _previous_slot(node)
+            assert previous is not None
+            slot, before, after = previous, _get_slot(*previous), ""
+        elif pos == "after":
+            parent = node.getparent()
+            index = parent.index(node) + 1
+            slot, before, after = (node, True), "", node.tail or ""
+        elif pos == "prepend":
+            parent, index = node, 0
+            slot, before, after = (node, False), "", node.text or ""
+        else:  # append, the default (RFC 5261 section 4.3)
+            parent, index = node, len(node)
+            slot = (node[-1], True) if index else (node, False)
+            before, after = _get_slot(*slot), ""
+        inserted = _splice(parent, index, slot, before, after, self.items)
+        if inserted and parent.nsmap.get(None):
+            _fix_unqualified(state, inserted)
+
+    def _add_top_level(self, node: etree._Element, pos: str) -> None:
+        # Only comments and processing instructions can be siblings of the root element.
+        nodes: list[etree._Element] = []
+        for item in self.items:
+            if isinstance(item, str):
+                if _is_whitespace(item):
+                    continue  # whitespace outside the root element is not in the data model
+                raise PatchError(
+                    INVALID_XML_PROLOG_OPERATION,
+                    "text cannot be added outside the root element",
+                )
+            if _node_kind(item) == "element":
+                raise PatchError(
+                    INVALID_ROOT_ELEMENT_OPERATION,
+                    "an element cannot be added as a sibling of the root element",
+                )
+            if _node_kind(item) == "entity":
+                raise PatchError(
+                    INVALID_XML_PROLOG_OPERATION,
+                    "an entity reference cannot be added outside the root element",
+                )
+            nodes.append(item)
+        anchor = node
+        for item in nodes:
+            new = copy.deepcopy(item)
+            if pos == "before":
+                node.addprevious(new)
+            else:
+                anchor.addnext(new)
+                anchor = new
+
+
+def _splice(
+    parent: etree._Element,
+    index: int,
+    slot: tuple[etree._Element, bool],
+    before: str,
+    after: str,
+    items: tuple[_Item, ...],
+) -> list[etree._Element]:
+    """Put `items` between the texts `before` and `after` at child position `index` of parent.
+
+    `slot` holds the text preceding that position. Text items merge with the neighbouring text
+    (the XPath data model has no adjacent text nodes); nodes are inserted as fresh copies.
+    """
+    leading: list[str] = []
+    position = 0
+    while position < len(items) and isinstance(items[position], str):
+        leading.append(items[position])  # type: ignore[arg-type]
+        position += 1
+    if position == len(items):
+        _set_slot(slot[0], slot[1], before + "".join(leading) + after)
+        return []
+    _set_slot(slot[0], slot[1], before + "".join(leading))
+    inserted: list[etree._Element] = []
+    last: etree._Element | None = None
+    for item in items[position:]:
+        if isinstance(item, str):
+            assert last is not None
+            last.tail = (last.tail or "") + item
+        else:
+            last = copy.deepcopy(item)
+            parent.insert(index, last)
+            index += 1
+            inserted.append(last)
+    assert last is not None
+    last.tail = ((last.tail or "") + after) or None
+    return inserted
+
+
+class _Replace(_Operation):
+    __slots__ = ("items",)
+
+    def __init__(self, index: int, selector: _Selector, items: tuple[_Item, ...]) -> None:
+        super().__init__(index, "replace", selector)
+        self.items = items
+
+    def apply(self, state: _State) -> None:
+        target = _locate(self.selector, state.tree)
+        replacement = _replacement(self.items, target.kind)
+        node = target.node
+        if isinstance(replacement, str):
+            if target.kind == "attribute":
+                node.set(target.name, replacement)
+            elif target.kind == "text":
+                _set_slot(node, target.name == "tail", replacement)
+            else:
+                self._replace_namespace(state, node, target.name, replacement)
+            return
+        new = copy.deepcopy(replacement)
+        parent = node.getparent()
+        if parent is None:
+            if target.kind == "element":
+                _swap_root(state, new)  # RFC 5261 section 5 does not forbid replacing the root
+            else:
+                node.addnext(new)
+                _discard_top_level(node)
+            return
+        new.tail = node.tail
+        parent.replace(node, new)
+        if target.kind == "element" and parent.nsmap.get(None):
+            _fix_unqualified(state, [new])
+
+    def _replace_namespace(
+        self, state: _State, element: etree._Element, prefix: str, uri: str
+    ) -> None:
+        declarations = _own_namespaces(element)
+        old = declarations[prefix]
+        if old == uri:
+            return
+        # RFC 5261 section 4.4.3 with errata 3478: the names bound through this declaration
+        # move to the new namespace URI.
+        rename = _Rename(element, prefix, old, uri)
+        _rebuild(state, {element: {**declarations, prefix: uri}}, rename)
+
+
+_WS_VALUES: Final = frozenset({"before", "after", "both"})
+
+
+class _Remove(_Operation):
+    __slots__ = ("ws",)
+
+    def __init__(self, index: int, selector: _Selector, ws: str | None) -> None:
+        super().__init__(index, "remove", selector)
+        self.ws = ws
+
+    def apply(self, state: _State) -> None:
+        target = _locate(self.selector, state.tree)
+        kind, node = target.kind, target.node
+        if self.ws is not None and kind in ("attribute", "text", "namespace"):
+            raise _ws_not_applicable(self.ws, kind)
+        if kind == "attribute":
+            del node.attrib[target.name]
+        elif kind == "text":
+            _set_slot(node, target.name == "tail", None)
+        elif kind == "namespace":
+            self._remove_namespace(state, node, target.name)
+        elif _is_root(node):
+            raise PatchError(INVALID_ROOT_ELEMENT_OPERATION, "the root element cannot be removed")
+        else:
+            if self.ws is not None:
+                self._remove_whitespace(node)
+            _detach(node)
+
+    def _remove_whitespace(self, node: etree._Element) -> None:
+        ws = self.ws
+        previous = _previous_slot(node)
+        if previous is None or node.getparent() is None:
+            raise PatchError(
+                INVALID_WHITESPACE_DIRECTIVE,
+                "whitespace outside the root element is not part of the document",
+            )
+        # RFC 5261 section 4.5: the whitespace text node immediately before and/or after the
+        # removed node goes too; it must exist (section 5, invalid-whitespace-directive).
+        if ws in ("before", "both") and not _is_whitespace(_get_slot(*previous)):
+            raise PatchError(
+                INVALID_WHITESPACE_DIRECTIVE,
+                f"ws={ws!r}: no whitespace-only text node precedes the removed node",
+            )
+        if ws in ("after", "both") and not _is_whitespace(node.tail):
+            raise PatchError(
+                INVALID_WHITESPACE_DIRECTIVE,
+                f"ws={ws!r}: no whitespace-only text node follows the removed node",
+            )
+        if ws in ("before", "both"):
+            _set_slot(previous[0], previous[1], None)
+        if ws in ("after", "both"):
+            node.tail = None
+
+    def _remove_namespace(self, state: _State, element: etree._Element, prefix: str) -> None:
+        declarations = _own_namespaces(element)
+        user = _prefix_users(element, prefix, declarations[prefix])
+        if user is not None:
+            # RFC 5261 section 4.5: the prefix must not be in use when its namespace node is
+            # removed; the directive cannot be fulfilled.
+            raise PatchError(
+                INVALID_PATCH_DIRECTIVE,
+                f"namespace prefix {prefix!r} is still used by {user}",
+            )
+        del declarations[prefix]
+        _redeclare(state, element, declarations)
+
+
+def _ws_not_applicable(ws: str, kind: str) -> PatchError:
+    return PatchError(
+        INVALID_WHITESPACE_DIRECTIVE,
+        f"ws={ws!r} does not apply to {_KIND_NAMES[kind]}: it never has an adjacent "
+        "whitespace text node",
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Compiling operation elements
+
+_ALLOWED_ATTRIBUTES: Final = {
+    "add": frozenset({"sel", "pos", "type"}),
+    "replace": frozenset({"sel"}),
+    "remove": frozenset({"sel", "ws"}),
+}
+_TYPE_ATTRIBUTE_RE: Final = re.compile(rf"@({_NCNAME}(?::{_NCNAME})?)\Z")
+_TYPE_NAMESPACE_RE: Final = re.compile(rf"namespace::({_NCNAME})\Z")
+
+
+def _in_scope(element: etree._Element) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((prefix or "", uri) for prefix, uri in element.nsmap.items()))
+
+
+def _compile_operation(index: int, element: etree._Element) -> _Operation:
+    name = etree.QName(element).localname
+    allowed = _ALLOWED_ATTRIBUTES.get(name)
+    if allowed is None:
+        raise PatchError(
+            INVALID_PATCH_DIRECTIVE, f"<{name}> is not an RFC 5261 operation (add, replace, remove)"
+        )
+    for key in element.attrib:
+        if not key.startswith("{") and key not in allowed:
+            why = " (a multi-node extension, not RFC 5261)" if key == "msel" else ""
+            raise PatchError(INVALID_PATCH_DIRECTIVE, f"<{name}> has no attribute {key!r}{why}")
+    sel = element.get("sel")
+    if sel is None or not sel.strip(_XML_SPACE):
+        raise PatchError(INVALID_ATTRIBUTE_VALUE, f"<{name}> needs a non-empty sel attribute")
+    in_scope = _in_scope(element)
+    selector = _compile_selector(sel, in_scope)
+    items = _content(element)
+    if name == "add":
+        return _compile_add(index, element, selector, items, dict(in_scope))
+    if name == "replace":
+        # The content is checked against the node the selector locates (RFC 5261 4.4), so a
+        # selector that locates nothing is reported as such first.
+        return _Replace(index, selector, items)
+    return _compile_remove(index, element, selector, items)
+
+
+def _compile_add(
+    index: int,
+    element: etree._Element,
+    selector: _Selector,
+    items: tuple[_Item, ...],
+    in_scope: dict[str, str],
+) -> _Add:
+    pos = element.get("pos")
+    if pos is not None and pos not in _POSITIONS:
+        raise PatchError(INVALID_ATTRIBUTE_VALUE, f"pos={pos!r}: expected before, after or prepend")
+    type_ = element.get("type")
+    if type_ is None:
+        return _Add(index, selector, pos, None, None, items, "")
+    if pos is not None:
+        raise PatchError(
+            INVALID_PATCH_DIRECTIVE, "pos has no meaning when adding an attribute or a namespace"
+        )
+    attribute_match = _TYPE_ATTRIBUTE_RE.match(type_)
+    namespace_match = _TYPE_NAMESPACE_RE.match(type_)
+    if attribute_match is not None:
+        # RFC 5261 section 4.3: the new value is the single text node child.
+        value = _text_only(items, f"type={type_!r}")
+        qname = attribute_match.group(1)
+        prefix, _, local = qname.rpartition(":")
+        if qname == "xmlns" or prefix == "xmlns":
+            raise PatchError(
+                INVALID_ATTRIBUTE_VALUE,
+                f"type={type_!r}: namespace declarations are added with type='namespace::prefix'",
+            )
+        uri = ""
+        if prefix == "xml":
+            uri = XML_NAMESPACE
+        elif prefix:
+            # Attribute prefixes resolve in the patch document (section 4.2.3); unprefixed
+            # attributes are in no namespace whatever the default namespace is.
+            found = in_scope.get(prefix)
+            if not found:
+                raise PatchError(
+                    INVALID_NAMESPACE_PREFIX,
+                    f"type={type_!r}: prefix {prefix!r} is not declared in the patch document",
+                )
+            uri = found
+        return _Add(index, selector, None, (uri, local, prefix), None, items, value)
+    if namespace_match is not None:
+        value = _text_only(items, f"type={type_!r}")
+        prefix = namespace_match.group(1)
+        if prefix in ("xml", "xmlns"):
+            raise PatchError(
+                INVALID_NAMESPACE_PREFIX, f"type={type_!r}: prefix {prefix!r} cannot be declared"
+            )
+        _check_namespace_uri(value)
+        return _Add(index, selector, None, None, prefix, items, value)
+    raise PatchError(
+        INVALID_ATTRIBUTE_VALUE, f"type={type_!r}: expected '@name' or 'namespace::prefix'"
+    )
+
+
+def _compile_remove(
+    index: int, element: etree._Element, selector: _Selector, items: tuple[_Item, ...]
+) -> _Remove:
+    ws = element.get("ws")
+    if ws is not None and ws not in _WS_VALUES:
+        raise PatchError(INVALID_ATTRIBUTE_VALUE, f"ws={ws!r}: expected before, after or both")
+    for item in items:
+        if isinstance(item, str):
+            if item.strip(_XML_SPACE):
+                raise PatchError(INVALID_PATCH_DIRECTIVE, "<remove> takes no content")
+        elif _node_kind(item) == "element":
+            raise PatchError(INVALID_PATCH_DIRECTIVE, "<remove> takes no content")
+    return _Remove(index, selector, ws)
+
+
+@lru_cache(maxsize=64)
+def _normalised_encoding(name: str | None) -> str | None:
+    if not name:
+        return None
+    try:
+        return codecs.lookup(name).name
+    except LookupError:
+        return name.lower()
+
+
+class Patch:
+    """A compiled patch: the operation elements (the element children of a <diff> element, or of
+    a <sportsdata category="update"> element: the engine does not care what the parent is
+    called). Immutable once compiled, so one Patch applies to any number of documents."""
+
+    __slots__ = ("_operations", "_encoding")
+
+    def __init__(self, operations: tuple[_Operation, ...], encoding: str | None) -> None:
+        self._operations = operations
+        self._encoding = encoding
+
+    @classmethod
+    def from_element(cls, operations_parent: etree._Element) -> Patch:
+        """Compile the operation elements under `operations_parent`; raises PatchError.
+
+        Comments and processing instructions between operations are ignored; text that is not
+        whitespace is `invalid-diff-format`, an element other than add/replace/remove or an
+        attribute RFC 5261 does not define for it is `invalid-patch-directive`, and an invalid
+        attribute value is `invalid-attribute-value`. Whatever depends only on the operation
+        (attributes, selector syntax and prefixes, <add type> content) is checked here; what
+        depends on the located node is checked when applying.
+        """
+        if not isinstance(operations_parent, etree._Element) or not isinstance(
+            operations_parent.tag, str
+        ):
+            raise PatchError(INVALID_DIFF_FORMAT, "the patch operations need a parent element")
+        if operations_parent.text and operations_parent.text.strip(_XML_SPACE):
+            raise PatchError(INVALID_DIFF_FORMAT, "text is not allowed between operations")
+        operations: list[_Operation] = []
+        for child in operations_parent:
+            if child.tail and child.tail.strip(_XML_SPACE):
+                raise PatchError(INVALID_DIFF_FORMAT, "text is not allowed between operations")
+            if isinstance(child, etree._Entity):
+                raise PatchError(
+                    INVALID_ENTITY_DECLARATION, f"entity reference {child.text} is not expanded"
+                )
+            if not isinstance(child.tag, str):
+                continue  # comments and processing instructions
+            index = len(operations) + 1
+            try:
+                operations.append(_compile_operation(index, child))
+            except PatchError as error:
+                where = f"operation {index} <{etree.QName(child).localname}"
+                sel = child.get("sel")
+                where += f" sel={sel!r}>" if sel is not None else ">"
+                raise PatchError(error.error, f"{where}: {error.detail}") from None
+        encoding = _normalised_encoding(operations_parent.getroottree().docinfo.encoding)
+        return cls(tuple(operations), encoding)
+
+    def __len__(self) -> int:
+        return len(self._operations)
+
+    def __repr__(self) -> str:
+        return f"<Patch of {len(self._operations)} operation(s)>"
+
+    def apply(self, document: etree._ElementTree) -> etree._ElementTree:
+        """Apply the operations in document order to a copy of `document` and return the copy.
+
+        The input is never modified. Atomic: the first failing operation raises PatchError and
+        no result is returned.
+        """
+        if not isinstance(document, etree._ElementTree):
+            raise TypeError(f"expected an lxml ElementTree, got {type(document).__name__}")
+        if self._encoding is not None:
+            encoding = _normalised_encoding(document.docinfo.encoding)
+            if encoding is not None and encoding != self._encoding:
+                raise PatchError(
+                    INVALID_CHARACTER_SET,
+                    f"the document is {document.docinfo.encoding} but the patch is "
+                    f"{self._encoding}",
+                )
+        state = _State(copy.deepcopy(document))
+        for operation in self._operations:
+            try:
+                operation.apply(state)
+            except PatchError as error:
+                raise PatchError(error.error, f"{operation.where}: {error.detail}") from None
+        return state.tree
+
+
+def apply_patch(
+    document: etree._ElementTree, operations_parent: etree._Element
+) -> etree._ElementTree:
+    """Convenience: Patch.from_element(operations_parent).apply(document)."""
+    return Patch.from_element(operations_parent).apply(document)
