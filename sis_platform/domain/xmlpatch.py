@@ -658,6 +658,9 @@ def _prefix_users(element: etree._Element, prefix: str, uri: str) -> str | None:
     return None
 
 
+_ABSOLUTE_URI: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:")
+
+
 def _check_namespace_uri(uri: str) -> None:
     if not uri:
         raise PatchError(
@@ -665,6 +668,9 @@ def _check_namespace_uri(uri: str) -> None:
         )
     if any(char in uri for char in _XML_SPACE) or uri in (XML_NAMESPACE, XMLNS_NAMESPACE):
         raise PatchError(INVALID_NAMESPACE_URI, f"{uri!r} is not a usable namespace URI")
+    if _ABSOLUTE_URI.match(uri) is None:
+        # Relative namespace URIs are deprecated (W3C, 2000) and break canonical XML.
+        raise PatchError(INVALID_NAMESPACE_URI, f"{uri!r} is not an absolute URI")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -639,8 +639,9 @@ def test_unresolvable_or_clashing_prefixes_are_invalid_namespace_prefix(
             '<diff><add sel="doc" type="namespace::p">http://www.w3.org/2000/xmlns/</add></diff>',
         ),
         ("<doc/>", '<diff><add sel="doc" type="namespace::p">urn: x</add></diff>'),
+        ("<doc/>", '<diff><add sel="doc" type="namespace::p">relative/path</add></diff>'),
     ],
-    ids=["add-empty", "replace-empty", "reserved-uri", "whitespace"],
+    ids=["add-empty", "replace-empty", "reserved-uri", "whitespace", "relative"],
 )
 def test_unusable_namespace_uris_are_invalid_namespace_uri(doc: str, patch: str) -> None:
     assert failure(doc, patch).error == "invalid-namespace-uri"
