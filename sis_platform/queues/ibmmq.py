@@ -33,13 +33,15 @@ What the queue manager does and what this module does (DESIGN.md "Sources"):
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import random
 import re
 import struct
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -56,6 +58,7 @@ from sis_platform.queues.base import (
 log = logging.getLogger(__name__)
 
 ClientReconnect = Literal["disabled", "as_def", "any", "qmgr"]
+Opening = Literal["input", "output", "nothing"]
 
 # Reason codes this module acts on (cmqc.h; part of the MQI, stable across MQ versions).
 MQRC_BACKED_OUT = 2003
@@ -280,6 +283,23 @@ class IbmMqQueue(QueueSource):
     def producer(self) -> QueueProducer:
         return _Producer(self)
 
+    def with_queue(self, queue: str) -> IbmMqQueue:
+        """The same queue manager and settings, another queue (e.g. to drain BOQNAME)."""
+        other = copy.copy(self)
+        other.queue = queue
+        return other
+
+    @contextmanager
+    def connected_queue_manager(self) -> Iterator[Any]:
+        """A pymqi QueueManager connected with these settings and no queue open, for
+        administration (PCF) and tests; disconnected on exit, without committing anything
+        left open (MQBACK first)."""
+        conn = self.open_connection(opening="nothing")
+        try:
+            yield conn.qmgr
+        finally:
+            conn.close(backout=True)
+
     # -- plumbing shared by sessions and producers ---------------------------------------
 
     @property
@@ -310,7 +330,7 @@ class IbmMqQueue(QueueSource):
         ceiling = min(self.reconnect_max_delay, self.reconnect_initial_delay * 2 ** (retry - 1))
         return ceiling / 2 + self._jitter() * ceiling / 2
 
-    def open_connection(self, for_input: bool) -> _Connection:
+    def open_connection(self, opening: Opening) -> _Connection:
         """Connect, retrying transient failures with backoff; SourceUnavailable when spent."""
         last: BaseException | None = None
         for attempt in range(self.reconnect_attempts):
@@ -326,7 +346,7 @@ class IbmMqQueue(QueueSource):
                 )
                 self._sleep(delay)
             try:
-                return _Connection(self, for_input)
+                return _Connection(self, opening)
             except self.pymqi.MQMIError as exc:
                 if not self.is_transient(exc):
                     raise
@@ -386,7 +406,7 @@ class _Connection:
     context (so a moved message keeps its original identity and origin context).
     """
 
-    def __init__(self, source: IbmMqQueue, for_input: bool) -> None:
+    def __init__(self, source: IbmMqQueue, opening: Opening) -> None:
         self.source = source
         pymqi = source.pymqi
         self.pymqi = pymqi
@@ -432,9 +452,9 @@ class _Connection:
             raise source.error("MQCONNX", f"queue manager {source.queue_manager}", exc) from exc
 
         try:
-            if for_input:
+            if opening == "input":
                 self._open_input()
-            else:
+            elif opening == "output":
                 self.queue = self._open(
                     source.queue, cmqc.MQOO_OUTPUT | cmqc.MQOO_FAIL_IF_QUIESCING
                 )
@@ -648,7 +668,7 @@ class _Connection:
 class _Session(QueueSession):
     def __init__(self, source: IbmMqQueue) -> None:
         self._source = source
-        self._conn: _Connection | None = source.open_connection(for_input=True)
+        self._conn: _Connection | None = source.open_connection(opening="input")
         self._delivered = 0  # messages returned to the caller in the current unit of work
         self._lost: BaseException | None = None  # the failure that cost us the unit of work
         self._closed = False
@@ -805,7 +825,7 @@ class _Session(QueueSession):
 
     def _connection(self) -> _Connection:
         if self._conn is None:
-            self._conn = self._source.open_connection(for_input=True)
+            self._conn = self._source.open_connection(opening="input")
             log.info("%s: reconnected", self._source.description)
         return self._conn
 
@@ -833,7 +853,7 @@ class _Session(QueueSession):
 class _Producer(QueueProducer):
     def __init__(self, source: IbmMqQueue) -> None:
         self._source = source
-        self._conn: _Connection | None = source.open_connection(for_input=False)
+        self._conn: _Connection | None = source.open_connection(opening="output")
         self._closed = False
 
     def put(self, body: bytes, message_id: str | None = None) -> str:
@@ -850,7 +870,7 @@ class _Producer(QueueProducer):
         reconnected = False
         while True:
             if self._conn is None:
-                self._conn = source.open_connection(for_input=False)
+                self._conn = source.open_connection(opening="output")
             try:
                 return "ID:" + self._conn.put(body, msg_id).hex()
             except source.pymqi.MQMIError as exc:

@@ -16,12 +16,15 @@ PYIFError) and models, in memory, the queue manager behaviour the source relies 
   BackoutCount, PutDate/PutTime in UTC with hundredths, PutApplName, UserIdentifier) and by
   MQPUT (a generated MsgId unless one is given; context passed from a saved input handle with
   MQPMO_PASS_ALL_CONTEXT, or set by the queue manager otherwise);
-- MQGMO wait with reason 2033 MQRC_NO_MSG_AVAILABLE (the fake never blocks; a test can hook
-  `on_wait` to make a message arrive "during" the wait), MQMD match on MsgId/CorrelId;
+- MQGMO wait with reason 2033 MQRC_NO_MSG_AVAILABLE, MQMD match on MsgId/CorrelId. By default
+  the fake never blocks (a test can hook `on_wait` to make a message arrive "during" the
+  wait); with `blocking_waits=True` an MQGET really waits up to its WaitInterval for another
+  thread's put, commit or backout (the conformance suite needs that);
 - client connection checks: queue manager name, channel, conn name list, channel type and
   transport, TLS cipher spec and key repository, user/password (MQCSP), reconnect options;
-- injectable failures: refused connects, the next call of a kind failing with a reason, and
-  broken connections (reason 2009 MQRC_CONNECTION_BROKEN by default);
+- injectable failures: refused connects, the next call of a kind failing with a reason,
+  broken connections (reason 2009 MQRC_CONNECTION_BROKEN by default), and a client that dies
+  without MQBACK or MQDISC (`kill`);
 - MQRFH2 bodies (`build_rfh2`) and MQDLH headers (`read_dead_letter_header`).
 
 It is stricter than pymqi in one way: assigning a field a structure does not have raises
@@ -37,11 +40,14 @@ long a real MQGET waits, or MQ's exact reason code for each failure. The conform
 
 from __future__ import annotations
 
+import functools
 import struct
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 
 class CMQC:
@@ -191,6 +197,21 @@ class MQMIError(Error):
 
 class PYIFError(Error):
     """pymqi.PYIFError: misuse of pymqi itself (e.g. disconnecting twice)."""
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _locked(method: F) -> F:
+    """One queue manager, many threads (the conformance suite gets in one thread while it
+    puts in another): every MQI call holds the server's lock."""
+
+    @functools.wraps(method)
+    def wrapper(self: FakeQueueManagerServer, *args: Any, **kwargs: Any) -> Any:
+        with self._changed:
+            return method(self, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 def _fail(reason: int, comp: int = CMQC.MQCC_FAILED) -> MQMIError:
@@ -478,8 +499,14 @@ class FakeQueueManagerServer:
         dead_letter_queue: str = "",
         users: dict[str, str] | None = None,
         cipher_spec: str | None = None,
+        blocking_waits: bool = False,
+        now: Callable[[], datetime] | None = None,
     ) -> None:
         self.name = name
+        self.blocking_waits = blocking_waits
+        # Put date and time: a fixed day advancing 10 ms a put, unless a clock is given.
+        self._clock = now
+        self._changed = threading.Condition(threading.RLock())
         self.channel = channel
         self.listeners = listeners
         self.dead_letter_queue = dead_letter_queue
@@ -515,6 +542,7 @@ class FakeQueueManagerServer:
         self.queues[name] = queue
         return queue
 
+    @_locked
     def put_message(self, queue: str, body: bytes, **fields: Any) -> StoredMessage:
         """Put a committed message as another application would (fields: StoredMessage's)."""
         self._seq += 1
@@ -523,10 +551,12 @@ class FakeQueueManagerServer:
         self._base(queue).messages.append(message)
         return message
 
+    @_locked
     def messages(self, queue: str) -> list[StoredMessage]:
         """Committed, visible messages in delivery order."""
         return list(self._base(queue).messages)
 
+    @_locked
     def in_flight(self) -> int:
         """Messages got or put inside units of work not yet committed or backed out."""
         return sum(len(c.unit) for c in self._connections)
@@ -547,14 +577,24 @@ class FakeQueueManagerServer:
         breaks = reason in BREAKING_REASONS if breaks_connection is None else breaks_connection
         self._failures.append((call, reason, breaks))
 
+    @_locked
     def break_connections(self, reason: int = CMQC.MQRC_CONNECTION_BROKEN) -> None:
         """Every live connection breaks now; the queue manager backs out their units."""
         for conn in self._connections:
             if conn.broken is None:
                 self._break(conn, reason)
 
+    @_locked
+    def kill(self, qmgr: QueueManager) -> None:
+        """The client holding `qmgr` died (SIGKILL): its connection ends without MQBACK or
+        MQDISC, and the queue manager backs its unit of work out."""
+        conn = qmgr.connection()
+        if conn.broken is None:
+            self._break(conn, CMQC.MQRC_CONNECTION_BROKEN)
+
     # -- the MQI, called by the fake pymqi classes ----------------------------------------
 
+    @_locked
     def connect(
         self,
         name: str,
@@ -620,6 +660,7 @@ class FakeQueueManagerServer:
                     self._break(conn, reason)
                 raise _fail(reason)
 
+    @_locked
     def open(self, conn: _Connection, name: str, options: int) -> int:
         self.call(conn, "MQOPEN")
         if name not in self.queues:
@@ -628,12 +669,14 @@ class FakeQueueManagerServer:
         conn.handles[self._handles] = _Handle(name, options)
         return self._handles
 
+    @_locked
     def close(self, conn: _Connection, handle: int) -> None:
         if conn.broken is not None:
             raise _fail(conn.broken)
         if conn.handles.pop(handle, None) is None:
             raise _fail(CMQC.MQRC_HOBJ_ERROR)
 
+    @_locked
     def get(
         self, conn: _Connection, handle: int, md: MD, gmo: GMO, max_length: int | None
     ) -> bytes:
@@ -658,7 +701,9 @@ class FakeQueueManagerServer:
         )
         message = self._first_match(opened.queue, md, gmo)
         if message is None and gmo.Options & CMQC.MQGMO_WAIT and gmo.WaitInterval:
-            if self.on_wait is not None:
+            if self.blocking_waits:
+                message = self._wait_for_match(conn, opened.queue, md, gmo)
+            elif self.on_wait is not None:
                 self.on_wait()
                 message = self._first_match(opened.queue, md, gmo)
         if message is None:
@@ -688,6 +733,7 @@ class FakeQueueManagerServer:
         )
         return message.body
 
+    @_locked
     def put(self, conn: _Connection, handle: int, body: bytes, md: MD, pmo: PMO) -> None:
         self.call(conn, "MQPUT")
         if not isinstance(body, bytes):
@@ -746,6 +792,7 @@ class FakeQueueManagerServer:
         # pymqi unpacks the MQMD MQPUT returns: the caller sees the id and context used.
         md.set(MsgId=msg_id, PutDate=put_date, PutTime=put_time, BackoutCount=0)
 
+    @_locked
     def inquire_queue(self, conn: _Connection, handle: int, selector: int) -> int | bytes:
         self.call(conn, "MQINQ")
         opened = conn.handles[handle]
@@ -760,6 +807,7 @@ class FakeQueueManagerServer:
             return _blank_padded(queue.backout_queue, 48)
         raise _fail(CMQC.MQRC_SELECTOR_ERROR)
 
+    @_locked
     def inquire_qmgr(self, conn: _Connection, selector: int) -> int | bytes:
         self.call(conn, "MQINQ")
         if selector == CMQC.MQCA_DEAD_LETTER_Q_NAME:
@@ -768,14 +816,17 @@ class FakeQueueManagerServer:
             return _blank_padded(self.name, 48)
         raise _fail(CMQC.MQRC_SELECTOR_ERROR)
 
+    @_locked
     def commit(self, conn: _Connection) -> None:
         self.call(conn, "MQCMIT")
         self._end_unit(conn, commit=True)
 
+    @_locked
     def backout(self, conn: _Connection) -> None:
         self.call(conn, "MQBACK")
         self._end_unit(conn, commit=False)
 
+    @_locked
     def disconnect(self, conn: _Connection) -> None:
         if conn.broken is None:
             if conn.unit:
@@ -810,6 +861,23 @@ class FakeQueueManagerServer:
             return message
         return None
 
+    def _wait_for_match(
+        self, conn: _Connection, name: str, md: MD, gmo: GMO
+    ) -> StoredMessage | None:
+        """Wait (releasing the lock) until a matching message is visible or the wait ends."""
+        wait = gmo.WaitInterval / 1000 if gmo.WaitInterval >= 0 else float("inf")
+        deadline = time.monotonic() + wait
+        message = None
+        while message is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            self._changed.wait(min(remaining, 3600.0))
+            if conn.broken is not None:
+                raise _fail(conn.broken)  # a waiting MQGET sees its connection break
+            message = self._first_match(name, md, gmo)
+        return message
+
     def _end_unit(self, conn: _Connection, commit: bool) -> None:
         unit, conn.unit = conn.unit, []
         for kind, name, message in unit:
@@ -823,6 +891,7 @@ class FakeQueueManagerServer:
     def _insert(self, queue: FakeQueue, message: StoredMessage) -> None:
         queue.messages.append(message)
         queue.messages.sort(key=lambda m: m.seq)  # backed-out messages regain their place
+        self._changed.notify_all()
 
     def _uncommitted_puts(self, name: str) -> int:
         return sum(
@@ -832,17 +901,22 @@ class FakeQueueManagerServer:
     def _break(self, conn: _Connection, reason: int) -> None:
         conn.broken = reason
         self._end_unit(conn, commit=False)
+        self._changed.notify_all()
 
     def _new_msg_id(self) -> bytes:
         self._seq += 1
         return b"AMQ " + self.name.encode("ascii").ljust(12)[:12] + self._seq.to_bytes(8, "big")
 
     def _tick(self) -> tuple[bytes, bytes]:
-        self._now += timedelta(milliseconds=10)
-        hundredths = self._now.microsecond // 10_000
+        if self._clock is not None:
+            now = self._clock().astimezone(UTC)
+        else:
+            self._now += timedelta(milliseconds=10)
+            now = self._now
+        hundredths = now.microsecond // 10_000
         return (
-            self._now.strftime("%Y%m%d").encode("ascii"),
-            (self._now.strftime("%H%M%S") + f"{hundredths:02d}").encode("ascii"),
+            now.strftime("%Y%m%d").encode("ascii"),
+            (now.strftime("%H%M%S") + f"{hundredths:02d}").encode("ascii"),
         )
 
 

@@ -759,6 +759,33 @@ def test_connecting_without_pymqi_names_the_extra_and_the_mq_client_library(
     assert isinstance(raised.value, ImportError)
 
 
+# -- helpers for administration and the conformance suite ------------------------------
+
+
+def test_with_queue_keeps_the_connection_settings_for_another_queue(
+    server: FakeQueueManagerServer,
+) -> None:
+    poison = server.put_message(BOQ, b"<poison/>")
+    source = make_source(server, cipher_spec=None)
+    backout = source.with_queue(BOQ)
+    assert (source.queue, backout.queue) == (QUEUE, BOQ)
+    with backout.connect() as session:
+        message = session.get()
+        session.commit()
+    assert message is not None and message.message_id == poison.message_id
+    assert server.connects[-1].password == PASSWORD
+
+
+def test_connected_queue_manager_backs_out_and_disconnects_on_exit(
+    server: FakeQueueManagerServer,
+) -> None:
+    with make_source(server).connected_queue_manager() as qmgr:
+        assert qmgr.inquire(CMQC.MQCA_DEAD_LETTER_Q_NAME).rstrip() == DLQ.encode()
+        assert server.live_connections == 1
+    assert server.live_connections == 0
+    assert server.disconnects_committing_a_unit == 0
+
+
 # -- configuration from the environment -------------------------------------------------
 
 
