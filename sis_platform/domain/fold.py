@@ -38,9 +38,9 @@ Selector (optional; a JMS message selector over `items.selectable_properties`):
 - An update for a master that does not exist (and is not filtered) is `orphan-update` without
   testing the selector: there are no event attributes to test, and an orphan must be visible.
 - JMSMessageID is the item's message id. JMSXDeliveryCount and JMSRedelivered are not given
-  to the selector here (decision): the
-  fold is a pure function of the logged message ids and bytes, and which copy of a redelivered
-  message landed first must not change what is selected.
+  to the selector here (decision): the fold is a pure function of the logged message ids and
+  bytes, and which copy of a redelivered message landed first must not change what is
+  selected.
 
 Performance: within one call the current document is kept parsed across the group's items and
 serialized once per produced version; master payloads are only parsed when something needs

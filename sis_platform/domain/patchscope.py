@@ -22,20 +22,22 @@ plain form, the form the provider uses and SPORTSDATA.md shows:
 
     /event(/name([@attr='literal'])*)*(/@name)?
 
-(no positions, functions, wildcards, axes or prefixes), and only when no operation changes an
-attribute that any selector's predicates read (so `@id` keys cannot move under another
-operation's selector). Under those conditions a selector evaluated on the result finds the node
-the operation touched, unless a later operation removed or replaced it, in which case the
-selector finds nothing or a node inside that later operation's region, or finds two nodes; the
-check then falls back to validating the whole document. Per operation (RFC 5261):
+(no positions, functions, wildcards, axes or prefixes, and no default namespace in scope of
+the operation), and only when no operation changes an attribute that any selector's
+predicates read (so `@id` keys cannot move under another operation's selector). Under those
+conditions a selector evaluated on the result finds the node the operation touched, unless a
+later operation removed or replaced it, in which case the selector finds nothing or a node
+inside that later operation's region, or finds two nodes; the check then falls back to
+validating the whole document. Per operation (RFC 5261):
 
 - `replace`/`remove` of `.../@a`, and `add type="@a"`: shallow region at the element;
 - `add` without `pos` or with `pos="prepend"`: deep region at the selected element;
 - `add pos="before|after"`, `replace` or `remove` of an element: deep region at its parent.
 
 Anything else (text, comment or namespace nodes, other selector forms, a region at the root)
-is validated whole. The outcome never depends on the shortcut: a region that fails, or any
-doubt, is answered by validating the whole event, so the error text is the same as well.
+is validated whole. A region that fails, or any doubt, is answered by validating the whole
+event, so an invalid result is reported with the same error text as without the shortcut.
+tests/domain/test_patchscope.py compares both ways on every update of a simulated day.
 """
 
 from __future__ import annotations
@@ -107,6 +109,8 @@ def patch_scope(operations: etree._Element) -> PatchScope | None:
         tag = operation.tag
         if not isinstance(tag, str):
             continue  # comments and processing instructions between operations
+        if None in operation.nsmap:
+            return None  # RFC 5261: unprefixed names in `sel` then mean that namespace
         parsed = _parse_selector(operation.get("sel", ""))
         if parsed is None:
             return None
@@ -145,6 +149,9 @@ def patch_scope(operations: etree._Element) -> PatchScope | None:
         deep.append(region)
     if changed_attributes & keys:
         return None
+    shallow_paths = tuple(dict.fromkeys(shallow))
+    if not deep:
+        return PatchScope(shallow=shallow_paths, deep=())
     # A region inside a deep region is checked with it.
     deep_set = set(deep)
 
@@ -152,7 +159,7 @@ def patch_scope(operations: etree._Element) -> PatchScope | None:
         return any(path[:n] in deep_set for n in range(1, len(path) + (0 if strictly else 1)))
 
     return PatchScope(
-        shallow=tuple(p for p in dict.fromkeys(shallow) if not covered(p, strictly=False)),
+        shallow=tuple(p for p in shallow_paths if not covered(p, strictly=False)),
         deep=tuple(p for p in dict.fromkeys(deep) if not covered(p, strictly=True)),
     )
 

@@ -24,6 +24,9 @@ WIN = WIN_7[:-1]
 EVENT = WIN[:-1]
 
 
+GOING = '<replace sel="/event/@going">soft</replace>'
+
+
 def scope_of(*operations: str):
     return patch_scope(parse_xml(update("A", *operations)))
 
@@ -108,6 +111,13 @@ def test_other_patches_are_validated_whole(operation):
     # A change to the event's own children, or a selector outside the plain form.
     key_read = "<replace sel=\"/event/market[@id='WIN']/@status\">closed</replace>"
     assert scope_of(key_read, operation) is None
+
+
+def test_operations_under_a_default_namespace_are_validated_whole():
+    body = update("A", GOING).replace(b"<sportsdata ", b'<sportsdata xmlns:x="urn:x" ')
+    assert patch_scope(parse_xml(body)) is not None
+    body = update("A", GOING).replace(b"<replace ", b'<replace xmlns="urn:x" ')
+    assert patch_scope(parse_xml(body)) is None
 
 
 def test_key_change_is_allowed_when_no_selector_reads_that_key():

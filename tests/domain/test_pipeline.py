@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import pytest
 from lxml import etree
@@ -17,6 +17,7 @@ from sis_platform.domain.pipeline import (
 )
 from sis_platform.domain.reasons import Outcome, Reason
 from sis_platform.domain.selector import Selector
+from sis_platform.simulator.generator import INVALID_REASONS, generate_feed
 from tests.domain.sportsdata_fixtures import (
     ASCOT_1430,
     ASCOT_1500,
@@ -42,6 +43,9 @@ def run(messages, **kwargs) -> ReferencePipeline:
     pipeline = ReferencePipeline(**kwargs)
     pipeline.process(messages)
     return pipeline
+
+
+APPLIED = (Outcome.APPLIED, None)
 
 
 def summary(pipeline: ReferencePipeline) -> list[tuple]:
@@ -356,3 +360,39 @@ def test_classify_message_returns_items_or_a_dead_letter():
     dead = classify_message(LoggedMessage(mid(8), b"x" * 11), max_bytes=10)
     assert isinstance(dead, DeadLetter)
     assert (dead.reason, dead.master_id, dead.position) == (Reason.TOO_LARGE, None, None)
+
+
+def test_simulated_feed_outcomes_match_the_simulators_labels():
+    """The simulator labels what each message is meant to be; the pipeline must agree.
+
+    One known difference: the simulator keeps sending updates for a master it has made stale
+    (until its refresh) and labels them "update"; SPORTSDATA.md makes them `master-stale`.
+    """
+    invalid = {str(reason): 0.004 for reason in INVALID_REASONS}
+    feed = list(generate_feed(5, 6000, invalid=invalid, duplicates=0.01))
+    pipeline = run([LoggedMessage(m.message_id, m.body) for m in feed])
+    outcomes: dict[str, list[tuple[Outcome, Reason | None]]] = defaultdict(list)
+    for result in pipeline.results:
+        outcomes[result.message_id].append((result.outcome, result.reason))
+    seen: set[str] = set()
+    checked: Counter[str] = Counter()
+    for message in feed:
+        results = outcomes[message.message_id]
+        if message.message_id in seen:
+            assert message.kind == "duplicate"
+            assert (Outcome.DUPLICATE, None) in results
+            checked["duplicate"] += 1
+            continue
+        seen.add(message.message_id)
+        first = [r for r in results if r[0] is not Outcome.DUPLICATE]
+        if message.kind.startswith("invalid:"):
+            reason = Reason(message.kind.removeprefix("invalid:"))
+            assert (Outcome.DEAD_LETTERED, reason) in first, (message.kind, first)
+            checked[str(reason)] += 1
+        elif message.kind == "update":
+            assert set(first) <= {APPLIED, (Outcome.DEAD_LETTERED, Reason.MASTER_STALE)}
+            checked["update"] += 1
+        else:
+            assert set(first) == {APPLIED}, (message.kind, first)
+            checked[message.kind] += 1
+    assert set(checked) >= {str(reason) for reason in INVALID_REASONS} | {"duplicate", "update"}
