@@ -25,7 +25,9 @@ PYIFError) and models, in memory, the queue manager behaviour the source relies 
 - injectable failures: refused connects, the next call of a kind failing with a reason,
   broken connections (reason 2009 MQRC_CONNECTION_BROKEN by default), and a client that dies
   without MQBACK or MQDISC (`kill`);
-- MQRFH2 bodies (`build_rfh2`) and MQDLH headers (`read_dead_letter_header`).
+- MQRFH2 bodies (`build_rfh2`) and MQDLH headers (`read_dead_letter_header`);
+- PCF MQCMD_CREATE_Q / MQCMD_CHANGE_Q / MQCMD_DELETE_Q on local queues (PCFExecute), enough to
+  run the conformance registry's real-queue-manager glue here.
 
 It is stricter than pymqi in one way: assigning a field a structure does not have raises
 AttributeError, so a misspelt option is a test failure rather than a silently ignored field.
@@ -135,7 +137,10 @@ class CMQC:
     MQPMO_PASS_ALL_CONTEXT = 0x00000200
     MQPMO_FAIL_IF_QUIESCING = 0x00002000
 
+    MQIA_Q_TYPE = 20
     MQIA_BACKOUT_THRESHOLD = 22
+    MQCA_Q_NAME = 2016
+    MQQT_LOCAL = 1
     MQCA_DEAD_LETTER_Q_NAME = 2006
     MQCA_Q_MGR_NAME = 2015
     MQCA_BACKOUT_REQ_Q_NAME = 2019
@@ -164,6 +169,15 @@ class CMQC:
     MQRFH_STRUC_ID = b"RFH "
     MQRFH_VERSION_2 = 2
     MQRFH_STRUC_LENGTH_FIXED_2 = 36
+
+
+class CMQCFC:
+    """pymqi.CMQCFC: the PCF constants the conformance registry's real-queue-manager entry uses."""
+
+    MQIACF_PURGE = 1007
+    MQPO_NO = 0
+    MQPO_YES = 1
+    MQRCCF_OBJECT_ALREADY_EXISTS = 4001
 
 
 # Connection-level reasons: the fake breaks the connection (backing out its unit) when one of
@@ -836,6 +850,38 @@ class FakeQueueManagerServer:
             conn.broken = CMQC.MQRC_HCONN_ERROR
         conn.handles.clear()
 
+    @_locked
+    def pcf(self, conn: _Connection, command: str, args: dict[int, Any]) -> list[Any]:
+        """The few PCF commands on local queues the conformance registry sends."""
+        self.call(conn, command)
+        for key, value in args.items():
+            if isinstance(value, str):
+                raise TypeError(f'In Python 3 use bytes, not str (found "{key}":"{value}")')
+        name = _text(args.get(CMQC.MQCA_Q_NAME, b""))
+        threshold = args.get(CMQC.MQIA_BACKOUT_THRESHOLD)
+        backout_queue = args.get(CMQC.MQCA_BACKOUT_REQ_Q_NAME)
+        if command == "MQCMD_CREATE_Q":
+            if args.get(CMQC.MQIA_Q_TYPE) != CMQC.MQQT_LOCAL:
+                raise NotImplementedError("the fake defines local queues only")
+            if name in self.queues:
+                raise _fail(CMQCFC.MQRCCF_OBJECT_ALREADY_EXISTS)
+            self.define_queue(name)
+        elif name not in self.queues:
+            raise _fail(CMQC.MQRC_UNKNOWN_OBJECT_NAME)
+        if command in ("MQCMD_CREATE_Q", "MQCMD_CHANGE_Q"):
+            queue = self.queues[name]
+            if threshold is not None:
+                queue.backout_threshold = threshold
+            if backout_queue is not None:
+                queue.backout_queue = _text(backout_queue)
+        elif command == "MQCMD_DELETE_Q":
+            if self.queues[name].messages and args.get(CMQCFC.MQIACF_PURGE) != CMQCFC.MQPO_YES:
+                raise _fail(2055)  # MQRC_Q_NOT_EMPTY
+            del self.queues[name]
+        else:
+            raise NotImplementedError(f"the fake does not implement {command}")
+        return []
+
     # -- internals -----------------------------------------------------------------
 
     def _base(self, name: str) -> FakeQueue:
@@ -1026,12 +1072,33 @@ class Queue:
         self._qmgr._server.close(self._qmgr.connection(), handle)
 
 
+class PCFExecute:
+    """pymqi.PCFExecute(qmgr): `pcf.MQCMD_X(args)` sends PCF command X on qmgr's connection."""
+
+    def __init__(self, name: QueueManager, **_options: Any) -> None:
+        self._qmgr = name
+
+    def __getattr__(self, command: str) -> Callable[..., list[Any]]:
+        if not command.startswith("MQCMD_"):
+            raise AttributeError(command)
+        qmgr = self._qmgr
+
+        def execute(args: dict[int, Any] | None = None) -> list[Any]:
+            return qmgr._server.pcf(qmgr.connection(), command, args or {})
+
+        return execute
+
+    def disconnect(self) -> None:
+        """Closes the reply queue in pymqi; the connection stays."""
+
+
 class FakePymqi:
     """Stands in for the pymqi module, bound to one fake queue manager:
     `IbmMqQueue(..., pymqi_module=FakePymqi(server))`."""
 
     __version__ = "fake"
     CMQC = CMQC
+    CMQCFC = CMQCFC
     Error = Error
     MQMIError = MQMIError
     PYIFError = PYIFError
@@ -1042,6 +1109,7 @@ class FakePymqi:
     CD = CD
     SCO = SCO
     Queue = Queue
+    PCFExecute = PCFExecute
 
     def __init__(self, server: FakeQueueManagerServer) -> None:
         self.server = server

@@ -786,6 +786,39 @@ def test_connected_queue_manager_backs_out_and_disconnects_on_exit(
     assert server.disconnects_committing_a_unit == 0
 
 
+def test_conformance_real_queue_manager_entry_defines_and_deletes_its_queues(
+    server: FakeQueueManagerServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The registry's "ibmmq" glue (from_env, PCF) run against the fake posing as pymqi."""
+    from tests.queues import sources
+
+    monkeypatch.setitem(sys.modules, "pymqi", FakePymqi(server))
+    env = {
+        "SIS_IBMMQ_QMGR": "QM1",
+        "SIS_IBMMQ_CHANNEL": "DEV.APP.SVRCONN",
+        "SIS_IBMMQ_CONN": "mq1(1414)",
+        "SIS_IBMMQ_USER": "app",
+        "SIS_IBMMQ_PASSWORD": PASSWORD,
+    }
+    spec = {"env": env, "key": "test"}
+    name = "T" + "0" * 32
+    with sources.open_ibmmq(spec, name, 0).producer() as producer:
+        poison = producer.put(b"<poison/>")
+    source = sources.open_ibmmq(spec, name, 1)
+    assert (server.queues[name].backout_threshold, server.queues[name].backout_queue) == (
+        1,
+        f"{name}.BACKOUT",
+    )
+    with source.connect() as session:
+        assert session.get() is not None
+        session.backout()
+        assert session.get() is None  # moved to BOQNAME
+        session.commit()
+    assert [m.message_id for m in sources.read_backout_ibmmq(source)] == [poison]
+    sources._delete_real_queues(env, sources._REAL_QUEUES.pop("test"))
+    assert name not in server.queues and f"{name}.BACKOUT" not in server.queues
+
+
 # -- configuration from the environment -------------------------------------------------
 
 
