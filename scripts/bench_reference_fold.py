@@ -6,7 +6,8 @@
 The feed is generated first (not timed), then one ReferencePipeline processes it as one batch.
 Throughput is given against wall time and against the process's CPU time ("per core": the
 pipeline is single-threaded, so the two agree unless the machine is busy). Classification
-(parse, validate, split) and the fold are also timed separately.
+(parse, validate, split) and the fold are also timed separately, and an applied update is
+broken down into its steps (the patch engine's share is "patch compile" + "patch apply").
 """
 
 from __future__ import annotations
@@ -21,14 +22,19 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from lxml import etree
+
 from sis_platform.domain.fold import MasterState, PatchCache, fold_master
-from sis_platform.domain.items import Item
+from sis_platform.domain.items import Item, serialize
+from sis_platform.domain.messages import parse_xml
+from sis_platform.domain.patchscope import patch_scope, validate_patched
 from sis_platform.domain.pipeline import (
     DeadLetter,
     LoggedMessage,
     ReferencePipeline,
     classify_message,
 )
+from sis_platform.domain.xmlpatch import Patch, PatchError
 from sis_platform.simulator.generator import generate_feed
 
 T = TypeVar("T")
@@ -73,6 +79,53 @@ def stages(messages: list[LoggedMessage]) -> tuple[float, float, int]:
     return classify_cpu, fold_cpu, sum(len(items) for items in groups.values())
 
 
+def update_breakdown(messages: list[LoggedMessage]) -> dict[str, float]:
+    """Mean CPU microseconds per applied update item, by step: whose cost is it."""
+    steps = dict.fromkeys(
+        ("parse payload", "patch compile", "patch apply", "scoped check", "serialize"), 0.0
+    )
+    trees: dict[str, etree._ElementTree] = {}
+    applied = 0
+    clock = time.process_time
+    seen: set[str] = set()
+    for message in messages:
+        if message.message_id in seen:
+            continue
+        seen.add(message.message_id)
+        classified = classify_message(message)
+        if isinstance(classified, DeadLetter):
+            continue
+        for item in classified:
+            if item.category == "master":
+                trees[item.master_id] = parse_xml(item.payload).getroottree()
+                continue
+            current = trees.get(item.master_id)
+            if current is None:
+                continue
+            t0 = clock()
+            operations = parse_xml(item.payload)
+            t1 = clock()
+            try:
+                patch = Patch.from_element(operations)
+                t2 = clock()
+                result = patch.apply(current)
+            except PatchError:
+                continue
+            t3 = clock()
+            invalid = validate_patched(result, patch_scope(operations))
+            t4 = clock()
+            serialize(result)
+            t5 = clock()
+            if invalid is not None:
+                continue
+            trees[item.master_id] = result
+            applied += 1
+            spans = (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4)
+            for name, spent in zip(steps, spans, strict=True):
+                steps[name] += spent
+    return {name: spent / max(applied, 1) * 1e6 for name, spent in steps.items()}
+
+
 def bench(seed: int, count: int, profile: bool) -> None:
     messages, generate_wall, _ = timed(lambda: feed(seed, count))
     size = sum(len(m.body) for m in messages)
@@ -98,6 +151,12 @@ def bench(seed: int, count: int, profile: bool) -> None:
         f"  stages (CPU): classify {classify_cpu:.2f} s "
         f"({len(messages) / classify_cpu:,.0f} messages/s), "
         f"fold {fold_cpu:.2f} s ({items / fold_cpu:,.0f} items/s)"
+    )
+
+    breakdown = update_breakdown(messages)
+    print(
+        "  per applied update (CPU us): "
+        + ", ".join(f"{name} {spent:.0f}" for name, spent in breakdown.items())
     )
 
     if profile:
