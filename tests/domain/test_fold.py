@@ -131,8 +131,22 @@ def test_update_for_missing_master_is_dead_lettered_orphan_update():
         ('<replace sel="/event/@going"><soft/></replace>', Reason.INVALID_NODE_TYPES),
         ('<add sel="/event/p:market"><x/></add>', Reason.INVALID_NAMESPACE_PREFIX),
         ('<remove sel="/event/market" ws="before"/>', Reason.INVALID_WHITESPACE_DIRECTIVE),
+        ('<add sel="/event/market" type="wrong">x</add>', Reason.INVALID_ATTRIBUTE_VALUE),
+        ('<add sel="/event" type="@x" pos="before">x</add>', Reason.INVALID_PATCH_DIRECTIVE),
+        ("<replace sel=\"id('x')\">x</replace>", Reason.UNSUPPORTED_ID_FUNCTION),
+        ('<add sel="/event" type="namespace::x"></add>', Reason.INVALID_NAMESPACE_URI),
     ],
-    ids=["unlocated", "remove-root", "element-for-attribute", "unbound-prefix", "no-whitespace"],
+    ids=[
+        "unlocated",
+        "remove-root",
+        "element-for-attribute",
+        "unbound-prefix",
+        "no-whitespace",
+        "bad-type",
+        "pos-with-attribute",
+        "id-function",
+        "empty-namespace-uri",
+    ],
 )
 def test_failed_patch_is_dead_lettered_with_the_rfc5261_error_and_marks_the_master_stale(
     operation, reason
