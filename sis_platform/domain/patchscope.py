@@ -45,6 +45,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
+from typing import cast
 
 from lxml import etree
 
@@ -183,9 +184,8 @@ def _compiled(path: Path) -> etree.XPath:
 
 
 def _resolve(tree: etree._ElementTree, path: Path) -> list[etree._Element]:
-    found = _compiled(path)(tree)
-    assert isinstance(found, list)
-    return found
+    # A location path of element steps always evaluates to a node-set of elements.
+    return cast(list[etree._Element], _compiled(path)(tree))
 
 
 def _valid_in_place(element: etree._Element) -> bool:
