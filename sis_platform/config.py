@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
-from dagster_pyspark import LazyPySparkResource
 
 from sis_platform.resources.platform import (
     DeltaLakeResource,
@@ -28,7 +27,7 @@ from sis_platform.resources.sources import (
     QueueSourceResource,
     StompQueueResource,
 )
-from sis_platform.resources.spark import delta_spark_config
+from sis_platform.resources.spark import DeltaSparkResource, delta_spark_config
 
 PROFILES = ("local", "activemq", "ibmmq", "cluster")
 
@@ -127,7 +126,7 @@ def resources(env: Mapping[str, str] | None = None) -> dict[str, Any]:
             redelivery_limit=_int(env, "SIS_REDELIVERY_LIMIT", 5),
             selector=env.get("SIS_SELECTOR") or None,
         ),
-        "spark": LazyPySparkResource(
+        "spark": DeltaSparkResource(
             spark_config=delta_spark_config(
                 master=master,
                 driver_memory=_get(env, "SIS_SPARK_DRIVER_MEMORY", "2g"),

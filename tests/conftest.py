@@ -8,6 +8,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
+    import os
+    import sys
+
     from pyspark.sql import SparkSession
 
 
@@ -18,10 +21,14 @@ def spark() -> Iterator[SparkSession]:
     The platform's LazyPySparkResource calls getOrCreate() with the same configuration, so
     every Dagster run inside the test process reuses this session instead of starting a JVM.
     """
+    import os
+    import sys
+
     from pyspark.sql import SparkSession
 
     from sis_platform.resources.spark import delta_spark_config
 
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder
     for key, value in delta_spark_config(
         master="local[2]", app_name="sis-platform-tests", shuffle_partitions=2, ui_enabled=False

@@ -10,8 +10,13 @@ set `SIS_SPARK_JARS_DIR` to that folder: the jars are then passed as `spark.jars
 
 from __future__ import annotations
 
+import os
+import sys
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
+
+from dagster_pyspark import LazyPySparkResource
 
 SCALA_VERSION = "2.13"
 
@@ -65,3 +70,17 @@ def delta_spark_config(
         conf["spark.jars.packages"] = delta_package()
     conf.update(extra or {})
     return conf
+
+
+class DeltaSparkResource(LazyPySparkResource):
+    """dagster-pyspark's lazily built session, with Python workers on this interpreter.
+
+    PySpark starts its Python workers with $PYSPARK_PYTHON, else whatever `python3` is first
+    on PATH; in local mode that must be the platform's own interpreter (its virtualenv holds
+    pandas, pyarrow, lxml and the platform), so it is set here unless the operator set it.
+    """
+
+    @property
+    def spark_session(self) -> Any:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        return super().spark_session
