@@ -10,8 +10,8 @@ backout) and every state change is one SQLite transaction:
   at its original position.
 - Crashed consumers: a session holds a `flock` on its own lock file for its whole life. The
   kernel drops the lock when the process dies (SIGKILL included), so "owner dead" is an event
-  we can test for, not a timeout we guess. The next session to open (and a waiting `get`, at
-  most once a second) reinstates a dead session's messages with backout count + 1, as the
+  we can test for, not a timeout we guess. Opening a session and every get (a waiting get
+  also twice a second) reinstate a dead session's messages with backout count + 1, as the
   queue manager does when a connection breaks with a unit of work open.
 - Backout threshold (MQ BOTHRESH, 0 = off) and backout queue (BOQNAME): a get that meets a
   message whose backout count has reached the threshold moves it to the backout queue inside
@@ -53,8 +53,9 @@ _SESSIONS_DIR = "sessions"
 # How often a waiting get looks for a commit by another process; short enough that a put is
 # seen within a tick, long enough that an idle consumer costs nothing measurable.
 _POLL_SECONDS = 0.02
-# How often a waiting get checks for dead owners (crashed consumers) besides at connect.
-_REAP_INTERVAL_SECONDS = 1.0
+# How often a waiting get checks for dead owners (crashed consumers commit nothing, so there is
+# no data_version change to wake up for).
+_REAP_INTERVAL_SECONDS = 0.5
 _BUSY_TIMEOUT_SECONDS = 30.0
 
 _SCHEMA = """
@@ -187,18 +188,22 @@ class _OwnerLock:
         return False
 
 
-def _reap_dead_sessions(conn: sqlite3.Connection, sessions_dir: Path, own_token: str) -> int:
+def _reap_dead_sessions(
+    conn: sqlite3.Connection, sessions_dir: Path, own_token: str, orphans: bool = True
+) -> int:
     """Reinstate the in-flight messages of sessions whose process died; returns how many."""
-    # Looked at without a transaction first: this runs every second in a waiting get, and
-    # should not take the write lock when (as almost always) nobody has died. A token is never
-    # reused, so a session found dead here is still dead inside the transaction below.
+    # Looked at without a transaction first: this runs before every get, and should not take
+    # the write lock when (as almost always) nobody has died. A token is never reused, so a
+    # session found dead here is still dead inside the transaction below.
     tokens = [t for (t,) in conn.execute("SELECT token FROM sessions") if t != own_token]
     dead = [t for t in tokens if not _OwnerLock.holder_alive(sessions_dir / f"{t}.lock")]
-    orphaned = conn.execute(
-        "SELECT 1 FROM messages WHERE owner IS NOT NULL AND owner != ?"
-        " AND owner NOT IN (SELECT token FROM sessions) LIMIT 1",
-        (own_token,),
-    ).fetchone()
+    orphaned = None
+    if orphans:
+        orphaned = conn.execute(
+            "SELECT 1 FROM messages WHERE owner IS NOT NULL AND owner != ?"
+            " AND owner NOT IN (SELECT token FROM sessions) LIMIT 1",
+            (own_token,),
+        ).fetchone()
     if not dead and orphaned is None:
         return 0
     reinstated = 0
@@ -337,7 +342,6 @@ class EmbeddedSession(QueueSession):
             raise
         self._in_unit = 0
         self._closed = False
-        self._last_reap = time.monotonic()
 
     def _register(self) -> None:
         with _transaction(self._conn):
@@ -352,19 +356,19 @@ class EmbeddedSession(QueueSession):
             self._require_open()
             version = self._data_version()
             while True:
+                # As a queue manager backs out a broken connection's unit at once, a consumer
+                # that died is noticed before every get (a probe of each other session's lock
+                # file), so its messages are back in their places before this get chooses.
+                _reap_dead_sessions(self._conn, self._sessions_dir, self._token, orphans=False)
                 message = self._claim_next()
                 if message is not None:
                     return message
                 now = time.monotonic()
                 if now >= deadline:
                     return None
-                if now - self._last_reap >= _REAP_INTERVAL_SECONDS:
-                    self._last_reap = now
-                    if _reap_dead_sessions(self._conn, self._sessions_dir, self._token):
-                        continue
                 # Wait until another connection commits something (a put, a backout), the
                 # wait is over, or it is time to look for dead owners again.
-                wake = min(deadline, self._last_reap + _REAP_INTERVAL_SECONDS)
+                wake = min(deadline, now + _REAP_INTERVAL_SECONDS)
                 while (now := time.monotonic()) < wake:
                     time.sleep(min(_POLL_SECONDS, wake - now))
                     current = self._data_version()

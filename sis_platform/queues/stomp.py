@@ -3,19 +3,28 @@
 How MQ syncpoint semantics map onto STOMP, and what ActiveMQ 5.17 actually does (each point is
 exercised by tests/queues against a real broker):
 
-- Consuming: one subscription with `ack:client-individual` and a bounded
-  `activemq.prefetchSize`. Every message handed to the caller is ACKed at once *inside a STOMP
-  transaction* that is the unit of work. ActiveMQ counts transacted-but-uncommitted acks as
-  freeing the prefetch window, so a unit can be far larger than the prefetch while the broker
-  still never pushes more than `prefetch` messages we have not asked for. `commit()` sends
-  COMMIT with a receipt and waits for it: only then are the messages gone.
-- Backout: ABORT rolls the acks back, but ActiveMQ keeps the messages dispatched to the same
+- Consuming: one subscription with `ack:client` and a bounded `activemq.prefetchSize`. Every
+  message handed to the caller is ACKed at once *inside a STOMP transaction* that is the unit
+  of work. For a `client` subscription ActiveMQ turns a transacted ACK into a "delivered" ack:
+  it acknowledges nothing yet, it only opens the prefetch window by one, so a unit can be far
+  larger than the prefetch while the broker never pushes more than `prefetch` messages we have
+  not asked for. `commit()` sends COMMIT with a receipt and waits for it; the broker then acks
+  everything the transaction ACKed (one cumulative ack) and only then are the messages gone.
+  Why not `client-individual`: there a transacted ACK is a real ack inside the broker
+  transaction, and when a consumer dies with the unit open ActiveMQ removes the consumer
+  first (redelivering the messages it had only prefetched) and rolls the transaction back
+  after, so the unit's messages can come back *behind* the prefetched ones. With delivered
+  acks every unacked message goes back in one piece, in order.
+- Backout: ABORT drops the pending acks, but ActiveMQ keeps the messages dispatched to the same
   subscription; they are redelivered only when the consumer goes away. So backout is ABORT +
   UNSUBSCRIBE + SUBSCRIBE (a new subscription id): the broker puts the messages back at the
   head of the queue in their original order and marks them `redelivered:true`. Messages that
   were prefetched but never handed to the caller are redelivered (and marked) too; keep the
   prefetch small. A consumer that disconnects, crashes (SIGKILL) or loses its TCP connection
-  gets the same treatment from the broker.
+  gets the same treatment from the broker. Keeping the order across *repeated* backouts needs
+  the destination policy `strictOrderDispatch="true"` on the broker (scripts/activemq.sh sets
+  it): without it ActiveMQ 5.17 appends a backed-out unit behind earlier backed-out messages
+  it has not redelivered yet.
 - NACK is not a backout on ActiveMQ: it is a "poison ack" that moves the message straight to
   the dead-letter queue (ActiveMQ.DLQ by default), and it is refused inside a transaction
   ("Poison ack cannot be transacted", which also marks the transaction rollback-only). We never
@@ -28,10 +37,14 @@ exercised by tests/queues against a real broker):
   a message that keeps coming back through disconnects (no broker-side redelivery limit for
   STOMP consumers), so the backout threshold is applied here.
 - Backout threshold / backout queue: a get that meets a message whose known backout count
-  (delivery_count - 1) has reached the threshold SENDs a copy to `backout_queue` and ACKs the
-  original, both in the unit's transaction, exactly like the IBM MQ JMS client's poison-message
-  handling. The copy keeps our message id, the original put timestamp and properties, and
-  records `sis_backout_count` and `sis_original_destination`.
+  (delivery_count - 1) has reached the threshold does not return it: it is ACKed in the unit
+  like any other message and remembered; `commit()` first SENDs a copy to `backout_queue`
+  (persistent, confirmed by receipt) and then commits, which acks the original. A backout
+  forgets the move, as with IBM MQ's JMS client, whose move is part of the unit of work. If the
+  connection fails between the two, the copy is already on the backout queue and the original
+  comes back and is moved again: a duplicate there, never a lost message. The copy keeps our
+  message id, the original put timestamp and properties, and records `sis_backout_count` and
+  `sis_original_destination`.
 - Message ids: JMS providers assign ids and a STOMP client cannot choose ActiveMQ's
   (`message-id` on SEND is discarded; the broker's form is `ID:<host>-<port>-<start>-<n>:...`,
   not 48 hex digits) and is never told it on SEND. So the producer puts the id it returns in a
@@ -516,6 +529,19 @@ class _Got:
     ack_id: str
 
 
+@dataclass
+class _Move:
+    body: bytes
+    headers: dict[str, str]
+
+
+def _send_move(link: _Link, destination: str, move: _Move) -> Callable[[str], None]:
+    def send(receipt: str) -> None:
+        link.conn.send(destination, move.body, headers={**move.headers, "receipt": receipt})
+
+    return send
+
+
 class StompSession(QueueSession):
     def __init__(self, source: StompQueue) -> None:
         self._source = source
@@ -524,6 +550,7 @@ class StompSession(QueueSession):
         self._subscription = ""
         self._tx: str | None = None
         self._unit: list[_Got] = []
+        self._moves: list[_Move] = []
         self._unit_lost = False
         self._closed = False
         self._attach()
@@ -544,7 +571,7 @@ class StompSession(QueueSession):
                     self._take(link, frame)
                     threshold = self._source.backout_threshold
                     if threshold and message.delivery_count - 1 >= threshold:
-                        self._move_to_backout(link, frame, message)
+                        self._move_to_backout(frame, message)
                         continue
                     return message
                 except _LinkLost:
@@ -555,11 +582,14 @@ class StompSession(QueueSession):
             self._require_usable()
             if self._tx is None:
                 return
-            tx, unit = self._tx, self._unit
+            tx, unit, moves = self._tx, self._unit, self._moves
             link = self._link
+            source = self._source
             try:
                 if link is None:
                     raise _LinkLost("not connected")
+                for move in moves:
+                    link.request(_send_move(link, source.backout_queue, move), "move")
                 link.request(
                     lambda receipt: link.conn.commit(tx, headers={"receipt": receipt}), "commit"
                 )
@@ -569,10 +599,10 @@ class StompSession(QueueSession):
                 self._end_unit(backed_out=True)
                 self._drop_link()
                 raise SourceUnavailable(
-                    f"commit of {len(unit)} message(s) on {self._source.description} not"
+                    f"commit of {len(unit)} message(s) on {source.description} not"
                     f" confirmed ({e}); they may be redelivered"
                 ) from e
-            self._source._backouts.forget([g.broker_id for g in unit])
+            source._backouts.forget([g.broker_id for g in unit])
             self._end_unit(backed_out=False)
 
     def backout(self) -> None:
@@ -624,7 +654,7 @@ class StompSession(QueueSession):
             link.conn.subscribe(
                 source.destination,
                 id=subscription,
-                ack="client-individual",
+                ack="client",
                 headers={**headers, "receipt": receipt},
             )
 
@@ -659,7 +689,8 @@ class StompSession(QueueSession):
         return self._link
 
     def _take(self, link: _Link, frame: Any) -> None:
-        """ACK inside the unit's transaction (begun with the unit's first message)."""
+        """ACK inside the unit's transaction (begun with the unit's first message): with a
+        `client` subscription that only opens the prefetch window; COMMIT makes it an ack."""
         if self._tx is None:
             tx = f"tx-{uuid.uuid4().hex}"
             self._tx = tx
@@ -669,13 +700,12 @@ class StompSession(QueueSession):
         self._unit.append(got)
         link.send(lambda: link.conn.ack(got.ack_id, transaction=tx))
 
-    def _move_to_backout(self, link: _Link, frame: Any, message: ReceivedMessage) -> None:
+    def _move_to_backout(self, frame: Any, message: ReceivedMessage) -> None:
         source = self._source
         headers: dict[str, str] = {str(k): str(v) for k, v in message.properties.items()}
         headers.update(
             {
                 "persistent": "true",
-                "transaction": self._tx or "",
                 ID_PROPERTY: message.message_id,
                 BACKOUT_COUNT_PROPERTY: str(message.delivery_count - 1),
                 ORIGINAL_DESTINATION_PROPERTY: source.destination,
@@ -690,13 +720,14 @@ class StompSession(QueueSession):
             message.delivery_count - 1,
             source.backout_queue,
         )
-        # The ACK was already sent by _take, in the same transaction as this SEND.
-        link.send(lambda: link.conn.send(source.backout_queue, message.body, headers=headers))
+        # Already ACKed in the unit by _take; the copy is sent by commit().
+        self._moves.append(_Move(body=message.body, headers=headers))
 
     def _end_unit(self, backed_out: bool) -> None:
         if backed_out and self._unit:
             self._source._backouts.add([g.broker_id for g in self._unit])
         self._unit = []
+        self._moves = []
         self._tx = None
 
     def _drop_link(self) -> None:

@@ -15,6 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -263,30 +264,19 @@ def test_many_messages_in_one_unit_of_work(queue: QueueUnderTest) -> None:
     queue.assert_empty()
 
 
-def test_crashed_consumer_messages_are_redelivered(queue: QueueUnderTest) -> None:
+@pytest.mark.parametrize("replacement", ["after", "waiting"])
+def test_crashed_consumer_messages_are_redelivered(queue: QueueUnderTest, replacement: str) -> None:
+    """A consumer killed with a unit open: its messages come back, in order, flagged. The
+    replacement consumer connects either after the crash, or before it (then it is already
+    subscribed while the broker cleans up after the dead one: the harder case)."""
     put_ids = queue.put(b"a", b"b", b"c", b"d")
-    if queue.kind.simulate_crash is not None:
-        session = queue.source().connect()
-        held = ids(queue.get_n(session, 3))
-        queue.kind.simulate_crash(session)
-    else:
-        spawn = multiprocessing.get_context("spawn")
-        parent_end, child_end = spawn.Pipe()
-        child = spawn.Process(
-            target=hold_unit_until_killed,
-            args=(queue.kind.name, queue.spec, queue.name, 3, child_end),
-        )
-        child.start()
-        try:
-            assert parent_end.poll(60), "consumer process did not report its messages"
-            held = parent_end.recv()
-        finally:
-            assert child.pid is not None
-            os.kill(child.pid, signal.SIGKILL)
-            child.join(30)
-        assert child.exitcode == -signal.SIGKILL
-    assert held == put_ids[:3]
-    with queue.source().connect() as session:
+    with ExitStack() as stack:
+        with _crashing_consumer(queue, 3) as held:
+            assert held == put_ids[:3]
+            if replacement == "waiting":
+                session = stack.enter_context(queue.source().connect())
+        if replacement == "after":
+            session = stack.enter_context(queue.source().connect())
         again = queue.get_n(session, 4)
         session.commit()
     assert ids(again) == put_ids
@@ -295,6 +285,33 @@ def test_crashed_consumer_messages_are_redelivered(queue: QueueUnderTest) -> Non
         assert not again[3].redelivered
     if queue.kind.exact_delivery_count_after_reopen:
         assert [m.delivery_count for m in again[:3]] == [2, 2, 2]
+
+
+@contextmanager
+def _crashing_consumer(queue: QueueUnderTest, count: int) -> Iterator[list[str]]:
+    """A consumer holding `count` messages in an open unit of work (their ids are yielded)
+    that dies at the end of the block: a child process killed with SIGKILL, or the source's
+    own crash simulation."""
+    if queue.kind.simulate_crash is not None:
+        session = queue.source().connect()
+        yield ids(queue.get_n(session, count))
+        queue.kind.simulate_crash(session)
+        return
+    spawn = multiprocessing.get_context("spawn")
+    parent_end, child_end = spawn.Pipe()
+    child = spawn.Process(
+        target=hold_unit_until_killed,
+        args=(queue.kind.name, queue.spec, queue.name, count, child_end),
+    )
+    child.start()
+    try:
+        assert parent_end.poll(60), "consumer process did not report its messages"
+        yield parent_end.recv()
+    finally:
+        assert child.pid is not None
+        os.kill(child.pid, signal.SIGKILL)
+        child.join(30)
+    assert child.exitcode == -signal.SIGKILL
 
 
 def test_session_recovers_after_the_connection_drops(queue: QueueUnderTest) -> None:

@@ -129,8 +129,8 @@ def test_two_consumer_processes_never_get_the_same_message(tmp_path: Path) -> No
     assert first and second, "both consumers should have had work"
     assert not set(first) & set(second)
     assert sorted(first + second) == list(range(count))
-    # Each consumer still sees the queue's order among the messages it got.
-    assert first == sorted(first) and second == sorted(second)
+    # (No order check: with competing consumers, one backs out while the other moves on, so
+    # neither sees the whole queue's order. One consumer does; see the test above.)
 
 
 def test_waiting_get_reinstates_messages_of_a_consumer_killed_meanwhile(tmp_path: Path) -> None:
