@@ -264,6 +264,7 @@ def test_many_messages_in_one_unit_of_work(queue: QueueUnderTest) -> None:
     queue.assert_empty()
 
 
+@pytest.mark.faults
 @pytest.mark.parametrize("replacement", ["after", "waiting"])
 def test_crashed_consumer_messages_are_redelivered(queue: QueueUnderTest, replacement: str) -> None:
     """A consumer killed with a unit open: its messages come back, in order, flagged. The

@@ -133,6 +133,7 @@ def test_two_consumer_processes_never_get_the_same_message(tmp_path: Path) -> No
     # neither sees the whole queue's order. One consumer does; see the test above.)
 
 
+@pytest.mark.faults
 def test_waiting_get_reinstates_messages_of_a_consumer_killed_meanwhile(tmp_path: Path) -> None:
     queue = EmbeddedQueue(tmp_path)
     with queue.producer() as producer:

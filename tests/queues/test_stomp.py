@@ -215,6 +215,7 @@ def test_bad_arguments_are_rejected(kwargs: dict[str, Any]) -> None:
 
 
 @pytest.mark.broker
+@pytest.mark.faults
 def test_heartbeats_keep_an_idle_session_alive_and_detect_a_frozen_broker(
     activemq_outage: Broker, name: str
 ) -> None:
@@ -250,3 +251,29 @@ def test_heartbeats_keep_an_idle_session_alive_and_detect_a_frozen_broker(
         m = session.get(WAIT)  # the session reconnects by itself
         assert m is not None and m.message_id == put_id
         session.commit()
+
+
+@pytest.mark.broker
+def test_connection_lost_with_a_unit_open_must_be_backed_out(
+    activemq_outage: Broker, name: str
+) -> None:
+    broker = activemq_outage
+    src = source(broker, name, connect_attempts=1, connect_timeout=2.0)
+    with src.producer() as producer:
+        put_ids = [producer.put(b"a"), producer.put(b"b")]
+    with src.connect() as session:
+        m = session.get(WAIT)
+        assert m is not None and m.message_id == put_ids[0]
+        with broker.down():
+            with pytest.raises(SourceUnavailable, match="unit of work"):
+                session.get(WAIT)
+            # Until the caller acknowledges the lost unit, nothing pretends to go on.
+            with pytest.raises(SourceUnavailable, match="backout"):
+                session.get(0.0)
+            with pytest.raises(SourceUnavailable, match="backout"):
+                session.commit()
+            session.backout()  # the broker already did it; this just ends the unit
+        again = [session.get(WAIT), session.get(WAIT)]
+        session.commit()
+    assert [m.message_id if m else None for m in again] == put_ids
+    assert again[0] is not None and again[0].redelivered
