@@ -19,6 +19,7 @@ import platform
 import pstats
 import sys
 import time
+import timeit
 from collections.abc import Callable
 from functools import partial
 from typing import TypeVar
@@ -188,6 +189,9 @@ def main() -> None:
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}, {platform.platform()}"
     )
+    # A fixed pure-Python workload, so runs on a busy or throttled machine can be told apart.
+    calibration = min(timeit.repeat("sum(range(1000))", number=2000, repeat=5)) / 2000
+    print(f"calibration: sum(range(1000)) takes {calibration * 1e6:.1f} us (lower: faster core)")
     for count in args.messages or [12_000, 100_000]:
         bench(args.seed, count, args.profile, args.repeat)
 
