@@ -30,7 +30,9 @@ def assert_lake_matches_reference(lake: Any, ref: ReferencePipeline) -> None:
             s.filtered)
         for m, s in ref.masters.items()
     }
-    assert masters.keys() == expected_masters.keys()
+    assert sorted(masters) == sorted(expected_masters), (
+        f"lake has {sorted(masters.items())[:5]}, reference {sorted(expected_masters.items())[:5]}"
+    )
     assert masters == expected_masters
 
     versions = sorted(

@@ -74,7 +74,7 @@ def fold_masters(
 
     processing.compiled_selector()  # a bad selector fails here, loudly, before any write
     lk = lake.lake(spark.spark_session)
-    result = fold_step(lk, selector=processing.selector, run_id=context.run_id)
+    result = fold_step(lk, selector=processing.selector, run_id=context.run.run_id)
     if result.fold_step is None:
         context.log.info(f"nothing to fold: waiting for batch {result.waiting_for}")
     else:

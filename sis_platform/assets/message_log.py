@@ -151,7 +151,7 @@ def message_items(
     written.unpersist()
     log_row = session.createDataFrame(
         [(key, batch_seq_of(key), messages, n_items, sum(invalid.values()), digest,
-          datetime.now(UTC), context.run_id)],
+          datetime.now(UTC), context.run.run_id)],
         BATCH_LOG.schema(),
     )
     (

@@ -244,6 +244,11 @@ def fold_step(
     spark = lake.spark
     now = datetime.now(UTC)
 
+    # Every table the step writes is read at a pinned version: Delta invalidates cached plans
+    # of a table it writes to, and a plan that re-read message_outcomes after this step's own
+    # append would find every message of the step "already seen".
+    outcomes_version = lake.version(MESSAGE_OUTCOMES)
+    documents_version = lake.version(MASTER_DOCUMENTS)
     items = lake.read(MESSAGE_ITEMS).where(F.col("batch_key").isin(keys))
     digest_rows = lake.read(BATCH_LOG).where(F.col("batch_key").isin(keys)).orderBy("batch_seq")
     items_digest = ",".join(r["items_digest"] for r in digest_rows.collect())
@@ -252,21 +257,24 @@ def fold_step(
     # later copies, in this step or after an earlier step, are duplicates.
     messages = items.select("message_id", "batch_seq", "msg_seq").distinct()
     first_copy = Window.partitionBy("message_id").orderBy("batch_seq", "msg_seq")
-    seen = lake.read(MESSAGE_OUTCOMES).select("message_id").distinct()
+    seen = lake.read(MESSAGE_OUTCOMES, version=outcomes_version).select("message_id").distinct()
     ranked = messages.withColumn("copy", F.row_number().over(first_copy))
     dup_keys = ranked.where("copy > 1").select("batch_seq", "msg_seq").unionByName(
         ranked.where("copy = 1")
         .join(seen, "message_id", "left_semi")
         .select("batch_seq", "msg_seq")
     ).withColumn("duplicate", F.lit(True))
-    tagged = items.join(dup_keys, ["batch_seq", "msg_seq"], "left").persist()
+    # Materialized once (localCheckpoint): every output below derives from it.
+    tagged = items.join(dup_keys, ["batch_seq", "msg_seq"], "left").localCheckpoint()
 
     dup_msgs = tagged.where("duplicate").select("message_id", "batch_seq", "msg_seq").distinct()
     invalid = tagged.where("duplicate IS NULL AND status = 'invalid'")
     valid = tagged.where("duplicate IS NULL AND status = 'item'")
 
     affected = valid.select("master_id").distinct()
-    state = lake.read(MASTER_DOCUMENTS).join(affected, "master_id", "left_semi")
+    state = lake.read(MASTER_DOCUMENTS, version=documents_version).join(
+        affected, "master_id", "left_semi"
+    )
     folded = (
         valid.select(
             "master_id", "message_id", "position", "category", "type", "payload", "batch_seq",
@@ -275,7 +283,7 @@ def fold_step(
         .groupBy("master_id")
         .cogroup(state.groupBy("master_id"))
         .applyInPandas(partial(_fold_groups, selector_text=selector), _fold_out_schema())
-        .persist()
+        .localCheckpoint()
     )
 
     step_col = F.lit(step).cast("long")
@@ -313,7 +321,7 @@ def fold_step(
             )
         )
         .withColumn("fold_step", step_col)
-    )
+    ).localCheckpoint()
     dead = (
         outcomes.where(F.col("outcome") == str(Outcome.DEAD_LETTERED))
         .join(raw_cols, ["batch_seq", "msg_seq"])
@@ -321,19 +329,6 @@ def fold_step(
     )
     versions = folded.where("kind = 'version'").withColumn("fold_step", step_col)
     states = folded.where("kind = 'state'").withColumn("fold_step", step_col)
-
-    lake.append(MASTER_VERSIONS, versions)
-    lake.append(DEAD_LETTERS, dead)
-    lake.append(MESSAGE_OUTCOMES, outcomes)
-    (
-        lake.table(MASTER_DOCUMENTS)
-        .alias("t")
-        .merge(states.select(*[f.name for f in MASTER_DOCUMENTS.schema().fields]).alias("s"),
-               "t.master_id = s.master_id")
-        .whenMatchedUpdateAll()
-        .whenNotMatchedInsertAll()
-        .execute()
-    )
 
     counts = {
         str(r["outcome"]): int(r["n"])
@@ -351,6 +346,19 @@ def fold_step(
         masters_changed=states.count(),
         waiting_for=waiting,
     )
+    lake.append(MASTER_VERSIONS, versions)
+    lake.append(DEAD_LETTERS, dead)
+    lake.append(MESSAGE_OUTCOMES, outcomes)
+    (
+        lake.table(MASTER_DOCUMENTS)
+        .alias("t")
+        .merge(states.select(*[f.name for f in MASTER_DOCUMENTS.schema().fields]).alias("s"),
+               "t.master_id = s.master_id")
+        .whenMatchedUpdateAll()
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
+
     commit = spark.createDataFrame(
         [
             (
@@ -362,8 +370,6 @@ def fold_step(
         FOLD_STEPS.schema(),
     )
     lake.append(FOLD_STEPS, commit)
-    tagged.unpersist()
-    folded.unpersist()
     return result
 
 
