@@ -10,12 +10,14 @@ and never stored in the code location's configuration snapshot. The README lists
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
+from sis_platform.lease import DEFAULT_LEASE_SECONDS
 from sis_platform.resources.platform import (
     DeltaLakeResource,
     FeedProcessingResource,
@@ -57,6 +59,14 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
         raise ConfigurationError(f"{name}={raw!r} is not a number") from None
 
 
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> Any:
+    """One of `choices` (the first is the default)."""
+    value = _get(env, name, choices[0])
+    if value not in choices:
+        raise ConfigurationError(f"{name}={value!r}: expected one of {', '.join(choices)}")
+    return value
+
+
 def _required(env: Mapping[str, str], name: str, profile: str) -> str:
     value = env.get(name, "").strip()
     if not value:
@@ -70,7 +80,8 @@ def data_dir(env: Mapping[str, str] | None = None) -> Path:
 
 
 def queue_resource(env: Mapping[str, str], profile: str) -> QueueSourceResource:
-    source = _get(env, "SIS_SOURCE", {"activemq": "stomp", "ibmmq": "ibmmq"}.get(profile, "embedded"))
+    default_source = {"activemq": "stomp", "ibmmq": "ibmmq"}.get(profile, "embedded")
+    source = _get(env, "SIS_SOURCE", default_source)
     if source == "embedded":
         return EmbeddedQueueResource(
             path=_get(env, "SIS_QUEUE_DIR", str(data_dir(env) / "queue")),
@@ -85,6 +96,10 @@ def queue_resource(env: Mapping[str, str], profile: str) -> QueueSourceResource:
             destination=_get(env, "SIS_STOMP_DESTINATION", "/queue/SPORTSDATA"),
             user=env.get("SIS_STOMP_USER") or None,
             password=dg.EnvVar("SIS_STOMP_PASSWORD") if env.get("SIS_STOMP_PASSWORD") else None,
+            selector=env.get("SIS_STOMP_SELECTOR") or None,
+            prefetch=_int(env, "SIS_STOMP_PREFETCH", 10),
+            backout_threshold=_int(env, "SIS_BACKOUT_THRESHOLD", 0),
+            backout_queue=env.get("SIS_BACKOUT_QUEUE") or None,
         )
     if source == "ibmmq":
         return IbmMqQueueResource(
@@ -96,6 +111,10 @@ def queue_resource(env: Mapping[str, str], profile: str) -> QueueSourceResource:
             password=dg.EnvVar("SIS_IBMMQ_PASSWORD") if env.get("SIS_IBMMQ_PASSWORD") else None,
             cipher_spec=env.get("SIS_IBMMQ_CIPHER_SPEC") or None,
             key_repository=env.get("SIS_IBMMQ_KEY_REPOSITORY") or None,
+            certificate_label=env.get("SIS_IBMMQ_CERT_LABEL") or None,
+            client_reconnect=_choice(
+                env, "SIS_IBMMQ_RECONNECT", ("disabled", "as_def", "any", "qmgr")
+            ),
         )
     raise ConfigurationError(f"SIS_SOURCE={source!r}: expected embedded, stomp or ibmmq")
 
@@ -111,14 +130,25 @@ def resources(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     if profile == "cluster" and master.startswith("local"):
         raise ConfigurationError("profile 'cluster' needs SIS_SPARK_MASTER (spark://, k8s://, "
                                  "yarn or sc://)")
+    max_seconds = _float(env, "SIS_BATCH_MAX_SECONDS", 10.0)
+    lease_seconds = _float(env, "SIS_LEASE_SECONDS", DEFAULT_LEASE_SECONDS)
+    if lease_seconds < 3 * max_seconds:
+        # A tick renews the lease and then consumes for up to max_seconds; the next tick must
+        # renew before it expires, with room for the sensor interval and clock skew.
+        raise ConfigurationError(
+            f"SIS_LEASE_SECONDS={lease_seconds:g} must be at least 3 x SIS_BATCH_MAX_SECONDS"
+            f"={max_seconds:g}"
+        )
     return {
         "queue": queue_resource(env, profile),
         "landing": LandingZoneResource(
             root=_get(env, "SIS_LANDING_DIR", str(data / "landing")),
             max_messages=_int(env, "SIS_BATCH_MAX_MESSAGES", 5_000),
             max_bytes=_int(env, "SIS_BATCH_MAX_BYTES", 64 * 1024 * 1024),
-            max_seconds=_float(env, "SIS_BATCH_MAX_SECONDS", 10.0),
+            max_seconds=max_seconds,
             get_wait_seconds=_float(env, "SIS_GET_WAIT_SECONDS", 0.5),
+            deployment=_get(env, "SIS_DEPLOYMENT", socket.gethostname()),
+            lease_seconds=lease_seconds,
         ),
         "lake": DeltaLakeResource(base_path=_get(env, "SIS_LAKE_PATH", str(data / "lake"))),
         "processing": FeedProcessingResource(

@@ -5,7 +5,9 @@ invariant 1). The order of the three steps is the whole point: a crash before `l
 leaves every message on the queue (the unit of work is backed out, and redelivered with a
 higher delivery count); a crash after `land` but before `commit` leaves the messages both on
 the queue and in a batch, and their redelivered copies are later recorded as duplicates by
-message id (invariant 2). No Dagster or Spark import: the sensor calls this every tick.
+message id (invariant 2). With a consumer lease, `land` is fenced: a consumer that lost the
+lease gets `FencedOff` from it, lands nothing and backs out, so the messages stay on the queue
+for the new holder (invariant 6). No Dagster or Spark import: the sensor calls this every tick.
 """
 
 from __future__ import annotations
@@ -13,9 +15,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sis_platform.landing import LandedBatch, LandingZone
 from sis_platform.queues.base import QueueSession, ReceivedMessage
+
+if TYPE_CHECKING:
+    from sis_platform.lease import Fence
 
 
 @dataclass(frozen=True)
@@ -37,10 +43,12 @@ def consume_batch(
     *,
     before_commit: Callable[[LandedBatch], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
+    fence: Fence | None = None,
 ) -> LandedBatch | None:
     """Get up to one batch's worth of messages, land them, commit. None when the queue was
-    empty. `before_commit` runs between landing and commit (the consumer lease check, and
-    fault injection in tests); if it raises, the unit of work is backed out."""
+    empty. `fence` is the consumer lease's proof of holding (checked by `land` right before the
+    batch is claimed). `before_commit` runs between landing and commit (fault injection in
+    tests); if it, or `land`, raises, the unit of work is backed out."""
     deadline = clock() + limits.max_seconds
     messages: list[ReceivedMessage] = []
     size = 0
@@ -57,7 +65,7 @@ def consume_batch(
         if not messages:
             session.commit()  # nothing got; ends the (empty) unit of work cleanly
             return None
-        batch = zone.land(messages)
+        batch = zone.land(messages, fence=fence)
         if before_commit is not None:
             before_commit(batch)
     except BaseException:

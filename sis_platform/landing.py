@@ -11,7 +11,13 @@ digits, so that keys sort in landing order (they are Dagster partition keys). A 
 claimed with a hard link, which fails rather than overwrite if another consumer landed the same
 number first.
 
-Each message carries a hash chain link: chain = sha256(previous chain || message id || sha256(body)),
+With a consumer lease (`sis_platform.lease`), `land` takes a `Fence`: the claim happens under
+the lease lock and only while the caller's fencing token is current, so a holder that lost the
+lease lands nothing (`FencedOff`). The token and holder are recorded in the batch file's
+Parquet key-value metadata (`sis:fence_token`, `sis:lease_holder`).
+
+Each message carries a hash chain link,
+chain = sha256(previous chain || message id || sha256(body)),
 starting from the last link of the previous batch (32 zero bytes for the first batch), so that
 deleting, inserting, reordering or changing a logged message is detectable.
 
@@ -27,14 +33,20 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sis_platform.queues.base import ReceivedMessage
 
+if TYPE_CHECKING:
+    from sis_platform.lease import Fence
+
 GENESIS_LINK = bytes(32)
 BATCH_KEY_RE = re.compile(r"^\d{10}$")
+FENCE_TOKEN_KEY = b"sis:fence_token"
+LEASE_HOLDER_KEY = b"sis:lease_holder"
 
 LANDING_SCHEMA = pa.schema(
     [
@@ -76,6 +88,7 @@ class LandedBatch:
     messages: int
     bytes: int
     last_link: str  # hex
+    fence_token: int | None = None  # None: landed without a consumer lease
 
 
 class LandingZone:
@@ -112,8 +125,18 @@ class LandingZone:
         table = pq.read_table(self.batch_path(key), columns=["chain_link"])
         return batch_seq_of(key), bytes.fromhex(table.column("chain_link")[-1].as_py())
 
-    def land(self, messages: Sequence[ReceivedMessage], *, now: datetime | None = None) -> LandedBatch:
-        """Write `messages` as the next batch, durably. Returns once the batch is on disk."""
+    def land(
+        self,
+        messages: Sequence[ReceivedMessage],
+        *,
+        now: datetime | None = None,
+        fence: Fence | None = None,
+    ) -> LandedBatch:
+        """Write `messages` as the next batch, durably. Returns once the batch is on disk.
+
+        With `fence`, the batch is claimed only while the fence's token is the lease's current
+        token (checked under the lease lock right before the claim); otherwise `FencedOff` is
+        raised and nothing is landed."""
         if not messages:
             raise ValueError("a landing batch needs at least one message")
         import json
@@ -149,18 +172,44 @@ class LandingZone:
             for name, value in row.items():
                 columns[name].append(value)
         table = pa.Table.from_pydict(columns, schema=LANDING_SCHEMA)
+        if fence is not None:
+            table = table.replace_schema_metadata(
+                {
+                    FENCE_TOKEN_KEY: str(fence.token).encode(),
+                    LEASE_HOLDER_KEY: fence.holder.encode(),
+                }
+            )
         final = self.batch_path(key)
         tmp = self.tmp_dir / f"{key}.parquet.{os.getpid()}.partial"
-        pq.write_table(table, tmp, compression="zstd")
-        _fsync_file(tmp)
+        # Written and fsync'd through one descriptor: if a new lease holder cleans up our partial
+        # file meanwhile, we still reach the fence check and are told why (FencedOff).
+        with open(tmp, "wb") as f:
+            pq.write_table(table, f, compression="zstd")
+            f.flush()
+            os.fsync(f.fileno())
         try:
-            # link() never overwrites: if two consumers raced for this number (the consumer
-            # lease exists to prevent it), the second fails here instead of replacing a batch.
-            os.link(tmp, final)
+            if fence is None:
+                _claim(tmp, final)
+            else:
+                with fence.held():
+                    _claim(tmp, final)
         finally:
-            tmp.unlink()
+            tmp.unlink(missing_ok=True)
         _fsync_dir(self.batches_dir)
-        return LandedBatch(key, seq, final, len(messages), total, link.hex())
+        token = fence.token if fence is not None else None
+        return LandedBatch(key, seq, final, len(messages), total, link.hex(), token)
+
+    def fence_token(self, key: str) -> int | None:
+        """The fencing token the batch was landed under (None: landed without a lease)."""
+        metadata = pq.read_schema(self.batch_path(key)).metadata or {}
+        raw = metadata.get(FENCE_TOKEN_KEY)
+        return int(raw) if raw is not None else None
+
+    def lease_holder(self, key: str) -> str | None:
+        """Who landed the batch, when it was landed under a consumer lease."""
+        metadata = pq.read_schema(self.batch_path(key)).metadata or {}
+        raw = metadata.get(LEASE_HOLDER_KEY)
+        return raw.decode() if raw is not None else None
 
     def read(self, key: str) -> pa.Table:
         return pq.read_table(self.batch_path(key), schema=LANDING_SCHEMA)
@@ -180,12 +229,10 @@ class LandingZone:
         return removed
 
 
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _claim(tmp: Path, final: Path) -> None:
+    # link() never overwrites: if two consumers raced for this number (the consumer lease
+    # exists to prevent it), the second fails here instead of replacing a batch.
+    os.link(tmp, final)
 
 
 def _fsync_dir(path: Path) -> None:

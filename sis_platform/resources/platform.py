@@ -10,6 +10,7 @@ from pydantic import Field
 
 from sis_platform.domain.messages import DEFAULT_MAX_BYTES
 from sis_platform.landing import LandingZone
+from sis_platform.lease import DEFAULT_LEASE_SECONDS, ConsumerLease, holder_id
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -19,7 +20,8 @@ if TYPE_CHECKING:
 
 
 class LandingZoneResource(dg.ConfigurableResource):
-    """Durable landing batches, and how large the sensor makes them."""
+    """Durable landing batches, how large the sensor makes them, and the consumer lease that
+    keeps two deployments sharing the landing zone from consuming at once."""
 
     root: str = Field(description="Folder of the landing zone (shared storage in production).")
     max_messages: int = Field(default=5_000, description="Most messages in one batch.")
@@ -32,9 +34,23 @@ class LandingZoneResource(dg.ConfigurableResource):
     get_wait_seconds: float = Field(
         default=0.5, description="How long one get waits for a message before the batch closes."
     )
+    deployment: str | None = Field(
+        default=None,
+        description="This deployment's name in the consumer lease (e.g. prod, dr); the host "
+        "name when unset.",
+    )
+    lease_seconds: float = Field(
+        default=DEFAULT_LEASE_SECONDS,
+        description="How long the consumer lease lasts unless renewed (every tick renews it); "
+        "a standby takes over this long after the holder's last tick.",
+    )
 
     def zone(self) -> LandingZone:
         return LandingZone(Path(self.root))
+
+    def lease(self) -> ConsumerLease:
+        """The consumer lease in the landing zone's root, as this process holds or awaits it."""
+        return ConsumerLease(Path(self.root), holder_id(self.deployment), self.lease_seconds)
 
 
 class DeltaLakeResource(dg.ConfigurableResource):

@@ -1,27 +1,57 @@
 """The message source as a Dagster resource: one interface, three implementations.
 
 Sensors annotate `QueueSourceResource`; which implementation is bound is decided once, in
-`sis_platform.config`. Each resource only holds configuration and opens the real client
+`sis_platform.config`. Each resource only holds configuration and builds the real client
 (`sis_platform.queues.*`) when asked, so constructing one never touches the network.
+
+`open()` returns one source object per process and configuration. Dagster builds fresh
+resource objects for every sensor tick, but a source may keep state that must outlive a tick:
+`StompQueue` counts backouts itself, because ActiveMQ over STOMP only says "redelivered"
+(see sis_platform/queues/stomp.py), so a new object per tick would forget them.
 """
 
 from __future__ import annotations
 
 import abc
+import hashlib
+import json
+import os
+import threading
 from pathlib import Path
+from typing import Literal
 
 import dagster as dg
 from pydantic import Field
 
 from sis_platform.queues.base import QueueSource
 
+_SOURCES: dict[str, QueueSource] = {}
+_SOURCES_LOCK = threading.Lock()
+
 
 class QueueSourceResource(dg.ConfigurableResource, abc.ABC):
     """Where the Sportsdata feed is consumed from."""
 
-    @abc.abstractmethod
     def open(self) -> QueueSource:
-        """The configured queue (no connection is made until `connect()`)."""
+        """The configured queue, the same object for the same configuration within this
+        process (no connection is made until `connect()`)."""
+        with _SOURCES_LOCK:
+            key = self._source_key()
+            source = _SOURCES.get(key)
+            if source is None:
+                source = _SOURCES[key] = self.build()
+            return source
+
+    @abc.abstractmethod
+    def build(self) -> QueueSource:
+        """A new source object for this configuration (use `open()`, which caches it)."""
+
+    def _source_key(self) -> str:
+        # The pid keeps a forked child from inheriting its parent's objects; the digest keeps a
+        # resolved password out of the key while still telling changed credentials apart.
+        config = json.dumps(self.model_dump(), sort_keys=True, default=str)
+        digest = hashlib.sha256(config.encode()).hexdigest()
+        return f"{os.getpid()}:{type(self).__module__}.{type(self).__qualname__}:{digest}"
 
 
 class EmbeddedQueueResource(QueueSourceResource):
@@ -35,7 +65,7 @@ class EmbeddedQueueResource(QueueSourceResource):
     )
     backout_queue: str | None = Field(default=None, description="MQ BOQNAME.")
 
-    def open(self) -> QueueSource:
+    def build(self) -> QueueSource:
         from sis_platform.queues.embedded import EmbeddedQueue
 
         return EmbeddedQueue(
@@ -54,8 +84,24 @@ class StompQueueResource(QueueSourceResource):
     destination: str = "/queue/SPORTSDATA"
     user: str | None = None
     password: str | None = Field(default=None, description="Set from an EnvVar, never inline.")
+    selector: str | None = Field(
+        default=None,
+        description="JMS selector over message headers, applied by the broker; messages it "
+        "does not select stay on the queue (unlike the feed selector, which records them).",
+    )
+    prefetch: int = Field(
+        default=10,
+        description="Messages the broker pushes ahead of our gets. Keep it small: those not "
+        "got by the end of a tick come back flagged redelivered.",
+    )
+    backout_threshold: int = Field(
+        default=0, description="Backouts before a message moves to the backout queue (0 = off)."
+    )
+    backout_queue: str | None = Field(
+        default=None, description="Where such messages go (default: ActiveMQ.DLQ)."
+    )
 
-    def open(self) -> QueueSource:
+    def build(self) -> QueueSource:
         from sis_platform.queues.stomp import StompQueue
 
         return StompQueue(
@@ -64,6 +110,10 @@ class StompQueueResource(QueueSourceResource):
             destination=self.destination,
             user=self.user,
             password=self.password,
+            selector=self.selector,
+            prefetch=self.prefetch,
+            backout_threshold=self.backout_threshold,
+            backout_queue=self.backout_queue,
         )
 
 
@@ -78,8 +128,16 @@ class IbmMqQueueResource(QueueSourceResource):
     password: str | None = Field(default=None, description="Set from an EnvVar, never inline.")
     cipher_spec: str | None = None
     key_repository: str | None = None
+    certificate_label: str | None = Field(
+        default=None, description="Client certificate label in the key repository (mutual TLS)."
+    )
+    client_reconnect: Literal["disabled", "as_def", "any", "qmgr"] = Field(
+        default="disabled",
+        description="MQ client auto-reconnect. 'disabled' leaves reconnecting to the source "
+        "(bounded, logged); MQ's own can block a call for up to 30 minutes.",
+    )
 
-    def open(self) -> QueueSource:
+    def build(self) -> QueueSource:
         from sis_platform.queues.ibmmq import IbmMqQueue
 
         return IbmMqQueue(
@@ -91,4 +149,6 @@ class IbmMqQueueResource(QueueSourceResource):
             password=self.password,
             cipher_spec=self.cipher_spec,
             key_repository=self.key_repository,
+            certificate_label=self.certificate_label,
+            client_reconnect=self.client_reconnect,
         )

@@ -1,4 +1,10 @@
-"""The only component that talks to the queue: it lands batches and registers them."""
+"""The only component that talks to the queue: it lands batches and registers them.
+
+Every tick first renews (or takes) the consumer lease in the landing zone (sis_platform.lease):
+a deployment that does not hold it is a standby and does nothing but say who does. The holder
+lands through the lease's fence, so if it was paused past its lease and another deployment
+took over, its batch is refused and its messages stay on the queue.
+"""
 
 import dagster as dg
 
@@ -6,7 +12,8 @@ from sis_platform.assets.partitions import batches_partitions
 from sis_platform.consumer import BatchLimits, consume_batch
 from sis_platform.jobs import process_batch_job
 from sis_platform.landing import batch_seq_of
-from sis_platform.queues.base import SourceUnavailable
+from sis_platform.lease import LeaseError
+from sis_platform.queues.base import FencedOff, SourceUnavailable
 from sis_platform.resources.platform import LandingZoneResource
 from sis_platform.resources.sources import QueueSourceResource
 
@@ -25,6 +32,27 @@ def sportsdata_queue_sensor(
 ) -> dg.SensorResult | dg.SkipReason:
     zone = landing.zone()
     zone.ensure()
+    lease = landing.lease()
+    try:
+        current = lease.acquire()
+    except (LeaseError, OSError) as exc:
+        # Without the lease nothing may be consumed; an unreadable lease is an outage to see.
+        raise dg.Failure(
+            description=f"consumer lease in {zone.root} unavailable: {exc}; retrying next tick"
+        ) from exc
+    if not lease.holds(current):
+        # Loud but not a failure: standing by is this deployment's job until the holder stops.
+        return dg.SkipReason(
+            f"standby: the consumer lease in {zone.root} is held by {current.holder} "
+            f"(fencing token {current.token}) until {current.expires_at:%Y-%m-%d %H:%M:%S} UTC; "
+            f"{lease.holder} takes over if it is not renewed by then"
+        )
+    if current.acquired_at == current.renewed_at:
+        context.log.warning(
+            f"{lease.holder} acquired the consumer lease with fencing token {current.token}"
+            + (f", taking over from {current.previous_holder}" if current.previous_holder else "")
+        )
+    # Only the holder cleans up: a standby must not delete the holder's file in progress.
     if removed := zone.clean_partials():
         context.log.warning(f"removed {removed} partial batch file(s) left by a crash")
     registered = int(context.cursor) if context.cursor else 0
@@ -42,7 +70,13 @@ def sportsdata_queue_sensor(
         )
         try:
             with source.connect() as session:
-                batch = consume_batch(session, zone, limits)
+                batch = consume_batch(session, zone, limits, fence=lease.fence(current))
+        except FencedOff as exc:
+            raise dg.Failure(
+                description=f"lost the consumer lease during the tick (paused past its expiry?): "
+                f"{exc}; the messages got in this tick were backed out and stay on "
+                f"{source.description} for the holder"
+            ) from exc
         except SourceUnavailable as exc:
             # A failed tick, not a skip: an outage must be visible in the UI (STYLE.md rule 7).
             raise dg.Failure(
