@@ -1,0 +1,182 @@
+"""Issue 5.4: the platform against a real ActiveMQ, the broker stopped mid-flow and restarted.
+The sensor reports the outage as a failed tick naming the source, lands nothing meanwhile,
+recovers by itself, and nothing is lost; only messages whose unit of work was in doubt at the
+outage (landed, commit not confirmed) land twice, and the reference pipeline records the
+second copies as duplicates."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Callable
+
+import dagster as dg
+import pytest
+
+from sis_platform.consumer import BatchLimits, consume_batch
+from sis_platform.domain.pipeline import MessageResult, ReferencePipeline
+from sis_platform.domain.reasons import Outcome
+from sis_platform.queues.base import QueueSession, ReceivedMessage, SourceUnavailable
+from sis_platform.simulator.generator import generate_feed
+from tests.harness import Harness
+from tests.queues.broker import Broker, activemq, activemq_outage
+
+__all__ = ["activemq", "activemq_outage"]  # the broker fixtures, used by name below
+
+BATCH = 25
+
+
+def _harness(tmp_path, broker: Broker) -> Harness:
+    return Harness(
+        tmp_path,
+        {
+            "SIS_PROFILE": "activemq",
+            "SIS_SOURCE": "stomp",
+            "SIS_STOMP_HOST": broker.host,
+            "SIS_STOMP_PORT": str(broker.stomp_port),
+            "SIS_STOMP_DESTINATION": f"/queue/T{uuid.uuid4().hex}",
+            "SIS_BATCH_MAX_MESSAGES": str(BATCH),
+            # A broker pushes messages after SUBSCRIBE: give the first one time to arrive.
+            "SIS_GET_WAIT_SECONDS": "2",
+            "SIS_BATCH_MAX_SECONDS": "10",
+        },
+    )
+
+
+def _publish(h: Harness, n: int, seed: int) -> list[str]:
+    feed = list(generate_feed(seed=seed, messages=n))
+    with h.resources["queue"].open().producer() as producer:
+        return [producer.put(m.body, message_id=m.message_id) for m in feed]
+
+
+def _landed(h: Harness) -> list[str]:
+    return [m.message_id for m in h.logged_messages()]
+
+
+def _tick_until_drained(h: Harness, published: list[str], max_ticks: int = 40) -> int:
+    """Ticks after the restart: each must succeed by itself until the queue is empty."""
+    for ticks in range(1, max_ticks + 1):
+        result = h.tick()
+        if isinstance(result, dg.SkipReason):
+            assert "queue empty" in (result.skip_message or "")
+            assert set(_landed(h)) == set(published)
+            return ticks
+    raise AssertionError(f"queue not drained after {max_ticks} ticks")
+
+
+class _StopBrokerAfter(QueueSession):
+    """The sensor's real session; after `n` messages the broker goes away under it."""
+
+    def __init__(self, inner: QueueSession, n: int, stop: Callable[[], None]) -> None:
+        self.inner, self.n, self.stop, self.got = inner, n, stop, 0
+
+    def get(self, wait_seconds: float = 0.0) -> ReceivedMessage | None:
+        if self.got == self.n:
+            self.stop()
+        message = self.inner.get(wait_seconds)
+        self.got += message is not None
+        return message
+
+    def commit(self) -> None:
+        self.inner.commit()
+
+    def backout(self) -> None:
+        self.inner.backout()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@pytest.mark.broker
+def test_broker_outage_fails_ticks_visibly_and_the_sensor_recovers_losing_nothing(
+    tmp_path, activemq_outage: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broker = activemq_outage
+    h = _harness(tmp_path, broker)
+    published = _publish(h, 120, seed=54)
+    for _ in range(2):
+        assert isinstance(h.tick(), dg.SensorResult)
+    assert h.zone.keys() == ["0000000001", "0000000002"]
+    source = h.resources["queue"].open()
+    where = f"stomp://{broker.host}:{broker.stomp_port}/queue/"
+    assert source.description.startswith(where)
+
+    # Mid-flow: the broker stops while the tick holds 5 messages in its unit of work.
+    connect = source.connect
+    monkeypatch.setattr(source, "connect", lambda: _StopBrokerAfter(connect(), 5, broker.stop))
+    with pytest.raises(dg.Failure) as during:
+        h.tick()
+    monkeypatch.undo()
+    assert not broker.running
+    described = during.value.description or ""
+    assert described.startswith(f"queue unavailable ({source.description}): connection to ")
+    assert "lost" in described and "with 5 message(s) in the unit of work" in described
+    assert described.endswith("retrying next tick")
+
+    # While it is down, every tick fails the same visible way at connect, landing nothing.
+    with pytest.raises(dg.Failure) as down:
+        h.tick()
+    described = down.value.description or ""
+    assert described.startswith(f"queue unavailable ({source.description}): ")
+    assert "unavailable after 3 attempt(s)" in described
+    assert h.zone.keys() == ["0000000001", "0000000002"]
+    assert list(h.zone.tmp_dir.iterdir()) == []
+
+    broker.start()
+    _tick_until_drained(h, published)
+    landed = Counter(_landed(h))
+    assert sorted(landed) == sorted(published)
+    assert set(landed.values()) == {1}  # nothing was in doubt: no copy landed twice
+    # The five messages of the lost unit came back flagged by the broker.
+    counts = {m.message_id: m.delivery_count for m in h.logged_messages()}
+    assert all(counts[i] >= 2 for i in published[2 * BATCH : 2 * BATCH + 5])
+    ref = ReferencePipeline()
+    ref.process(h.logged_messages())
+    assert ref.outcome_counts()[Outcome.DUPLICATE] == 0
+    assert h.requested == h.zone.keys()
+
+
+@pytest.mark.broker
+def test_broker_lost_between_landing_and_commit_redelivers_and_the_copies_are_duplicates(
+    tmp_path, activemq_outage: Broker
+) -> None:
+    broker = activemq_outage
+    h = _harness(tmp_path, broker)
+    published = _publish(h, 80, seed=55)
+    assert isinstance(h.tick(), dg.SensorResult)
+
+    # The consumer lands a batch under the lease exactly as a tick does, then the broker
+    # goes away before the commit: the landed batch stays, the commit is not confirmed.
+    lease = h.resources["landing"].lease()
+    fence = lease.fence(lease.acquire())
+    limits = BatchLimits(max_messages=BATCH, get_wait_seconds=2)
+    with h.resources["queue"].open().connect() as session:
+        with pytest.raises(SourceUnavailable, match="not confirmed"):
+            consume_batch(
+                session, h.zone, limits, before_commit=lambda _: broker.stop(), fence=fence
+            )
+    in_doubt = [r["message_id"] for r in h.zone.read("0000000002").to_pylist()]
+    assert in_doubt == published[BATCH : 2 * BATCH]
+
+    broker.start()
+    _tick_until_drained(h, published)
+    logged = h.logged_messages()
+    landed = Counter(m.message_id for m in logged)
+    assert sorted(landed) == sorted(published)
+    assert {i for i, n in landed.items() if n > 1} == set(in_doubt)
+    assert all(n <= 2 for n in landed.values())
+    # The second copies are the broker's redeliveries.
+    seconds = [m for i, m in enumerate(logged) if m.message_id in {x.message_id for x in
+                                                                    logged[:i]}]
+    assert [m.message_id for m in seconds] == in_doubt
+    assert all(m.delivery_count >= 2 for m in seconds)
+    ref = ReferencePipeline()
+    ref.process(logged)
+    duplicates = [
+        r.message_id for r in ref.results
+        if isinstance(r, MessageResult) and r.outcome is Outcome.DUPLICATE
+    ]
+    assert duplicates == in_doubt
+    # After dedupe by message id the log is exactly what was published, once each.
+    assert sorted(set(landed)) == sorted(published)
+    assert h.requested == h.zone.keys()
