@@ -8,7 +8,7 @@ took over, its batch is refused and its messages stay on the queue.
 
 import dagster as dg
 
-from sis_platform.assets.partitions import batches_partitions
+from sis_platform.assets.partitions import BATCHES, batches_partitions
 from sis_platform.consumer import BatchLimits, consume_batch
 from sis_platform.jobs import process_batch_job
 from sis_platform.landing import batch_seq_of
@@ -93,7 +93,7 @@ def sportsdata_queue_sensor(
         )
         pending = zone.keys_after(registered)
 
-    known = set(context.instance.get_dynamic_partitions(batches_partitions.name))
+    known = set(context.instance.get_dynamic_partitions(BATCHES))
     new_keys = [k for k in pending if k not in known]
     return dg.SensorResult(
         run_requests=[
