@@ -8,9 +8,6 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    import os
-    import sys
-
     from pyspark.sql import SparkSession
 
 

@@ -16,7 +16,6 @@ import dagster as dg
 
 from sis_platform import config
 from sis_platform.definitions import build_definitions
-
 from sis_platform.landing import LandingZone
 
 SENSOR = "sportsdata_queue_sensor"

@@ -1,6 +1,5 @@
 """The message log (raw_messages) and its parsed, split form (message_items), per batch."""
 
-from collections import Counter
 from datetime import UTC, datetime
 
 import dagster as dg
@@ -8,8 +7,8 @@ from dagster_pyspark import LazyPySparkResource
 
 from sis_platform.assets.partitions import batches_partitions
 from sis_platform.assets.policies import TRANSIENT_RETRY
-from sis_platform.landing import GENESIS_LINK, batch_key, batch_seq_of
 from sis_platform.lake.tables import BATCH_LOG, MESSAGE_ITEMS, RAW_MESSAGES
+from sis_platform.landing import GENESIS_LINK, batch_key, batch_seq_of
 from sis_platform.resources.platform import (
     DeltaLakeResource,
     FeedProcessingResource,
@@ -123,9 +122,8 @@ def message_items(
     item per master id it lists (message id, master id, position, payload). A message that is
     not valid becomes a single `invalid` row with its reason code, to be dead-lettered by the
     fold. Deduplication by message id happens in the fold, across batches, in feed order."""
-    from pyspark.sql import functions as F
 
-    from sis_platform.spark.items import classify_batch, items_digest
+    from sis_platform.spark.items import classify_batch, items_summary
 
     key = context.partition_key
     session = spark.spark_session
@@ -139,16 +137,10 @@ def message_items(
     )
     lk.replace_where(MESSAGE_ITEMS, items, _sql_key(key))
 
-    written = lk.read(MESSAGE_ITEMS).where(_sql_key(key)).persist()
-    digest = items_digest(written)
-    by_status = Counter(
-        {(r["status"], r["reason"]): int(r["n"]) for r in
-         written.groupBy("status", "reason").agg(F.count("*").alias("n")).collect()}
+    summary = items_summary(lk.read(MESSAGE_ITEMS).where(_sql_key(key)))
+    digest, messages, n_items, invalid = (
+        summary.digest, summary.messages, summary.items, summary.invalid_by_reason
     )
-    messages = written.select("msg_seq").distinct().count()
-    n_items = sum(n for (status, _), n in by_status.items() if status == "item")
-    invalid = {str(reason): n for (status, reason), n in by_status.items() if status == "invalid"}
-    written.unpersist()
     log_row = session.createDataFrame(
         [(key, batch_seq_of(key), messages, n_items, sum(invalid.values()), digest,
           datetime.now(UTC), context.run.run_id)],

@@ -186,6 +186,9 @@ def _fold_steps() -> StructType:
             T.StructField("last_batch_seq", T.LongType(), False),
             T.StructField("items_digest", T.StringType(), False),
             T.StructField("master_documents_version", T.LongType(), False),
+            # JSON {table: Delta version} of every table the step wrote, after its writes: what
+            # recovery restores to when a later step was interrupted.
+            T.StructField("table_versions", T.StringType(), False),
             T.StructField("messages", T.LongType(), False),
             T.StructField("applied", T.LongType(), False),
             T.StructField("duplicates", T.LongType(), False),

@@ -35,7 +35,6 @@ from sis_platform.lake.tables import (
 
 if TYPE_CHECKING:
     import pandas as pd
-    from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
     from sis_platform.lake.delta import Lake
@@ -47,6 +46,7 @@ FOLD_TABLES = (MASTER_VERSIONS, MASTER_DOCUMENTS, DEAD_LETTERS, MESSAGE_OUTCOMES
 class CommittedStep:
     fold_step: int  # = the last batch number folded; 0 before the first step
     master_documents_version: int
+    table_versions: dict[str, int]  # Delta version of each fold table after the step
 
 
 @dataclass(frozen=True)
@@ -87,33 +87,45 @@ def _fold_out_schema() -> StructType:
     )
 
 
+# The tables a step writes before committing; recovery restores each to its committed version.
+STEP_TABLES = (*FOLD_APPEND_TABLES, MASTER_DOCUMENTS)
+
+
 def committed_step(lake: Lake) -> CommittedStep:
+    import json
+
     from pyspark.sql import functions as F
 
     row = (
         lake.read(FOLD_STEPS)
         .orderBy(F.col("fold_step").desc())
-        .select("fold_step", "master_documents_version")
+        .select("fold_step", "master_documents_version", "table_versions")
         .first()
     )
     if row is None:
-        return CommittedStep(0, 0)
-    return CommittedStep(int(row["fold_step"]), int(row["master_documents_version"]))
+        # Before the first step every table is as `ensure` created it: version 0.
+        return CommittedStep(0, 0, {t.name: 0 for t in STEP_TABLES})
+    return CommittedStep(
+        int(row["fold_step"]), int(row["master_documents_version"]),
+        {k: int(v) for k, v in json.loads(row["table_versions"]).items()},
+    )
 
 
-def recover(lake: Lake) -> CommittedStep:
-    """Undo an interrupted step (see the module docstring); returns the last committed step."""
-    from pyspark.sql import functions as F
-
+def recover(lake: Lake) -> tuple[CommittedStep, dict[str, int]]:
+    """Undo an interrupted step (see the module docstring). Returns the last committed step
+    and the current version of each step table (to read them pinned)."""
     lake.ensure(*FOLD_TABLES)
     committed = committed_step(lake)
-    for table in FOLD_APPEND_TABLES:
-        uncommitted = F.col("fold_step") > committed.fold_step
-        if lake.read(table).where(uncommitted).limit(1).count():
-            lake.table(table).delete(uncommitted)
-    if lake.version(MASTER_DOCUMENTS) != committed.master_documents_version:
-        lake.table(MASTER_DOCUMENTS).restoreToVersion(committed.master_documents_version)
-    return committed
+    current: dict[str, int] = {}
+    for table in STEP_TABLES:
+        version = lake.version(table)
+        committed_version = committed.table_versions[table.name]
+        if version != committed_version:
+            # A step wrote here and died before its fold_steps row: its writes never happened.
+            lake.table(table).restoreToVersion(committed_version)
+            version = lake.version(table)
+        current[table.name] = version
+    return committed, current
 
 
 def foldable_batches(lake: Lake, after: int) -> tuple[list[tuple[int, str]], int | None]:
@@ -227,12 +239,13 @@ def fold_step(
     max_batches: int | None = None,
 ) -> FoldStepResult:
     """Recover, then fold the next gap-free run of batches and commit it as one step."""
+    import json
     from functools import partial
 
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    committed = recover(lake)
+    committed, versions_now = recover(lake)
     run, waiting = foldable_batches(lake, committed.fold_step)
     if max_batches is not None:
         run = run[:max_batches]
@@ -247,8 +260,8 @@ def fold_step(
     # Every table the step writes is read at a pinned version: Delta invalidates cached plans
     # of a table it writes to, and a plan that re-read message_outcomes after this step's own
     # append would find every message of the step "already seen".
-    outcomes_version = lake.version(MESSAGE_OUTCOMES)
-    documents_version = lake.version(MASTER_DOCUMENTS)
+    outcomes_version = versions_now[MESSAGE_OUTCOMES.name]
+    documents_version = versions_now[MASTER_DOCUMENTS.name]
     items = lake.read(MESSAGE_ITEMS).where(F.col("batch_key").isin(keys))
     digest_rows = lake.read(BATCH_LOG).where(F.col("batch_key").isin(keys)).orderBy("batch_seq")
     items_digest = ",".join(r["items_digest"] for r in digest_rows.collect())
@@ -359,10 +372,12 @@ def fold_step(
         .execute()
     )
 
+    written = {t.name: lake.version(t) for t in STEP_TABLES}
     commit = spark.createDataFrame(
         [
             (
-                step, first, last, items_digest, lake.version(MASTER_DOCUMENTS), result.messages,
+                step, first, last, items_digest, written[MASTER_DOCUMENTS.name],
+                json.dumps(written, sort_keys=True), result.messages,
                 result.applied, result.duplicates, result.filtered, result.dead_lettered,
                 result.masters_changed, run_id, now,
             )

@@ -8,7 +8,9 @@ Spark adds is running it in parallel, next to the data.
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sis_platform.lake.tables import MESSAGE_ITEMS
@@ -62,9 +64,18 @@ def classify_batch(raw: DataFrame, *, max_bytes: int, redelivery_limit: int) -> 
     )
 
 
-def items_digest(items: DataFrame) -> str:
-    """A digest of a batch's items in feed order. The fold records the digest of what it folded,
-    so a batch re-materialized with different content (a backfill after a fix) is noticed."""
+@dataclass(frozen=True)
+class ItemsSummary:
+    digest: str
+    messages: int
+    items: int
+    invalid_by_reason: dict[str, int]
+
+
+def items_summary(items: DataFrame) -> ItemsSummary:
+    """Counts and a digest of a batch's items in feed order, in one pass over the batch. The
+    fold records the digest of what it folded, so a batch re-materialized with different
+    content (a backfill after a fix) is noticed."""
     from pyspark.sql import functions as F
 
     row_hash = F.sha2(
@@ -83,8 +94,15 @@ def items_digest(items: DataFrame) -> str:
         256,
     )
     digest = hashlib.sha256()
-    for row in items.select(row_hash.alias("h"), "msg_seq", "position").orderBy(
-        "msg_seq", "position"
-    ).toLocalIterator():
+    messages: set[int] = set()
+    n_items = 0
+    invalid: Counter[str] = Counter()
+    rows = items.select(row_hash.alias("h"), "msg_seq", "position", "status", "reason")
+    for row in rows.orderBy("msg_seq", "position").toLocalIterator():
         digest.update(bytes.fromhex(row["h"]))
-    return digest.hexdigest()
+        messages.add(int(row["msg_seq"]))
+        if row["status"] == "item":
+            n_items += 1
+        else:
+            invalid[str(row["reason"])] += 1
+    return ItemsSummary(digest.hexdigest(), len(messages), n_items, dict(invalid))

@@ -79,9 +79,11 @@ def refresh_model(lake: Lake) -> ModelRefresh:
         condition = "master_id IN ({})".format(", ".join(_sql_str(i) for i in ids))
         table: Table
         for which, table in (("events", EVENTS), ("markets", MARKETS), ("selections", SELECTIONS)):
+            # Built once: counted and written from the same materialized rows.
             rows = live.mapInPandas(partial(_rows, which=which), schema=table.schema())
+            rows = rows.localCheckpoint()
+            counts[which] = rows.count()
             lake.replace_where(table, rows, condition)
-            counts[which] = lake.read(table).where(condition).count()
     changed.unpersist()
     lake.append(
         MODEL_STEPS,
