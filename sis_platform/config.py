@@ -147,6 +147,7 @@ def resources(env: Mapping[str, str] | None = None) -> dict[str, Any]:
             max_bytes=_int(env, "SIS_BATCH_MAX_BYTES", 64 * 1024 * 1024),
             max_seconds=max_seconds,
             get_wait_seconds=_float(env, "SIS_GET_WAIT_SECONDS", 0.5),
+            max_runs_in_flight=_int(env, "SIS_MAX_RUNS_IN_FLIGHT", 2),
             deployment=_get(env, "SIS_DEPLOYMENT", socket.gethostname()),
             lease_seconds=lease_seconds,
         ),

@@ -31,6 +31,11 @@ class LandingZoneResource(dg.ConfigurableResource):
         description="Longest a sensor tick spends getting one batch; keep well under the "
         "sensor timeout (60 s by default).",
     )
+    max_runs_in_flight: int = Field(
+        default=2,
+        description="The sensor lands no new batch while this many batch runs are queued or "
+        "running (backpressure: batches grow instead of the run queue).",
+    )
     get_wait_seconds: float = Field(
         default=0.5, description="How long one get waits for a message before the batch closes."
     )

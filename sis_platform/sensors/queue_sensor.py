@@ -17,6 +17,13 @@ from sis_platform.queues.base import FencedOff, SourceUnavailable
 from sis_platform.resources.platform import LandingZoneResource
 from sis_platform.resources.sources import QueueSourceResource
 
+IN_FLIGHT = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+]
+
 
 @dg.sensor(
     job=process_batch_job,
@@ -61,6 +68,19 @@ def sportsdata_queue_sensor(
     # are registered before anything new is consumed.
     pending = zone.keys_after(registered)
     if not pending:
+        # Backpressure: while enough batch runs wait or run, leave messages on the queue. The
+        # next batch is then larger (up to its bounds), so batch size follows processing speed
+        # instead of the run queue growing without bound behind a slow fold.
+        in_flight = context.instance.get_run_records(
+            dg.RunsFilter(job_name=process_batch_job.name, statuses=IN_FLIGHT),
+            limit=landing.max_runs_in_flight,
+        )
+        if len(in_flight) >= landing.max_runs_in_flight:
+            return dg.SkipReason(
+                f"backpressure: {len(in_flight)} batch run(s) queued or running "
+                f"(SIS_MAX_RUNS_IN_FLIGHT={landing.max_runs_in_flight}); messages wait on the "
+                "queue and the next batch takes more of them"
+            )
         source = queue.open()
         limits = BatchLimits(
             max_messages=landing.max_messages,

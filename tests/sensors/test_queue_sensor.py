@@ -136,3 +136,25 @@ def test_sensor_messages_keep_queue_metadata(tmp_path):
     assert row["delivery_count"] == 1
     assert row["put_time"] <= datetime.now(UTC)
     assert isinstance(ReceivedMessage, type)
+
+
+def test_backpressure_leaves_messages_on_the_queue_while_runs_are_in_flight(tmp_path):
+    h = Harness(tmp_path, {"SIS_MAX_RUNS_IN_FLIGHT": "1"})
+    _put(h, 2)
+    first = h.tick()
+    assert isinstance(first, dg.SensorResult)
+    # The requested run is in progress, as the daemon would have launched it.
+    job = h.defs.resolve_job_def("process_batch")
+    run = h.instance.create_run_for_job(
+        job,
+        tags={"dagster/partition": first.run_requests[0].partition_key},
+        status=dg.DagsterRunStatus.STARTED,
+    )
+    _put(h, 3)
+    held = h.tick()
+    assert isinstance(held, dg.SkipReason)
+    assert "backpressure" in (held.skip_message or "")
+    assert _queue(h).depth() == 3
+    h.instance.report_run_canceled(run)  # the run ended
+    assert isinstance(h.tick(), dg.SensorResult)
+    assert _queue(h).depth() == 0
