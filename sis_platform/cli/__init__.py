@@ -1,0 +1,1 @@
+"""Operator commands (console scripts declared in pyproject.toml)."""

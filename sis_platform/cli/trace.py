@@ -1,0 +1,292 @@
+"""sis-trace: answer a dispute about one message from the message log (the Delta tables).
+
+    sis-trace MESSAGE_ID [--json] [--show-body]
+
+Prints every logged copy of the message (batch, when received, delivery count, digest, hash
+chain link), how it was parsed and what became of each item (see sis_platform/trace.py).
+Spark and the lake come from the platform's own configuration (sis_platform/config.py:
+SIS_PROFILE, SIS_DATA_DIR, SIS_LAKE_PATH, SIS_SPARK_MASTER, ...).
+
+Exit status: 0 the message is in the log, 1 it is not, 2 bad arguments or configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sis_platform.trace import (
+    NOT_FOLDED,
+    NOT_PARSED,
+    PARSED_INVALID,
+    UNACCOUNTED,
+    MessageCopy,
+    MessageTrace,
+    TracedItem,
+    TracedOutcome,
+    normalize_message_id,
+    trace_message,
+)
+
+if TYPE_CHECKING:
+    from sis_platform.resources.spark import DeltaSparkResource
+
+EXIT_FOUND = 0
+EXIT_NOT_FOUND = 1
+EXIT_USAGE = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sis-trace",
+        description="Trace one message through the message log: every logged copy, its items "
+        "and what became of each (master version applied, duplicate, filtered, dead letter, "
+        "or not yet folded). Reads the Delta tables under SIS_LAKE_PATH (default "
+        "$SIS_DATA_DIR/lake).",
+        epilog="Exit status: 0 found, 1 not in the message log, 2 bad arguments.",
+    )
+    parser.add_argument(
+        "message_id",
+        metavar="MESSAGE_ID",
+        help='the JMS message id, e.g. "ID:" + 48 hex digits (an MQ MsgId\'s 48 hex digits '
+        "alone are accepted too)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the trace as JSON")
+    parser.add_argument(
+        "--show-body", action="store_true", help="include each copy's logged bytes"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help exits 0, bad arguments 2; return, not exit
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    message_id = normalize_message_id(args.message_id)
+    if not message_id or any(c.isspace() or not c.isprintable() for c in message_id):
+        parser.print_usage(sys.stderr)
+        print(f"sis-trace: error: not a message id: {args.message_id!r}", file=sys.stderr)
+        return EXIT_USAGE
+
+    # Imported here: dagster and pyspark are heavy, and --help or a bad argument needs neither.
+    from sis_platform import config
+
+    try:
+        resources = config.resources()
+    except config.ConfigurationError as exc:
+        print(f"sis-trace: configuration error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    spark = _spark_session(resources["spark"])
+    lake = resources["lake"].lake(spark)
+    trace = trace_message(lake, message_id, include_body=args.show_body)
+
+    if args.json:
+        print(json.dumps(to_json(trace), indent=2))
+    elif trace.found:
+        print(render(trace), end="")
+    if not trace.found:
+        print(
+            f"sis-trace: {message_id} is not in the message log at {lake.base_path} "
+            "(a message still on the queue, or in a landing batch whose run has not logged it "
+            "yet, is not in the log)",
+            file=sys.stderr,
+        )
+        return EXIT_NOT_FOUND
+    return EXIT_FOUND
+
+
+def _spark_session(resource: DeltaSparkResource) -> Any:
+    with _startup_output_captured():
+        session = resource.spark_session
+    if "spark.remote" not in resource.spark_config:  # Spark Connect: the server's logs, not ours
+        session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+@contextmanager
+def _startup_output_captured() -> Iterator[None]:
+    """Spark's JVM inherits this process's stdout and stderr when it starts; its banner, Ivy's
+    dependency report and log4j's start-up warnings would bury the report (and corrupt --json
+    on stdout). They go to a temporary file instead, replayed on stderr only if start-up fails.
+    Once started, the log level is ERROR, and a failing query raises in Python with the Java
+    error attached, so nothing the operator needs is lost."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as sink:
+        saved = {fd: os.dup(fd) for fd in (1, 2)}
+        ok = False
+        try:
+            for fd in saved:
+                os.dup2(sink.fileno(), fd)
+            yield
+            ok = True
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for fd, copy in saved.items():
+                os.dup2(copy, fd)
+                os.close(copy)
+            if not ok:
+                sink.seek(0)
+                sys.stderr.write(sink.read().decode("utf-8", "replace"))
+
+
+def to_json(trace: MessageTrace) -> dict[str, Any]:
+    """The trace as JSON-ready data: timestamps in ISO 8601 (UTC), bodies in base64."""
+    copies = []
+    for copy in trace.copies:
+        data = _jsonable(dataclasses.asdict(copy))
+        body = data.pop("body")
+        if copy.body is not None:
+            data["body_base64"] = body
+        copies.append(data)
+    counted = trace.counted
+    return {
+        "message_id": trace.message_id,
+        "found": trace.found,
+        "lake_path": trace.lake_path,
+        "committed_fold_step": trace.committed_fold_step,
+        "counted": _jsonable(dataclasses.asdict(counted)) if counted is not None else None,
+        "copies": copies,
+    }
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    return value
+
+
+def render(trace: MessageTrace) -> str:
+    """The human-readable report."""
+    lines = [f"Message {trace.message_id}"]
+    n = len(trace.copies)
+    counted = trace.counted
+    lines.append(f"  logged          {n} cop{'y' if n == 1 else 'ies'} in {trace.lake_path}")
+    lines.append(f"  folded up to    {_folded_up_to(trace.committed_fold_step)}")
+    if counted is not None:
+        lines.append(f"  counted copy    {counted}")
+    lines.append(f"  verdict         {_verdict(trace)}")
+    for i, copy in enumerate(trace.copies, 1):
+        lines.append("")
+        lines.extend(_render_copy(trace, copy, i, n))
+    return "\n".join(lines) + "\n"
+
+
+def _render_copy(trace: MessageTrace, copy: MessageCopy, i: int, n: int) -> list[str]:
+    lines = [
+        f"Copy {i} of {n}: batch {copy.batch_key} (batch_seq {copy.batch_seq}), "
+        f"message {copy.msg_seq}",
+        f"  received        {_time(copy.received_at)}",
+        f"  put             {_time(copy.put_time) if copy.put_time else '(not given)'}",
+        f"  delivery count  {copy.delivery_count}",
+        f"  body            {copy.body_bytes} bytes, sha256 {copy.body_sha256}"
+        + ("" if copy.body_intact else "  ** LOGGED BYTES DO NOT MATCH THIS DIGEST **"),
+        f"  chain link      {copy.chain_link}"
+        + ("" if copy.link_consistent else "  ** INCONSISTENT WITH ITS INPUTS **"),
+        f"  previous link   {copy.prev_link}",
+    ]
+    if copy.parsed == PARSED_INVALID:
+        detail = f" ({copy.invalid_detail})" if copy.invalid_detail else ""
+        lines.append(f"  parsed          invalid message: {copy.invalid_reason}{detail}")
+    elif copy.parsed == NOT_PARSED:
+        lines.append("  parsed          not yet (no message_items rows for this copy)")
+    else:
+        first = copy.items[0]
+        kind = " ".join(p for p in (first.category, first.type) if p)
+        count = len(copy.items)
+        lines.append(f"  parsed          {kind}, {count} item{'s' if count != 1 else ''}")
+    if copy.outcome is not None:
+        lines.append(f"  outcome         {_describe(trace, copy.outcome, copy)}")
+    width = max((len(item.master_id) for item in copy.items), default=0)
+    for item in copy.items:
+        if copy.outcome is not None:
+            outcome = f"({copy.outcome.status}, as the whole message)"
+        else:
+            outcome = _describe(trace, item.outcome, copy)
+        lines.append(f"    item {item.position}  {item.master_id:<{width}}  {outcome}")
+    if copy.body is not None:
+        lines.append("  body text")
+        lines.extend(
+            f"    {line}" for line in copy.body.decode("utf-8", "replace").splitlines() or [""]
+        )
+    return lines
+
+
+def _describe(trace: MessageTrace, o: TracedOutcome, copy: MessageCopy) -> str:
+    step = f"fold step {o.fold_step}"
+    if o.status == "applied":
+        warning = f", warning {o.warning}" if o.warning else ""
+        if o.version is None:
+            return f"applied in {step}{warning}, ** but no master_versions row found **"
+        v = o.version
+        return f"applied: version {v.version} ({v.operation}), fold step {v.fold_step}{warning}"
+    if o.status == "duplicate":
+        if o.duplicate_of is None:
+            return f"duplicate ({step}); the copy that counted is not in the log"
+        return f"duplicate of {o.duplicate_of}, not applied again ({step})"
+    if o.status == "filtered":
+        return f"filtered: {o.detail or 'not selected'} ({step})"
+    if o.status == "dead-lettered":
+        detail = f" ({o.detail})" if o.detail else ""
+        if o.dead_letter is None:
+            return f"dead-lettered: {o.reason}{detail} in {step}, ** but no dead_letters row **"
+        d = o.dead_letter
+        return (
+            f"dead-lettered: {d.reason}{detail} at {_time(d.dead_lettered_at)}, "
+            f"fold step {d.fold_step}"
+        )
+    if o.status == NOT_FOLDED:
+        return (
+            f"not yet folded: no committed fold step covers batch {copy.batch_seq} "
+            f"(folded up to: {_folded_up_to(trace.committed_fold_step)})"
+        )
+    if o.status == UNACCOUNTED:
+        return "** folded, yet the log records no outcome for it **"
+    return o.status
+
+
+def _verdict(trace: MessageTrace) -> str:
+    counted = trace.counted
+    copy = next((c for c in trace.copies if c.ref == counted), None)
+    if copy is None:
+        if any(not c.folded for c in trace.copies):
+            return "not yet folded"
+        return "** no copy is accounted for **"
+    if copy.outcome is not None:
+        return _describe(trace, copy.outcome, copy)
+    statuses = [item.outcome.status for item in copy.items]
+    counts = ", ".join(f"{statuses.count(s)} {s}" for s in dict.fromkeys(statuses))
+    return f"{counts}: " + ", ".join(_in_brief(item) for item in copy.items)
+
+
+def _in_brief(item: TracedItem) -> str:
+    o = item.outcome
+    if o.version is not None:
+        return f"{item.master_id} v{o.version.version}"
+    return f"{item.master_id} {o.reason or o.status}"
+
+
+def _folded_up_to(step: int | None) -> str:
+    return "nothing folded yet" if not step else f"batch {step} (fold step {step})"
+
+
+def _time(value: datetime) -> str:
+    return value.isoformat().replace("+00:00", "Z")

@@ -1,0 +1,261 @@
+"""Tracing a message through the log (sis_platform/trace.py and the sis-trace command).
+
+One small log is built once for the module by the real pipeline: messages put on the embedded
+queue, landed by the sensor, each batch run through the Dagster job in-process:
+
+  batch 1  master new (1430, 1500), update of both; the tick crashed before the queue commit
+  batch 2  both redelivered (delivery count 2), a broken message, an orphan update
+           (batches 1 and 2 folded together: fold step 2)
+  batch 3  an update logged and parsed, its fold not run yet
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from sis_platform.cli.trace import main
+from sis_platform.consumer import BatchLimits, consume_batch
+from sis_platform.lake.tables import MESSAGE_OUTCOMES
+from sis_platform.landing import LandedBatch
+from sis_platform.queues.base import new_message_id
+from sis_platform.trace import NOT_FOLDED, PARSED_INVALID, normalize_message_id, trace_message
+from tests.domain.sportsdata_fixtures import (
+    ASCOT_1430,
+    ASCOT_1500,
+    GO_SOFT,
+    PRICE_7_TO_9,
+    event,
+    master,
+    update,
+)
+from tests.harness import Harness
+
+pytestmark = [pytest.mark.spark, pytest.mark.dagster]
+
+BROKEN = b"<sportsdata category='master' type='new' id='X'><event"
+
+
+@dataclass(frozen=True)
+class Log:
+    harness: Harness
+    new_id: str  # master new of both races: batch 1, redelivered in batch 2
+    multi_id: str  # update of both races: batch 1, redelivered in batch 2
+    broken_id: str
+    orphan_id: str
+    pending_id: str  # in batch 3, not folded
+
+
+def _crash_before_commit(_batch: LandedBatch) -> None:
+    raise RuntimeError("simulated crash between landing and queue commit")
+
+
+@pytest.fixture(scope="module")
+def log(tmp_path_factory: pytest.TempPathFactory, spark) -> Log:
+    h = Harness(tmp_path_factory.mktemp("trace") / "data")
+    queue = h.resources["queue"].open()
+    with queue.producer() as producer:
+        new_id = producer.put(master(event(ASCOT_1430), event(ASCOT_1500)))
+        multi_id = producer.put(update(f"{ASCOT_1430} {ASCOT_1500}", GO_SOFT))
+    # Landed as batch 1, then backed out: the queue redelivers both, so the log holds two copies.
+    with queue.connect() as session, pytest.raises(RuntimeError):
+        consume_batch(
+            session, h.zone, BatchLimits(get_wait_seconds=0.05), before_commit=_crash_before_commit
+        )
+    with queue.producer() as producer:
+        broken_id = producer.put(BROKEN)
+        orphan_id = producer.put(update("NOPE-1", GO_SOFT))
+    h.drain()
+    assert h.requested == ["0000000001", "0000000002"]
+    # Batch 1's run stops after logging (as if its fold had failed); batch 2's run, the whole
+    # job, then folds both in one step: the fold takes every logged batch without a gap. One
+    # fold instead of two keeps this module's setup short.
+    _log_only(h, "0000000001")
+    h.run("0000000002")
+
+    with queue.producer() as producer:
+        pending_id = producer.put(update(ASCOT_1430, PRICE_7_TO_9))
+    h.drain()
+    _log_only(h, "0000000003")  # logged and parsed, not folded
+    return Log(h, new_id, multi_id, broken_id, orphan_id, pending_id)
+
+
+def _log_only(h: Harness, key: str) -> None:
+    result = h.defs.resolve_job_def("process_batch").execute_in_process(
+        partition_key=key,
+        instance=h.instance,
+        asset_selection=[dg.AssetKey("raw_messages"), dg.AssetKey("message_items")],
+    )
+    assert result.success
+
+
+@pytest.fixture
+def cli_env(log: Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The same variables as the harness: the command's getOrCreate() then reuses this session.
+    for name, value in log.harness.env.items():
+        monkeypatch.setenv(name, value)
+
+
+def test_applied_multi_id_update_names_the_version_each_item_produced(log: Log, spark):
+    trace = trace_message(log.harness.lake(spark), log.multi_id)
+    first = trace.copies[0]
+    assert (first.batch_key, first.delivery_count, first.folded) == ("0000000001", 1, True)
+    assert first.outcome is None  # per item
+    assert [(i.position, i.master_id, i.category) for i in first.items] == [
+        (0, ASCOT_1430, "update"),
+        (1, ASCOT_1500, "update"),
+    ]
+    versions = [i.outcome.version for i in first.items]
+    assert [(v.master_id, v.version, v.operation, v.fold_step) for v in versions if v] == [
+        (ASCOT_1430, 2, "update", 2),
+        (ASCOT_1500, 2, "update", 2),
+    ]
+    assert all(i.outcome.status == "applied" for i in first.items)
+    assert first.body_intact and first.link_consistent
+    assert trace.counted == first.ref
+
+
+def test_redelivered_copy_is_a_duplicate_of_the_copy_that_counted(log: Log, spark):
+    trace = trace_message(log.harness.lake(spark), log.new_id)
+    first, second = trace.copies
+    assert (second.batch_key, second.delivery_count) == ("0000000002", 2)
+    assert second.body_sha256 == first.body_sha256
+    assert second.outcome is not None and second.outcome.status == "duplicate"
+    assert second.outcome.duplicate_of == first.ref
+    assert second.outcome.fold_step == 2
+    assert all(i.outcome.duplicate_of == first.ref for i in second.items)
+    assert [i.outcome.version.operation for i in first.items if i.outcome.version] == [
+        "new",
+        "new",
+    ]
+
+
+def test_invalid_message_is_dead_lettered_whole_with_its_reason(log: Log, spark):
+    trace = trace_message(log.harness.lake(spark), log.broken_id)
+    (copy,) = trace.copies
+    assert (copy.parsed, copy.invalid_reason, copy.items) == (
+        PARSED_INVALID,
+        "not-well-formed",
+        (),
+    )
+    assert copy.outcome is not None and copy.outcome.status == "dead-lettered"
+    assert copy.outcome.dead_letter is not None
+    assert copy.outcome.dead_letter.reason == "not-well-formed"
+    assert copy.outcome.dead_letter.detail
+    assert copy.outcome.dead_letter.dead_lettered_at >= copy.received_at
+
+
+def test_orphan_update_item_is_dead_lettered(log: Log, spark):
+    trace = trace_message(log.harness.lake(spark), log.orphan_id)
+    (copy,) = trace.copies
+    (item,) = copy.items
+    assert item.master_id == "NOPE-1"
+    assert item.outcome.status == "dead-lettered"
+    assert item.outcome.dead_letter is not None
+    assert (item.outcome.dead_letter.reason, item.outcome.dead_letter.fold_step) == (
+        "orphan-update",
+        2,
+    )
+
+
+def test_message_in_a_batch_without_a_committed_fold_step_is_not_yet_folded(log: Log, spark):
+    trace = trace_message(log.harness.lake(spark), log.pending_id)
+    assert trace.committed_fold_step == 2
+    (copy,) = trace.copies
+    assert (copy.batch_key, copy.folded) == ("0000000003", False)
+    assert copy.outcome is not None and copy.outcome.status == NOT_FOLDED
+    assert [(i.master_id, i.outcome.status) for i in copy.items] == [(ASCOT_1430, NOT_FOLDED)]
+    assert trace.counted is None
+
+
+def test_rows_of_an_uncommitted_fold_step_are_ignored(log: Log, spark):
+    lake = log.harness.lake(spark)
+    (copy,) = trace_message(lake, log.orphan_id).copies
+    # An interrupted step 3 left a contradicting outcome behind (the next step's recovery would
+    # delete it): no fold_steps row commits step 3, so the trace must not believe it.
+    stray = spark.createDataFrame(
+        [(log.orphan_id, copy.batch_seq, copy.msg_seq, 0, "NOPE-1", "applied", 1, None, None,
+          None, 3)],
+        MESSAGE_OUTCOMES.schema(),
+    )
+    lake.append(MESSAGE_OUTCOMES, stray)
+    try:
+        (again,) = trace_message(lake, log.orphan_id).copies
+    finally:
+        lake.table(MESSAGE_OUTCOMES).delete("fold_step > 2")
+    assert again.items[0].outcome.status == "dead-lettered"
+    assert again == copy
+
+
+def test_unknown_id_is_not_found(log: Log, spark):
+    trace = trace_message(log.harness.lake(spark), new_message_id())
+    assert not trace.found and trace.copies == ()
+
+
+def test_mq_msgid_hex_is_accepted_as_a_message_id():
+    digits = "AB" * 24
+    assert normalize_message_id(digits) == "ID:" + "ab" * 24
+    assert normalize_message_id(f"  ID:{digits} ") == "ID:" + "ab" * 24
+    assert normalize_message_id("ID:host-1-2:1:1:1") == "ID:host-1-2:1:1:1"
+
+
+def test_cli_reports_copies_and_outcomes(log: Log, cli_env, capsys):
+    assert main([log.new_id]) == 0
+    out = capsys.readouterr().out
+    assert f"Message {log.new_id}" in out
+    assert "Copy 2 of 2: batch 0000000002" in out
+    assert "duplicate of batch 0000000001 message 0" in out
+    assert f"verdict         2 applied: {ASCOT_1430} v1, {ASCOT_1500} v1" in out
+    assert f"{ASCOT_1500}  applied: version 1 (new), fold step 2" in out
+
+
+def test_cli_shows_a_dead_letter_reason_and_the_body(log: Log, cli_env, capsys):
+    assert main(["--show-body", log.broken_id]) == 0
+    out = capsys.readouterr().out
+    assert "invalid message: not-well-formed" in out
+    assert "dead-lettered: not-well-formed" in out
+    assert BROKEN.decode() in out
+
+
+def test_cli_json_output(log: Log, cli_env, capsys):
+    assert main(["--json", log.pending_id]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["found"] is True and data["committed_fold_step"] == 2
+    (copy,) = data["copies"]
+    assert copy["batch_key"] == "0000000003"
+    assert copy["outcome"]["status"] == NOT_FOLDED
+    assert copy["items"][0]["master_id"] == ASCOT_1430
+    assert copy["received_at"].endswith("+00:00")
+    assert "body_base64" not in copy
+
+
+def test_cli_unknown_id_exits_1_with_a_clear_message(log: Log, cli_env, capsys):
+    unknown = new_message_id()
+    assert main([unknown]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert f"{unknown} is not in the message log" in captured.err
+
+
+def test_cli_bad_arguments_exit_2(capsys):
+    assert main([]) == 2
+    assert main(["--no-such-flag", "ID:x"]) == 2
+    assert main(["two words"]) == 2
+    assert "not a message id" in capsys.readouterr().err
+
+
+def test_sis_trace_help_runs_as_a_command():
+    # The console script next to this interpreter (the venv's bin/; PATH may not include it).
+    command = Path(sys.executable).parent / "sis-trace"
+    assert command.exists(), "sis-trace is not installed: pip install -e ."
+    out = subprocess.run(
+        [str(command), "--help"], capture_output=True, text=True, check=False, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert "MESSAGE_ID" in out.stdout and "--json" in out.stdout
