@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -180,7 +181,8 @@ class LandingZone:
                 }
             )
         final = self.batch_path(key)
-        tmp = self.tmp_dir / f"{key}.parquet.{os.getpid()}.partial"
+        # Unique across hosts: production and disaster recovery share this folder.
+        tmp = self.tmp_dir / f"{key}.parquet.{uuid.uuid4().hex}.partial"
         # Written and fsync'd through one descriptor: if a new lease holder cleans up our partial
         # file meanwhile, we still reach the fence check and are told why (FencedOff).
         with open(tmp, "wb") as f:
