@@ -16,13 +16,13 @@ messages"), and the decisions taken where the contract is silent:
   validated when their message was classified and are not validated again.
 - An update for a master that does not exist is dead-lettered `orphan-update`.
 - An update for a stale master is dead-lettered `master-stale` and not applied.
-- An update applies its operations to the current document atomically (the patch engine
-  returns a patched copy). A failed operation dead-letters the item with the RFC 5261 error
-  name as its reason; a result that is not a valid standalone `event` (event schema), or
-  whose `event/@id` is no longer the master id (decision: the id is the key, a patch may not
-  move a document to another key), is dead-lettered `invalid-result`. Either way the master is
-  unchanged and marked stale: it has missed an update, so later updates would apply to the
-  wrong base.
+- An update applies its operations to the current document atomically (the parsed working
+  tree is patched in place and dropped on failure; the stored bytes stay). A failed operation
+  dead-letters the item with the RFC 5261 error name as its reason; a result that is not a
+  valid standalone `event` (event schema), or whose `event/@id` is no longer the master id
+  (decision: the id is the key, a patch may not move a document to another key), is
+  dead-lettered `invalid-result`. Either way the master is unchanged and marked stale: it has
+  missed an update, so later updates would apply to the wrong base.
 - Each applied item advances the version by one (the first version is 1) and produces one
   `MasterVersion` with the full document.
 
@@ -285,8 +285,13 @@ def fold_master(
             tree = parse_xml(document).getroottree()
         try:
             update = patches.get(item.payload)
-            patched = update.patch.apply(tree)
+            # The fold owns `tree` (parsed here, or an earlier result), so it is patched in
+            # place rather than copied; after a failure it is dropped and, if needed again,
+            # parsed from `document`, the bytes of the last version, which the failure left
+            # as they were.
+            patched = update.patch.apply_in_place(tree)
         except PatchError as error:
+            tree = None
             stale = True
             results.append(
                 _result(
@@ -296,6 +301,7 @@ def fold_master(
             continue
         invalid = _invalid_result(master_id, patched, update.scope)
         if invalid is not None:
+            tree = None
             stale = True
             results.append(
                 _result(item, Outcome.DEAD_LETTERED, reason=Reason.INVALID_RESULT, detail=invalid)

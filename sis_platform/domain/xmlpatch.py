@@ -743,12 +743,17 @@ def _replacement(items: tuple[_Item, ...], kind: str) -> str | etree._Element:
 
 
 class _Operation:
-    __slots__ = ("index", "selector", "where")
+    __slots__ = ("index", "name", "selector")
 
     def __init__(self, index: int, name: str, selector: _Selector) -> None:
         self.index = index
+        self.name = name
         self.selector = selector
-        self.where = f"operation {index} <{name} sel={selector.source!r}>"
+
+    @property
+    def where(self) -> str:
+        # Only an error needs it, so it is not built for every compiled operation.
+        return f"operation {self.index} <{self.name} sel={self.selector.source!r}>"
 
     def apply(self, state: _State) -> None:
         raise NotImplementedError
@@ -1071,7 +1076,9 @@ def _in_scope(element: etree._Element) -> tuple[tuple[str, str], ...]:
 
 
 def _compile_operation(index: int, element: etree._Element) -> _Operation:
-    name = etree.QName(element).localname
+    tag = element.tag
+    # (A QName is only needed to take the namespace off; most patches have none.)
+    name = etree.QName(element).localname if tag[0] == "{" else tag
     allowed = _ALLOWED_ATTRIBUTES.get(name)
     if allowed is None:
         raise PatchError(
@@ -1239,6 +1246,27 @@ class Patch:
         The input is never modified. Atomic: the first failing operation raises PatchError and
         no result is returned.
         """
+        self._check_document(document)
+        return self._apply(copy.deepcopy(document))
+
+    def apply_in_place(self, document: etree._ElementTree) -> etree._ElementTree:
+        """Apply the operations in document order to `document` itself and return the result.
+
+        The result is `document`, or a new tree when an operation replaced the root element
+        (or rebuilt the document for a namespace operation); it is what `apply` would return.
+        Not atomic: after a PatchError `document` may be partly patched and must be discarded.
+        For a caller that owns its tree and rarely sees a failure (the fold), this saves the
+        copy `apply` makes of the whole document for every update.
+        """
+        self._check_document(document)
+        root = document.getroot()
+        if root is None or root.getparent() is not None:
+            # Not a whole document (a tree over an element inside another one): patching it
+            # in place would not give what `apply` gives for its copy.
+            return self._apply(copy.deepcopy(document))
+        return self._apply(document)
+
+    def _check_document(self, document: etree._ElementTree) -> None:
         if not isinstance(document, etree._ElementTree):
             raise TypeError(f"expected an lxml ElementTree, got {type(document).__name__}")
         if self._encoding is not None:
@@ -1249,7 +1277,9 @@ class Patch:
                     f"the document is {document.docinfo.encoding} but the patch is "
                     f"{self._encoding}",
                 )
-        state = _State(copy.deepcopy(document))
+
+    def _apply(self, tree: etree._ElementTree) -> etree._ElementTree:
+        state = _State(tree)
         for operation in self._operations:
             try:
                 operation.apply(state)

@@ -225,3 +225,25 @@ def test_every_case_is_run_and_deviations_name_real_cases() -> None:
     assert len(ids) == len(set(ids)) == 220
     assert set(DEVIATIONS) <= set(ids)
     assert set(OUTCOMES) == set(DEVIATIONS)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case["id"] for case in CASES])
+def test_conformance_case_patched_in_place_gives_what_apply_gives(case: dict[str, Any]) -> None:
+    patch_text = _to_bytes(case["patch"])
+    try:
+        patch = Patch.from_element(parse_patch(patch_text))
+    except PatchError:
+        return  # nothing to apply, either way
+    try:
+        expected: bytes | tuple[str, str] = etree.tostring(
+            patch.apply(parse_document(case["document"]))
+        )
+    except PatchError as error:
+        expected = (error.error, error.detail)
+    try:
+        outcome: bytes | tuple[str, str] = etree.tostring(
+            patch.apply_in_place(parse_document(case["document"]))
+        )
+    except PatchError as error:
+        outcome = (error.error, error.detail)
+    assert outcome == expected
