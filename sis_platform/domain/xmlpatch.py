@@ -42,7 +42,7 @@ import copy
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Final, TypeAlias
+from typing import Final, TypeAlias, cast
 
 from lxml import etree
 
@@ -178,6 +178,38 @@ class _Selector:
     xpath: etree.XPath
     namespace_prefix: str | None  # set for `.../namespace::prefix`: xpath locates the element
     id_values: tuple[str, ...] | None  # set when the selector calls id()
+    # For a plain attribute selector (see _plain_attribute): what xpath selects is attribute
+    # `attribute` of the elements `elements` selects; `keys` are the attribute names read by
+    # its predicates. None otherwise.
+    plain: _PlainAttribute | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _PlainAttribute:
+    element_path: str
+    elements: etree.XPath
+    attribute: str
+    keys: frozenset[str]
+
+
+# `/name([@key='literal'])*` steps then `/@name`: the form of the provider's selectors. Every
+# step is a child step naming an unprefixed element and every predicate compares an unprefixed
+# attribute with a literal, so (without a default namespace in scope, RFC 5261 section 4.2.1)
+# the elements selected depend on nothing but element names and the values of those attributes.
+_PLAIN_NAME: Final = r"[A-Za-z_][A-Za-z0-9_.\-]*"
+_PLAIN_PREDICATE_RE: Final = re.compile(rf"\[@({_PLAIN_NAME})=(?:'[^']*'|\"[^\"]*\")\]")
+_PLAIN_ATTRIBUTE_RE: Final = re.compile(
+    rf"(?P<path>(?:/{_PLAIN_NAME}(?:{_PLAIN_PREDICATE_RE.pattern})*)+)/@(?P<name>{_PLAIN_NAME})\Z"
+)
+
+
+def _plain_attribute(sel: str) -> _PlainAttribute | None:
+    match = _PLAIN_ATTRIBUTE_RE.match(sel)
+    if match is None:
+        return None
+    element_path, attribute = match.group("path", "name")
+    keys = frozenset(_PLAIN_PREDICATE_RE.findall(element_path))
+    return _PlainAttribute(element_path, etree.XPath(element_path), attribute, keys)
 
 
 def _bad_sel(why: str) -> PatchError:
@@ -344,7 +376,8 @@ def _compile_selector(sel: str, in_scope: tuple[tuple[str, str], ...]) -> _Selec
         tokens = tokens[:-4]
     expression, id_values = _rewrite(sel, tokens, namespaces, default_prefix)
     xpath = _compile_xpath(expression, namespaces)
-    return _Selector(sel, expression, xpath, namespace_prefix, id_values)
+    plain = _plain_attribute(sel) if default_prefix is None and namespace_prefix is None else None
+    return _Selector(sel, expression, xpath, namespace_prefix, id_values, plain)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -382,6 +415,12 @@ _KIND_NAMES: Final = {
 }
 
 
+def _unlocated(count: int) -> PatchError:
+    # RFC 5261 section 4.1: a selector must locate exactly one node.
+    found = "no node" if not count else f"{count} nodes"
+    return PatchError(UNLOCATED_NODE, f"sel matches {found}, it must match exactly one")
+
+
 def _locate(selector: _Selector, tree: etree._ElementTree) -> _Target:
     if selector.id_values is not None:
         values = set(selector.id_values)
@@ -402,9 +441,7 @@ def _locate(selector: _Selector, tree: etree._ElementTree) -> _Target:
     if not isinstance(result, list):
         raise _bad_sel(f"it evaluates to a {type(result).__name__}, not to nodes")
     if len(result) != 1:
-        # RFC 5261 section 4.1: a selector must locate exactly one node.
-        found = "no node" if not result else f"{len(result)} nodes"
-        raise PatchError(UNLOCATED_NODE, f"sel matches {found}, it must match exactly one")
+        raise _unlocated(len(result))
     node = result[0]
     if selector.namespace_prefix is not None:
         prefix = selector.namespace_prefix
@@ -509,9 +546,35 @@ def _is_root(node: etree._Element) -> bool:
 
 @dataclass(slots=True)
 class _State:
-    """The working copy an application mutates; the tree changes when the root is replaced."""
+    """The working copy an application mutates; the tree changes when the root is replaced.
+
+    `elements` is set when the patch changes nothing but attributes its selectors do not
+    read (Patch._attributes_only): then the elements a plain selector's element steps select
+    are the same before and after every operation, so each path is evaluated once per
+    application, by element path (an update sets several attributes of one element).
+    """
 
     tree: etree._ElementTree
+    elements: dict[str, list[etree._Element]] | None = None
+
+
+def _locate_in(selector: _Selector, state: _State) -> _Target:
+    plain = selector.plain
+    if plain is None or state.elements is None:
+        return _locate(selector, state.tree)
+    elements = state.elements.get(plain.element_path)
+    if elements is None:
+        # A location path of element steps always evaluates to a node-set of elements.
+        elements = cast(list[etree._Element], plain.elements(state.tree))
+        state.elements[plain.element_path] = elements
+    # XPath's `.../@a` is attribute a of each of those elements that has one: the same count
+    # and, when there is one, the same attribute (an earlier operation may have removed or
+    # added it, so presence is read now).
+    attribute = plain.attribute
+    owners = [element for element in elements if element.get(attribute) is not None]
+    if len(owners) != 1:
+        raise _unlocated(len(owners))
+    return _Target("attribute", owners[0], attribute)
 
 
 def _swap_root(state: _State, new_root: etree._Element) -> etree._Element:
@@ -946,7 +1009,7 @@ class _Replace(_Operation):
         self.items = items
 
     def apply(self, state: _State) -> None:
-        target = _locate(self.selector, state.tree)
+        target = _locate_in(self.selector, state)
         replacement = _replacement(self.items, target.kind)
         node = target.node
         if isinstance(replacement, str):
@@ -995,7 +1058,7 @@ class _Remove(_Operation):
         self.ws = ws
 
     def apply(self, state: _State) -> None:
-        target = _locate(self.selector, state.tree)
+        target = _locate_in(self.selector, state)
         kind, node = target.kind, target.node
         if self.ws is not None and kind in ("attribute", "text", "namespace"):
             raise _ws_not_applicable(self.ws, kind)
@@ -1185,16 +1248,35 @@ def _normalised_encoding(name: str | None) -> str | None:
         return name.lower()
 
 
+def _attributes_only(operations: tuple[_Operation, ...]) -> bool:
+    """Whether every operation replaces or removes an attribute through a plain selector, and
+    none of those attributes is one the selectors' predicates read.
+
+    Such a patch changes no element and no attribute any selector depends on, so each plain
+    selector's element steps select the same elements throughout an application.
+    """
+    changed: set[str] = set()
+    keys: set[str] = set()
+    for operation in operations:
+        plain = operation.selector.plain
+        if plain is None or not isinstance(operation, _Replace | _Remove):
+            return False
+        changed.add(plain.attribute)
+        keys |= plain.keys
+    return bool(operations) and changed.isdisjoint(keys)
+
+
 class Patch:
     """A compiled patch: the operation elements (the element children of a <diff> element, or of
     a <sportsdata category="update"> element: the engine does not care what the parent is
     called). Immutable once compiled, so one Patch applies to any number of documents."""
 
-    __slots__ = ("_operations", "_encoding")
+    __slots__ = ("_operations", "_encoding", "_attributes_only")
 
     def __init__(self, operations: tuple[_Operation, ...], encoding: str | None) -> None:
         self._operations = operations
         self._encoding = encoding
+        self._attributes_only = _attributes_only(operations)
 
     @classmethod
     def from_element(cls, operations_parent: etree._Element) -> Patch:
@@ -1279,7 +1361,7 @@ class Patch:
                 )
 
     def _apply(self, tree: etree._ElementTree) -> etree._ElementTree:
-        state = _State(tree)
+        state = _State(tree, {} if self._attributes_only else None)
         for operation in self._operations:
             try:
                 operation.apply(state)

@@ -7,6 +7,8 @@ import pickle
 import pytest
 from lxml import etree
 
+from sis_platform.domain.messages import parse_xml
+from sis_platform.domain.pipeline import DeadLetter, LoggedMessage, classify_message
 from sis_platform.domain.xmlpatch import (
     ERROR_NAMES,
     Patch,
@@ -14,6 +16,7 @@ from sis_platform.domain.xmlpatch import (
     apply_patch,
     parse_patch,
 )
+from sis_platform.simulator.generator import INVALID_REASONS, generate_feed
 
 
 def document(text: str) -> etree._ElementTree:
@@ -797,3 +800,99 @@ def test_error_detail_names_the_operation_and_the_reason() -> None:
     assert error.detail == (
         "operation 2 <remove sel='doc/a'>: sel matches 2 nodes, it must match exactly one"
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Patches of attributes only: each element path is located once per application
+
+
+RACE = (
+    "<event id='E'><market id='WIN' status='open'>"
+    "<selection id='1'><price num='2' den='1'/></selection>"
+    "<selection id='2'><price num='3' den='1'/></selection>"
+    "</market><market id='PLACE' status='open'/></event>"
+)
+
+
+def test_attribute_patch_sets_several_attributes_of_one_element() -> None:
+    patch = (
+        "<diff><replace sel=\"/event/market[@id='WIN']/selection[@id='2']/price/@num\">9</replace>"
+        "<replace sel=\"/event/market[@id='WIN']/selection[@id='2']/price/@den\">4</replace>"
+        "<remove sel=\"/event/market[@id='PLACE']/@status\"/></diff>"
+    )
+    result = patched(RACE, patch)
+    assert '<selection id="2"><price num="9" den="4"/></selection>' in result
+    assert '<market id="PLACE"/>' in result
+
+
+def test_attribute_removed_by_an_earlier_operation_is_not_located_again() -> None:
+    patch = (
+        "<diff><remove sel=\"/event/market[@id='WIN']/@status\"/>"
+        "<replace sel=\"/event/market[@id='WIN']/@status\">closed</replace></diff>"
+    )
+    error = failure(RACE, patch)
+    assert error.error == "unlocated-node"
+    assert error.detail.startswith("operation 2 ")
+
+
+def test_attribute_selector_matching_several_elements_is_unlocated_node() -> None:
+    doc = RACE.replace("id='PLACE'", "id='WIN'")
+    error = failure(
+        doc, "<diff><replace sel=\"/event/market[@id='WIN']/@status\">x</replace></diff>"
+    )
+    assert error.detail.endswith("sel matches 2 nodes, it must match exactly one")
+
+
+def test_attribute_patch_that_changes_a_key_its_selectors_read_sees_the_change() -> None:
+    # The first operation moves market WIN to id W2: the second selector must find it there.
+    patch = (
+        "<diff><replace sel=\"/event/market[@id='WIN']/@id\">W2</replace>"
+        "<replace sel=\"/event/market[@id='W2']/@status\">closed</replace></diff>"
+    )
+    assert '<market id="W2" status="closed">' in patched(RACE, patch)
+
+
+def test_attribute_patch_applies_in_place_as_it_applies_to_a_copy() -> None:
+    patch = compile_patch(
+        "<diff><replace sel=\"/event/market[@id='WIN']/selection[@id='1']/price/@num\">5</replace>"
+        "<remove sel=\"/event/market[@id='WIN']/selection[@id='1']/price/@den\"/></diff>"
+    )
+    original = document(RACE)
+    copied = etree.tostring(patch.apply(original))
+    assert etree.tostring(original) == etree.tostring(document(RACE))  # apply copies
+    assert etree.tostring(patch.apply_in_place(original)) == copied
+    assert etree.tostring(original) == copied  # apply_in_place does not
+
+
+def test_attribute_patches_of_a_simulated_day_give_what_evaluating_every_selector_gives() -> None:
+    # Both ways on every update of a day with invalid patches among them: the same document
+    # or the same error and detail.
+    invalid = {str(reason): 0.01 for reason in INVALID_REASONS}
+    masters: dict[str, bytes] = {}
+    fast = 0
+    for simulated in generate_feed(11, 3000, invalid=invalid):
+        classified = classify_message(LoggedMessage(simulated.message_id, simulated.body))
+        if isinstance(classified, DeadLetter):
+            continue
+        for item in classified:
+            if item.category == "master":
+                masters[item.master_id] = item.payload
+                continue
+            if item.master_id not in masters:
+                continue
+            patch = Patch.from_element(parse_xml(item.payload))
+            slow = Patch.from_element(parse_xml(item.payload))
+            slow._attributes_only = False
+            fast += patch._attributes_only
+            outcomes = []
+            for each in (patch, slow):
+                try:
+                    tree = each.apply_in_place(parse_xml(masters[item.master_id]).getroottree())
+                    outcomes.append(etree.tostring(tree))
+                except PatchError as error:
+                    outcomes.append(f"{error.error}: {error.detail}".encode())
+            assert outcomes[0] == outcomes[1]
+            if not outcomes[0].startswith(b"<"):
+                continue
+            masters[item.master_id] = outcomes[0]
+    assert fast > 1000
