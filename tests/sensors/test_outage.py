@@ -16,10 +16,12 @@ import pytest
 from sis_platform.consumer import BatchLimits, consume_batch
 from sis_platform.domain.pipeline import MessageResult, ReferencePipeline
 from sis_platform.domain.reasons import Outcome
+from sis_platform.lake.tables import MESSAGE_OUTCOMES
 from sis_platform.queues.base import QueueSession, ReceivedMessage, SourceUnavailable
 from sis_platform.simulator.generator import generate_feed
 from tests.harness import Harness
 from tests.queues.broker import Broker, activemq, activemq_outage
+from tests.reference import assert_lake_matches_reference, reference_for
 
 __all__ = ["activemq", "activemq_outage"]  # the broker fixtures, used by name below
 
@@ -136,11 +138,12 @@ def test_broker_outage_fails_ticks_visibly_and_the_sensor_recovers_losing_nothin
     assert h.requested == h.zone.keys()
 
 
-@pytest.mark.broker
-def test_broker_lost_between_landing_and_commit_redelivers_and_the_copies_are_duplicates(
-    tmp_path, activemq_outage: Broker
-) -> None:
-    broker = activemq_outage
+def _outage_between_landing_and_commit(
+    tmp_path, broker: Broker
+) -> tuple[Harness, list[str], list[str]]:
+    """Publish, land one batch, lose the broker between landing the second and its commit,
+    restart it and tick until drained. Returns the harness, the published ids and the ids
+    whose unit of work was in doubt."""
     h = _harness(tmp_path, broker)
     published = _publish(h, 80, seed=55)
     assert isinstance(h.tick(), dg.SensorResult)
@@ -160,14 +163,26 @@ def test_broker_lost_between_landing_and_commit_redelivers_and_the_copies_are_du
 
     broker.start()
     _tick_until_drained(h, published)
+    return h, published, in_doubt
+
+
+@pytest.mark.broker
+def test_broker_lost_between_landing_and_commit_redelivers_and_the_copies_are_duplicates(
+    tmp_path, activemq_outage: Broker
+) -> None:
+    h, published, in_doubt = _outage_between_landing_and_commit(tmp_path, activemq_outage)
     logged = h.logged_messages()
     landed = Counter(m.message_id for m in logged)
     assert sorted(landed) == sorted(published)
     assert {i for i, n in landed.items() if n > 1} == set(in_doubt)
     assert all(n <= 2 for n in landed.values())
     # The second copies are the broker's redeliveries.
-    seconds = [m for i, m in enumerate(logged) if m.message_id in {x.message_id for x in
-                                                                    logged[:i]}]
+    seen: set[str] = set()
+    seconds = []
+    for m in logged:
+        if m.message_id in seen:
+            seconds.append(m)
+        seen.add(m.message_id)
     assert [m.message_id for m in seconds] == in_doubt
     assert all(m.delivery_count >= 2 for m in seconds)
     ref = ReferencePipeline()
@@ -180,3 +195,17 @@ def test_broker_lost_between_landing_and_commit_redelivers_and_the_copies_are_du
     # After dedupe by message id the log is exactly what was published, once each.
     assert sorted(set(landed)) == sorted(published)
     assert h.requested == h.zone.keys()
+
+
+@pytest.mark.broker
+@pytest.mark.spark
+@pytest.mark.dagster
+def test_after_a_broker_outage_the_lake_equals_the_reference(
+    tmp_path, activemq_outage: Broker, spark
+) -> None:
+    h, _, in_doubt = _outage_between_landing_and_commit(tmp_path / "data", activemq_outage)
+    h.run_requested()
+    lake = h.lake(spark)
+    assert_lake_matches_reference(lake, reference_for(h.logged_messages()))
+    outcomes = Counter(r["outcome"] for r in lake.read(MESSAGE_OUTCOMES).collect())
+    assert outcomes["duplicate"] == len(in_doubt)
