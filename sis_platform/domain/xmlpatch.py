@@ -40,6 +40,7 @@ from __future__ import annotations
 import codecs
 import copy
 import re
+from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Final, TypeAlias, cast
@@ -806,17 +807,17 @@ def _replacement(items: tuple[_Item, ...], kind: str) -> str | etree._Element:
 
 
 class _Operation:
-    __slots__ = ("index", "name", "selector")
+    """A compiled operation: immutable, and independent of its position in the patch, so
+    patches share one for the same operation element (see _compiled_operation)."""
 
-    def __init__(self, index: int, name: str, selector: _Selector) -> None:
-        self.index = index
+    __slots__ = ("name", "selector")
+
+    def __init__(self, name: str, selector: _Selector) -> None:
         self.name = name
         self.selector = selector
 
-    @property
-    def where(self) -> str:
-        # Only an error needs it, so it is not built for every compiled operation.
-        return f"operation {self.index} <{self.name} sel={self.selector.source!r}>"
+    def where(self, index: int) -> str:
+        return f"operation {index} <{self.name} sel={self.selector.source!r}>"
 
     def apply(self, state: _State) -> None:
         raise NotImplementedError
@@ -830,7 +831,6 @@ class _Add(_Operation):
 
     def __init__(
         self,
-        index: int,
         selector: _Selector,
         pos: str | None,
         attribute: tuple[str, str, str] | None,
@@ -838,7 +838,7 @@ class _Add(_Operation):
         items: tuple[_Item, ...],
         value: str,
     ) -> None:
-        super().__init__(index, "add", selector)
+        super().__init__("add", selector)
         self.pos = pos
         self.attribute = attribute  # (uri, local name, patch prefix) for type="@name"
         self.namespace = namespace  # prefix for type="namespace::prefix"
@@ -1004,8 +1004,8 @@ def _splice(
 class _Replace(_Operation):
     __slots__ = ("items",)
 
-    def __init__(self, index: int, selector: _Selector, items: tuple[_Item, ...]) -> None:
-        super().__init__(index, "replace", selector)
+    def __init__(self, selector: _Selector, items: tuple[_Item, ...]) -> None:
+        super().__init__("replace", selector)
         self.items = items
 
     def apply(self, state: _State) -> None:
@@ -1053,8 +1053,8 @@ _WS_VALUES: Final = frozenset({"before", "after", "both"})
 class _Remove(_Operation):
     __slots__ = ("ws",)
 
-    def __init__(self, index: int, selector: _Selector, ws: str | None) -> None:
-        super().__init__(index, "remove", selector)
+    def __init__(self, selector: _Selector, ws: str | None) -> None:
+        super().__init__("remove", selector)
         self.ws = ws
 
     def apply(self, state: _State) -> None:
@@ -1135,10 +1135,49 @@ _TYPE_NAMESPACE_RE: Final = re.compile(rf"namespace::({_NCNAME})\Z")
 
 
 def _in_scope(element: etree._Element) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted((prefix or "", uri) for prefix, uri in element.nsmap.items()))
+    nsmap = element.nsmap
+    if not nsmap:
+        return ()
+    return tuple(sorted((prefix or "", uri) for prefix, uri in nsmap.items()))
 
 
-def _compile_operation(index: int, element: etree._Element) -> _Operation:
+# Compiled operations by what they are compiled from, for operation elements without child
+# nodes (most of a feed: attribute and text values). Feeds repeat operations (the same price,
+# the same status) across messages, and a hit costs a lookup instead of a compile.
+_OperationKey: TypeAlias = (
+    "tuple[str, tuple[tuple[str, str], ...], str | None, tuple[tuple[str, str], ...]]"
+)
+_OPERATIONS: Final[OrderedDict[_OperationKey, _Operation]] = OrderedDict()
+_OPERATIONS_MAXSIZE: Final = 4096
+
+
+def _compiled_operation(element: etree._Element) -> _Operation:
+    if len(element):
+        return _compile_operation(element)
+    # Everything _compile_operation reads of a childless element: its name, its attributes,
+    # its text and the namespaces in scope on it. (Failures are not kept: they are rare and
+    # raise with the element's own detail.)
+    key: _OperationKey = (
+        element.tag,
+        tuple(element.attrib.items()),
+        element.text,
+        _in_scope(element),
+    )
+    operation = _OPERATIONS.get(key)
+    if operation is None:
+        operation = _compile_operation(element)
+        _OPERATIONS[key] = operation
+        if len(_OPERATIONS) > _OPERATIONS_MAXSIZE:
+            _OPERATIONS.popitem(last=False)
+    else:
+        try:
+            _OPERATIONS.move_to_end(key)
+        except KeyError:  # evicted meanwhile by another thread: it stays compiled here
+            pass
+    return operation
+
+
+def _compile_operation(element: etree._Element) -> _Operation:
     tag = element.tag
     # (A QName is only needed to take the namespace off; most patches have none.)
     name = etree.QName(element).localname if tag[0] == "{" else tag
@@ -1158,16 +1197,15 @@ def _compile_operation(index: int, element: etree._Element) -> _Operation:
     selector = _compile_selector(sel, in_scope)
     items = _content(element)
     if name == "add":
-        return _compile_add(index, element, selector, items, dict(in_scope))
+        return _compile_add(element, selector, items, dict(in_scope))
     if name == "replace":
         # The content is checked against the node the selector locates (RFC 5261 4.4), so a
         # selector that locates nothing is reported as such first.
-        return _Replace(index, selector, items)
-    return _compile_remove(index, element, selector, items)
+        return _Replace(selector, items)
+    return _compile_remove(element, selector, items)
 
 
 def _compile_add(
-    index: int,
     element: etree._Element,
     selector: _Selector,
     items: tuple[_Item, ...],
@@ -1178,7 +1216,7 @@ def _compile_add(
         raise PatchError(INVALID_ATTRIBUTE_VALUE, f"pos={pos!r}: expected before, after or prepend")
     type_ = element.get("type")
     if type_ is None:
-        return _Add(index, selector, pos, None, None, items, "")
+        return _Add(selector, pos, None, None, items, "")
     if pos is not None:
         raise PatchError(
             INVALID_PATCH_DIRECTIVE, "pos has no meaning when adding an attribute or a namespace"
@@ -1208,7 +1246,7 @@ def _compile_add(
                     f"type={type_!r}: prefix {prefix!r} is not declared in the patch document",
                 )
             uri = found
-        return _Add(index, selector, None, (uri, local, prefix), None, items, value)
+        return _Add(selector, None, (uri, local, prefix), None, items, value)
     if namespace_match is not None:
         value = _text_only(items, f"type={type_!r}")
         prefix = namespace_match.group(1)
@@ -1217,14 +1255,14 @@ def _compile_add(
                 INVALID_NAMESPACE_PREFIX, f"type={type_!r}: prefix {prefix!r} cannot be declared"
             )
         _check_namespace_uri(value)
-        return _Add(index, selector, None, None, prefix, items, value)
+        return _Add(selector, None, None, prefix, items, value)
     raise PatchError(
         INVALID_ATTRIBUTE_VALUE, f"type={type_!r}: expected '@name' or 'namespace::prefix'"
     )
 
 
 def _compile_remove(
-    index: int, element: etree._Element, selector: _Selector, items: tuple[_Item, ...]
+    element: etree._Element, selector: _Selector, items: tuple[_Item, ...]
 ) -> _Remove:
     ws = element.get("ws")
     if ws is not None and ws not in _WS_VALUES:
@@ -1235,7 +1273,7 @@ def _compile_remove(
                 raise PatchError(INVALID_PATCH_DIRECTIVE, "<remove> takes no content")
         elif _node_kind(item) == "element":
             raise PatchError(INVALID_PATCH_DIRECTIVE, "<remove> takes no content")
-    return _Remove(index, selector, ws)
+    return _Remove(selector, ws)
 
 
 @lru_cache(maxsize=64)
@@ -1307,7 +1345,7 @@ class Patch:
                 continue  # comments and processing instructions
             index = len(operations) + 1
             try:
-                operations.append(_compile_operation(index, child))
+                operations.append(_compiled_operation(child))
             except PatchError as error:
                 where = f"operation {index} <{etree.QName(child).localname}"
                 sel = child.get("sel")
@@ -1362,11 +1400,11 @@ class Patch:
 
     def _apply(self, tree: etree._ElementTree) -> etree._ElementTree:
         state = _State(tree, {} if self._attributes_only else None)
-        for operation in self._operations:
+        for index, operation in enumerate(self._operations, 1):
             try:
                 operation.apply(state)
             except PatchError as error:
-                raise PatchError(error.error, f"{operation.where}: {error.detail}") from None
+                raise PatchError(error.error, f"{operation.where(index)}: {error.detail}") from None
         return state.tree
 
 

@@ -510,6 +510,29 @@ def test_compiled_selectors_are_reused_for_the_same_selector_and_namespaces() ->
     assert first._operations[0].selector is not other_scope._operations[0].selector
 
 
+def test_compiled_operations_are_shared_by_patches_with_the_same_operation_element() -> None:
+    first = compile_patch("<diff><replace sel=\"/doc/a[@n='1']/@v\">2</replace></diff>")
+    second = compile_patch(
+        "<diff><remove sel='/doc/b'/><replace sel=\"/doc/a[@n='1']/@v\">2</replace></diff>"
+    )
+    other_value = compile_patch("<diff><replace sel=\"/doc/a[@n='1']/@v\">3</replace></diff>")
+    other_scope = compile_patch(
+        '<diff xmlns="urn:d"><replace sel="/doc/a[@n=\'1\']/@v">2</replace></diff>'
+    )
+    assert first._operations[0] is second._operations[1]
+    assert first._operations[0] is not other_value._operations[0]
+    assert first._operations[0] is not other_scope._operations[0]
+
+
+def test_a_shared_operation_is_reported_at_its_position_in_each_patch() -> None:
+    doc = "<doc><a n='1'/></doc>"
+    operation = "<replace sel=\"/doc/a[@n='1']/@v\">2</replace>"
+    assert failure(doc, f"<diff>{operation}</diff>").detail.startswith("operation 1 <replace")
+    assert failure(doc, f"<diff><remove sel='/doc/a/@n'/>{operation}</diff>").detail.startswith(
+        "operation 2 <replace"
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # Errors (RFC 5261 section 5), one or more triggers each
 
