@@ -289,7 +289,8 @@ def fold_master(
             # place rather than copied; after a failure it is dropped and, if needed again,
             # parsed from `document`, the bytes of the last version, which the failure left
             # as they were.
-            patched = update.patch.apply_in_place(tree)
+            located: dict[str, list[etree._Element]] = {}
+            patched = update.patch.apply_in_place(tree, located)
         except PatchError as error:
             tree = None
             stale = True
@@ -299,7 +300,7 @@ def fold_master(
                 )
             )
             continue
-        invalid = _invalid_result(master_id, patched, update.scope)
+        invalid = _invalid_result(master_id, patched, update.scope, located)
         if invalid is not None:
             tree = None
             stale = True
@@ -327,9 +328,12 @@ def fold_master(
 
 
 def _invalid_result(
-    master_id: str, patched: etree._ElementTree, scope: PatchScope | None
+    master_id: str,
+    patched: etree._ElementTree,
+    scope: PatchScope | None,
+    located: dict[str, list[etree._Element]],
 ) -> str | None:
-    error = validate_patched(patched, scope)
+    error = validate_patched(patched, scope, located)
     if error is not None:
         return error
     event_id = patched.getroot().get("id")

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import cast
 
@@ -183,26 +184,42 @@ def _compiled(path: Path) -> etree.XPath:
     )
 
 
-def _resolve(tree: etree._ElementTree, path: Path) -> list[etree._Element]:
+def _resolve(
+    tree: etree._ElementTree, path: Path, located: Mapping[str, list[etree._Element]]
+) -> list[etree._Element]:
+    xpath = _compiled(path)
+    found = located.get(xpath.path)
+    if found is not None:
+        return found
     # A location path of element steps always evaluates to a node-set of elements.
-    return cast(list[etree._Element], _compiled(path)(tree))
+    return cast(list[etree._Element], xpath(tree))
 
 
 def _valid_in_place(element: etree._Element) -> bool:
     return bool(fragment_schema().validate(element))
 
 
-def validate_patched(patched: etree._ElementTree, scope: PatchScope | None) -> str | None:
-    """None when the patched master is valid, else the first error of the whole event."""
+def validate_patched(
+    patched: etree._ElementTree,
+    scope: PatchScope | None,
+    located: Mapping[str, list[etree._Element]] | None = None,
+) -> str | None:
+    """None when the patched master is valid, else the first error of the whole event.
+
+    `located` may give, by the XPath of a location path, the elements it selects in `patched`
+    (what Patch.apply_in_place reports), so that those paths are not evaluated again.
+    """
+    if located is None:
+        located = {}
     root = patched.getroot()
     if scope is None or root.tag != "event":
         return validate_event(patched)
     for path in scope.deep:
-        found = _resolve(patched, path)
+        found = _resolve(patched, path, located)
         if len(found) != 1 or not _valid_in_place(found[0]):
             return validate_event(patched)
     for path in scope.shallow:
-        found = _resolve(patched, path)
+        found = _resolve(patched, path, located)
         if len(found) != 1:
             return validate_event(patched)
         element = found[0]

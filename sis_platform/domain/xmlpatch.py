@@ -1369,7 +1369,11 @@ class Patch:
         self._check_document(document)
         return self._apply(copy.deepcopy(document))
 
-    def apply_in_place(self, document: etree._ElementTree) -> etree._ElementTree:
+    def apply_in_place(
+        self,
+        document: etree._ElementTree,
+        located: dict[str, list[etree._Element]] | None = None,
+    ) -> etree._ElementTree:
         """Apply the operations in document order to `document` itself and return the result.
 
         The result is `document`, or a new tree when an operation replaced the root element
@@ -1377,6 +1381,11 @@ class Patch:
         Not atomic: after a PatchError `document` may be partly patched and must be discarded.
         For a caller that owns its tree and rarely sees a failure (the fold), this saves the
         copy `apply` makes of the whole document for every update.
+
+        When the patch only replaces or removes attributes its selectors do not read, the
+        elements its selectors' element steps select are the same in the input and in the
+        result; `located`, if given, is then filled with them, keyed by the XPath of those
+        steps (the selector without its final `/@name`), so the caller need not select again.
         """
         self._check_document(document)
         root = document.getroot()
@@ -1384,7 +1393,7 @@ class Patch:
             # Not a whole document (a tree over an element inside another one): patching it
             # in place would not give what `apply` gives for its copy.
             return self._apply(copy.deepcopy(document))
-        return self._apply(document)
+        return self._apply(document, located)
 
     def _check_document(self, document: etree._ElementTree) -> None:
         if not isinstance(document, etree._ElementTree):
@@ -1398,8 +1407,15 @@ class Patch:
                     f"{self._encoding}",
                 )
 
-    def _apply(self, tree: etree._ElementTree) -> etree._ElementTree:
-        state = _State(tree, {} if self._attributes_only else None)
+    def _apply(
+        self,
+        tree: etree._ElementTree,
+        located: dict[str, list[etree._Element]] | None = None,
+    ) -> etree._ElementTree:
+        elements = None
+        if self._attributes_only:
+            elements = {} if located is None else located
+        state = _State(tree, elements)
         for index, operation in enumerate(self._operations, 1):
             try:
                 operation.apply(state)

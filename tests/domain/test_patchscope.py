@@ -244,3 +244,32 @@ def test_scoped_validation_matches_whole_validation_on_a_simulated_day():
                 masters[item.master_id] = result
     assert compared > 2000
     assert invalid > 2000
+
+
+def test_validation_with_the_elements_the_engine_located_matches_whole_validation():
+    masters: dict[str, bytes] = {}
+    reused = 0
+    for simulated in generate_feed(9, 3000):
+        classified = classify_message(LoggedMessage(simulated.message_id, simulated.body))
+        if isinstance(classified, DeadLetter):
+            continue
+        for item in classified:
+            if item.category == "master":
+                masters[item.master_id] = item.payload
+                continue
+            if item.master_id not in masters:
+                continue
+            operations = parse_xml(item.payload)
+            located: dict[str, list[etree._Element]] = {}
+            try:
+                result = Patch.from_element(operations).apply_in_place(
+                    parse_xml(masters[item.master_id]).getroottree(), located
+                )
+            except PatchError:
+                continue
+            reused += bool(located)
+            error = validate_patched(result, patch_scope(operations), located)
+            assert error == validate_event(result)
+            if error is None:
+                masters[item.master_id] = etree.tostring(result)
+    assert reused > 1000

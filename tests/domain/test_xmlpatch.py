@@ -919,3 +919,16 @@ def test_attribute_patches_of_a_simulated_day_give_what_evaluating_every_selecto
                 continue
             masters[item.master_id] = outcomes[0]
     assert fast > 1000
+
+
+def test_in_place_application_reports_the_located_elements_of_an_attribute_patch() -> None:
+    price = "/event/market[@id='WIN']/selection[@id='1']/price"
+    located: dict[str, list[etree._Element]] = {}
+    tree = compile_patch(f'<diff><replace sel="{price}/@num">7</replace></diff>').apply_in_place(
+        document(RACE), located
+    )
+    assert list(located) == [price]
+    assert located[price] == tree.xpath(price)
+    other: dict[str, list[etree._Element]] = {}
+    compile_patch(f'<diff><remove sel="{price}"/></diff>').apply_in_place(document(RACE), other)
+    assert other == {}  # not an attribute patch: nothing is reported
