@@ -87,6 +87,7 @@ def update_breakdown(messages: list[LoggedMessage]) -> dict[str, float]:
         ("parse payload", "patch compile", "patch apply", "scoped check", "serialize"), 0.0
     )
     trees: dict[str, etree._ElementTree] = {}
+    documents: dict[str, bytes] = {}  # the last good version, to start again after a failure
     applied = 0
     clock = time.process_time
     seen: set[str] = set()
@@ -100,6 +101,7 @@ def update_breakdown(messages: list[LoggedMessage]) -> dict[str, float]:
         for item in classified:
             if item.category == "master":
                 trees[item.master_id] = parse_xml(item.payload).getroottree()
+                documents[item.master_id] = item.payload
                 continue
             current = trees.get(item.master_id)
             if current is None:
@@ -107,20 +109,25 @@ def update_breakdown(messages: list[LoggedMessage]) -> dict[str, float]:
             t0 = clock()
             operations = parse_xml(item.payload)
             t1 = clock()
+            # As the fold does: patched in place, validated with what the engine located.
+            located: dict[str, list[etree._Element]] = {}
             try:
                 patch = Patch.from_element(operations)
                 t2 = clock()
-                result = patch.apply(current)
+                result = patch.apply_in_place(current, located)
             except PatchError:
+                trees[item.master_id] = parse_xml(documents[item.master_id]).getroottree()
                 continue
             t3 = clock()
-            invalid = validate_patched(result, patch_scope(operations))
+            invalid = validate_patched(result, patch_scope(operations), located)
             t4 = clock()
-            serialize(result)
+            document = serialize(result)
             t5 = clock()
             if invalid is not None:
+                trees[item.master_id] = parse_xml(documents[item.master_id]).getroottree()
                 continue
             trees[item.master_id] = result
+            documents[item.master_id] = document
             applied += 1
             spans = (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4)
             for name, spent in zip(steps, spans, strict=True):
