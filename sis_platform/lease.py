@@ -31,9 +31,10 @@ Assumptions, stated because the guarantees rest on them:
   takes over early: both then get messages for a while, the fence still stops the old holder
   from landing, and its backed-out messages return to the queue (possibly behind messages the
   new holder already landed, which is the one thing that costs feed order).
-- The holder id names deployment, host and process. A restarted process is a new holder and
-  waits for its predecessor's lease to expire, unless that predecessor ran on this same host
-  and its pid is gone, in which case it takes over at once (token + 1 all the same). Host
+- The holder id names deployment, host and process. Another process of the same deployment on
+  the same host (a restarted or replaced Dagster code server) takes over at once with token + 1,
+  fencing off its predecessor; so does any process on this host whose predecessor's pid is gone.
+  A different deployment waits for the lease to expire. Host
   names must therefore be unique among deployments (two containers sharing a host name but not
   a pid namespace could take over early; the fence still keeps a live old holder from landing).
 - `lease.json` is never deleted by hand: tokens would restart at 1.
@@ -204,7 +205,12 @@ class ConsumerLease:
                     previous_holder=current.previous_holder,
                     seconds=self.seconds,
                 )
-            elif current is None or current.expired(now) or _died_here(current.holder):
+            elif (
+                current is None
+                or current.expired(now)
+                or _same_deployment_here(current.holder, self.holder)
+                or _died_here(current.holder)
+            ):
                 lease = Lease(
                     holder=self.holder,
                     token=(current.token if current is not None else 0) + 1,
@@ -292,6 +298,14 @@ class ConsumerLease:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def _same_deployment_here(holder: str, me: str) -> bool:
+    """True when `holder` is another process of this very deployment on this host (e.g. the
+    code server Dagster restarted, or replaced while the old one shuts down). Dagster runs one
+    evaluation of a sensor at a time, so the newer process is the successor: it takes over at
+    once with token + 1, which also fences off the old process should it still be mid-tick."""
+    return holder.rpartition(":")[0] == me.rpartition(":")[0] and holder != me
 
 
 def _died_here(holder: str) -> bool:

@@ -4,6 +4,7 @@ the test moves by hand."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -329,3 +330,19 @@ def test_lease_configuration_comes_from_the_environment(tmp_path):
     assert default.deployment == socket.gethostname() and default.lease_seconds == 60
     with pytest.raises(config.ConfigurationError, match="SIS_LEASE_SECONDS=20"):
         config.resources({"SIS_DATA_DIR": str(tmp_path), "SIS_LEASE_SECONDS": "20"})
+
+
+def test_a_new_process_of_the_same_deployment_takes_over_at_once_and_fences_the_old(tmp_path):
+    # Dagster replaces its code server process: the new one must not stand by for a minute
+    # behind its own predecessor, and the predecessor must not land any more.
+    clock = FakeClock()
+    old = ConsumerLease(tmp_path, f"prod@{socket.gethostname()}:{os.getppid()}", 60, clock=clock)
+    stale = old.fence(old.acquire())
+    new = ConsumerLease(tmp_path, holder_id("prod"), 60, clock=clock)
+    taken = new.acquire()
+    assert new.holds(taken) and taken.token == 2
+    with pytest.raises(FencedOff):
+        LandingZone(tmp_path).land(_messages(1), fence=stale)
+    # Another deployment still waits for expiry.
+    dr = ConsumerLease(tmp_path, DR, 60, clock=clock)
+    assert not dr.holds(dr.acquire())
