@@ -127,7 +127,7 @@ def main() -> int:
     env = {
         "SIS_DATA_DIR": str(data),
         "SIS_BATCH_MAX_MESSAGES": str(args.batch),
-        "SIS_BATCH_MAX_SECONDS": "30",
+        "SIS_BATCH_MAX_SECONDS": "15",
         "SIS_GET_WAIT_SECONDS": "0.2",
     }
     t0 = time.monotonic()
