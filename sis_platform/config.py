@@ -155,6 +155,7 @@ def resources(env: Mapping[str, str] | None = None) -> dict[str, Any]:
         "processing": FeedProcessingResource(
             max_message_bytes=_int(env, "SIS_MAX_MESSAGE_BYTES", 4 * 1024 * 1024),
             redelivery_limit=_int(env, "SIS_REDELIVERY_LIMIT", 5),
+            quarantine_after=_int(env, "SIS_QUARANTINE_AFTER", 3),
             selector=env.get("SIS_SELECTOR") or None,
         ),
         "spark": DeltaSparkResource(

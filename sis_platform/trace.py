@@ -150,10 +150,11 @@ class MessageCopy:
 class MessageTrace:
     message_id: str
     lake_path: str
-    # The last committed fold step (= the last batch folded; 0 before the first step). None when
-    # the message is not in the log, as nothing past raw_messages was read.
+    # The last committed fold step (0 before the first step). None when the message is not in
+    # the log, as nothing past raw_messages was read.
     committed_fold_step: int | None
     copies: tuple[MessageCopy, ...]
+    folded_up_to_batch: int | None = None  # the last batch that committed step folded
 
     @property
     def found(self) -> bool:
@@ -200,7 +201,9 @@ def trace_message(lake: Lake, message_id: str, *, include_body: bool = False) ->
 
     # fold_steps first: outcome rows are then read as of this commit, even if a step commits
     # while the trace runs (later rows are filtered out below).
-    committed = committed_step(lake).fold_step if lake.exists(FOLD_STEPS) else 0
+    step = committed_step(lake) if lake.exists(FOLD_STEPS) else None
+    committed = step.fold_step if step else 0
+    folded_up_to = step.last_batch_seq if step else 0
     keys = sorted({str(r["batch_key"]) for r in raw})
 
     items: list[Any] = []
@@ -213,7 +216,7 @@ def trace_message(lake: Lake, message_id: str, *, include_body: bool = False) ->
             .collect()
         )
 
-    folded_any = any(int(r["batch_seq"]) <= committed for r in raw)
+    folded_any = any(int(r["batch_seq"]) <= folded_up_to for r in raw)
     as_committed = by_id & (F.col("fold_step") <= F.lit(committed))
     outcomes: list[Any] = []
     if folded_any:
@@ -245,9 +248,9 @@ def trace_message(lake: Lake, message_id: str, *, include_body: bool = False) ->
         )
 
     copies = _assemble(
-        message_id, raw, items, outcomes, versions, dead, committed, include_body=include_body
+        message_id, raw, items, outcomes, versions, dead, folded_up_to, include_body=include_body
     )
-    return MessageTrace(message_id, lake.base_path, committed, copies)
+    return MessageTrace(message_id, lake.base_path, committed, copies, folded_up_to)
 
 
 _Key = tuple[int, int, int | None]  # (batch_seq, msg_seq, position); position None: whole copy
@@ -274,7 +277,7 @@ def _assemble(
     outcomes: list[Any],
     versions: list[Any],
     dead: list[Any],
-    committed: int,
+    folded_up_to: int,
     *,
     include_body: bool,
 ) -> tuple[MessageCopy, ...]:
@@ -318,7 +321,7 @@ def _assemble(
     drafts: list[MessageCopy] = []
     for r in raw:
         batch_seq, msg_seq = int(r["batch_seq"]), int(r["msg_seq"])
-        folded = batch_seq <= committed
+        folded = batch_seq <= folded_up_to
         parsed_rows = items_by.get((batch_seq, msg_seq), [])
         invalid = next((p for p in parsed_rows if p["status"] == _INVALID_ROW), None)
         item_rows = sorted(

@@ -74,10 +74,18 @@ def fold_masters(
 
     processing.compiled_selector()  # a bad selector fails here, loudly, before any write
     lk = lake.lake(spark.spark_session)
-    result = fold_step(lk, selector=processing.selector, run_id=context.run.run_id)
+    result = fold_step(
+        lk, selector=processing.selector, run_id=context.run.run_id,
+        quarantine_after=processing.quarantine_after,
+    )
     if result.fold_step is None:
         context.log.info(f"nothing to fold: waiting for batch {result.waiting_for}")
-    else:
+    if result.rewound_masters:
+        context.log.warning(
+            f"rewound and refolded {result.rewound_masters} master(s): the items of folded "
+            f"batch(es) {list(result.changed_batches)} changed since they were folded"
+        )
+    if result.fold_step is not None:
         context.log.info(
             f"fold step {result.fold_step}: batches {result.first_batch_seq}..."
             f"{result.last_batch_seq}, {result.applied} applied, {result.duplicates} duplicate, "
@@ -88,6 +96,8 @@ def fold_masters(
         "first_batch": result.first_batch_seq,
         "last_batch": result.last_batch_seq,
         "waiting_for_batch": result.waiting_for,
+        "rewound_masters": result.rewound_masters,
+        "changed_batches": dg.MetadataValue.json(list(result.changed_batches)),
     }
     yield dg.MaterializeResult(
         asset_key="master_documents",

@@ -1,26 +1,21 @@
 """The message log (raw_messages) and its parsed, split form (message_items), per batch."""
 
-from datetime import UTC, datetime
 
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 
 from sis_platform.assets.partitions import batches_partitions
 from sis_platform.assets.policies import TRANSIENT_RETRY
-from sis_platform.lake.tables import BATCH_LOG, MESSAGE_ITEMS, RAW_MESSAGES
+from sis_platform.lake.tables import MESSAGE_ITEMS, RAW_MESSAGES
 from sis_platform.landing import GENESIS_LINK, batch_key, batch_seq_of
 from sis_platform.resources.platform import (
     DeltaLakeResource,
     FeedProcessingResource,
     LandingZoneResource,
 )
+from sis_platform.spark.items import batch_condition, log_items
 
 CHAIN_CHECK = "hash_chain_intact"
-
-
-def _sql_key(key: str) -> str:
-    batch_seq_of(key)  # validates: partition keys are ten digits, safe to inline in SQL
-    return f"batch_key = '{key}'"
 
 
 @dg.asset(
@@ -59,9 +54,9 @@ def raw_messages(
     rows = landed.select(
         *[F.col(f.name).cast(f.dataType).alias(f.name) for f in RAW_MESSAGES.schema().fields]
     )
-    lk.replace_where(RAW_MESSAGES, rows, _sql_key(key))
+    lk.replace_where(RAW_MESSAGES, rows, batch_condition(key))
 
-    written = lk.read(RAW_MESSAGES).where(_sql_key(key))
+    written = lk.read(RAW_MESSAGES).where(batch_condition(key))
     seq = batch_seq_of(key)
     previous = batch_key(seq - 1)
     if seq == 1:
@@ -122,36 +117,15 @@ def message_items(
     item per master id it lists (message id, master id, position, payload). A message that is
     not valid becomes a single `invalid` row with its reason code, to be dead-lettered by the
     fold. Deduplication by message id happens in the fold, across batches, in feed order."""
-
-    from sis_platform.spark.items import classify_batch, items_summary
-
-    key = context.partition_key
-    session = spark.spark_session
-    lk = lake.lake(session)
-    lk.ensure(MESSAGE_ITEMS, BATCH_LOG)
-    raw = lk.read(RAW_MESSAGES).where(_sql_key(key))
-    items = classify_batch(
-        raw,
+    lk = lake.lake(spark.spark_session)
+    summary = log_items(
+        lk, context.partition_key,
         max_bytes=processing.max_message_bytes,
         redelivery_limit=processing.redelivery_limit,
+        run_id=context.run.run_id,
     )
-    lk.replace_where(MESSAGE_ITEMS, items, _sql_key(key))
-
-    summary = items_summary(lk.read(MESSAGE_ITEMS).where(_sql_key(key)))
     digest, messages, n_items, invalid = (
         summary.digest, summary.messages, summary.items, summary.invalid_by_reason
-    )
-    log_row = session.createDataFrame(
-        [(key, batch_seq_of(key), messages, n_items, sum(invalid.values()), digest,
-          datetime.now(UTC), context.run.run_id)],
-        BATCH_LOG.schema(),
-    )
-    (
-        lk.table(BATCH_LOG).alias("t")
-        .merge(log_row.alias("s"), "t.batch_key = s.batch_key")
-        .whenMatchedUpdateAll()
-        .whenNotMatchedInsertAll()
-        .execute()
     )
     return dg.MaterializeResult(
         metadata={

@@ -157,6 +157,7 @@ def to_json(trace: MessageTrace) -> dict[str, Any]:
         "found": trace.found,
         "lake_path": trace.lake_path,
         "committed_fold_step": trace.committed_fold_step,
+        "folded_up_to_batch": trace.folded_up_to_batch,
         "counted": _jsonable(dataclasses.asdict(counted)) if counted is not None else None,
         "copies": copies,
     }
@@ -180,7 +181,7 @@ def render(trace: MessageTrace) -> str:
     n = len(trace.copies)
     counted = trace.counted
     lines.append(f"  logged          {n} cop{'y' if n == 1 else 'ies'} in {trace.lake_path}")
-    lines.append(f"  folded up to    {_folded_up_to(trace.committed_fold_step)}")
+    lines.append(f"  folded up to    {_folded_up_to(trace)}")
     if counted is not None:
         lines.append(f"  counted copy    {counted}")
     lines.append(f"  verdict         {_verdict(trace)}")
@@ -256,7 +257,7 @@ def _describe(trace: MessageTrace, o: TracedOutcome, copy: MessageCopy) -> str:
     if o.status == NOT_FOLDED:
         return (
             f"not yet folded: no committed fold step covers batch {copy.batch_seq} "
-            f"(folded up to: {_folded_up_to(trace.committed_fold_step)})"
+            f"(folded up to: {_folded_up_to(trace)})"
         )
     if o.status == UNACCOUNTED:
         return "** folded, yet the log records no outcome for it **"
@@ -284,8 +285,9 @@ def _in_brief(item: TracedItem) -> str:
     return f"{item.master_id} {o.reason or o.status}"
 
 
-def _folded_up_to(step: int | None) -> str:
-    return "nothing folded yet" if not step else f"batch {step} (fold step {step})"
+def _folded_up_to(trace: MessageTrace) -> str:
+    step, batch = trace.committed_fold_step, trace.folded_up_to_batch
+    return "nothing folded yet" if not step else f"batch {batch} (fold step {step})"
 
 
 def _time(value: datetime) -> str:

@@ -7,7 +7,11 @@ asset says in its metadata exactly where it wrote (STYLE.md: no IO manager hidin
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 from sis_platform.lake.tables import Table
 
@@ -15,11 +19,61 @@ if TYPE_CHECKING:
     from delta.tables import DeltaTable
     from pyspark.sql import DataFrame, SparkSession
 
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# Bounded retry of a Delta commit that lost an optimistic-concurrency race (DESIGN.md: one
+# writer per table is the rule, through the sis_fold pool; batch_log and the partitioned
+# message-log tables are written by concurrent backfill runs, which can conflict). A write that
+# raised a DeltaConcurrentModificationException did not commit, so repeating it is safe.
+CONFLICT_ATTEMPTS = 5
+CONFLICT_BACKOFF_SECONDS = 0.5
+
+
+def _conflict_exceptions() -> tuple[type[Exception], ...]:
+    # Every commit conflict Delta raises. The specific ones do not derive from
+    # DeltaConcurrentModificationException in delta-spark's Python API, so all are named.
+    from delta import exceptions as e
+
+    return (
+        e.DeltaConcurrentModificationException, e.ConcurrentWriteException,
+        e.MetadataChangedException, e.ProtocolChangedException, e.ConcurrentAppendException,
+        e.ConcurrentDeleteReadException, e.ConcurrentDeleteDeleteException,
+        e.ConcurrentTransactionException,
+    )
+
 
 class Lake:
-    def __init__(self, spark: SparkSession, base_path: str) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        base_path: str,
+        *,
+        conflict_attempts: int = CONFLICT_ATTEMPTS,
+        conflict_backoff_seconds: float = CONFLICT_BACKOFF_SECONDS,
+    ) -> None:
         self.spark = spark
         self.base_path = base_path.rstrip("/")
+        self.conflict_attempts = conflict_attempts
+        self.conflict_backoff_seconds = conflict_backoff_seconds
+
+    def retrying_conflicts(self, what: str, write: Callable[[], T]) -> T:
+        """Run `write` (one Delta commit), again on a concurrency conflict, with exponential
+        backoff and jitter, at most `conflict_attempts` times; then the conflict is raised."""
+        for attempt in range(1, self.conflict_attempts + 1):
+            try:
+                return write()
+            except _conflict_exceptions() as error:
+                if attempt == self.conflict_attempts:
+                    raise
+                delay = self.conflict_backoff_seconds * 2 ** (attempt - 1)
+                delay *= random.uniform(0.5, 1.5)
+                log.warning(
+                    "%s: Delta conflict (%s), attempt %d of %d, retrying in %.2f s",
+                    what, type(error).__name__, attempt, self.conflict_attempts, delay,
+                )
+                time.sleep(delay)  # backoff between attempts, not synchronisation
+        raise AssertionError("unreachable")
 
     def path(self, table: Table) -> str:
         return f"{self.base_path}/{table.name}"
@@ -65,18 +119,37 @@ class Lake:
     def replace_where(self, table: Table, df: DataFrame, condition: str) -> None:
         """Atomically replace the rows matching `condition` with `df`: one Delta commit, so a
         re-run of the same partition replaces its rows instead of appending them again."""
-        (
+        writer = (
             df.select(*[f.name for f in table.schema().fields])
             .write.format("delta")
             .mode("overwrite")
             .option("replaceWhere", condition)
-            .save(self.path(table))
+        )
+        self.retrying_conflicts(
+            f"{table.name} replaceWhere {condition}", lambda: writer.save(self.path(table))
         )
 
-    def append(self, table: Table, df: DataFrame) -> None:
-        (
-            df.select(*[f.name for f in table.schema().fields])
-            .write.format("delta")
-            .mode("append")
-            .save(self.path(table))
+    def append(self, table: Table, df: DataFrame, *, txn_app_id: str | None = None) -> None:
+        """Append `df` in one commit. With `txn_app_id`, the write is made idempotent across its
+        own retries: Delta skips an append whose (txnAppId, txnVersion) it has already
+        committed. The version is taken once per logical write (wall clock, ns), so a retry of
+        this write is skipped if its first attempt did commit, while any later write, even one
+        repeating the same step after `recover` restored the table, has a higher version and is
+        never skipped."""
+        writer = (
+            df.select(*[f.name for f in table.schema().fields]).write.format("delta").mode("append")
+        )
+        if txn_app_id is not None:
+            writer = writer.option("txnAppId", txn_app_id).option("txnVersion", time.time_ns())
+        self.retrying_conflicts(f"{table.name} append", lambda: writer.save(self.path(table)))
+
+    def merge_rows(self, table: Table, rows: DataFrame, *, keys: Sequence[str]) -> None:
+        """Upsert `rows` by `keys` (insert or replace whole rows): idempotent by construction."""
+        condition = " AND ".join(f"t.{k} = s.{k}" for k in keys)
+        self.retrying_conflicts(
+            f"{table.name} merge",
+            lambda: self.table(table).alias("t").merge(rows.alias("s"), condition)
+            .whenMatchedUpdateAll()
+            .whenNotMatchedInsertAll()
+            .execute(),
         )

@@ -30,6 +30,7 @@ MASTER_DOCUMENTS = Table("master_documents")
 DEAD_LETTERS = Table("dead_letters")
 MESSAGE_OUTCOMES = Table("message_outcomes")
 FOLD_STEPS = Table("fold_steps")
+FOLD_FAILURES = Table("fold_failures")
 EVENTS = Table("events")
 MARKETS = Table("markets")
 SELECTIONS = Table("selections")
@@ -201,6 +202,22 @@ def _fold_steps() -> StructType:
     )
 
 
+def _fold_failures() -> StructType:
+    # One row per master a failed fold attempt was folding (spark/fold.py, quarantine).
+    from pyspark.sql import types as T
+
+    return T.StructType(
+        [
+            T.StructField("master_id", T.StringType(), False),
+            T.StructField("fold_step", T.LongType(), False),
+            T.StructField("error", T.StringType(), False),
+            T.StructField("failed_at", T.TimestampType(), False),
+            T.StructField("run_id", T.StringType(), True),
+            T.StructField("released", T.BooleanType(), False),
+        ]
+    )
+
+
 def _events() -> StructType:
     from pyspark.sql import types as T
 
@@ -279,6 +296,7 @@ _SCHEMAS = {
     "dead_letters": _dead_letters,
     "message_outcomes": _message_outcomes,
     "fold_steps": _fold_steps,
+    "fold_failures": _fold_failures,
     "events": _events,
     "markets": _markets,
     "selections": _selections,

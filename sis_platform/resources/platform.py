@@ -83,6 +83,13 @@ class FeedProcessingResource(dg.ConfigurableResource):
         description="JMS selector over item properties (category, type, masterId, sport, "
         "country, course, eventStatus, ...); items it does not select are recorded as filtered.",
     )
+    quarantine_after: int = Field(
+        default=3,
+        ge=1,
+        description="A master whose fold fails this many times for an unknown reason (a bug, "
+        "a crashed worker) is quarantined: its items are dead-lettered `quarantined` until a "
+        "dead-letter replay after the fix, so it cannot block the other masters.",
+    )
 
     def compiled_selector(self) -> Selector | None:
         from sis_platform.domain.selector import Selector

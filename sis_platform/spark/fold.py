@@ -16,15 +16,17 @@ step leaves no trace once the next step starts, and the refold produces the same
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from sis_platform.domain.reasons import Outcome
+from sis_platform.domain.reasons import Outcome, Reason
 from sis_platform.lake.tables import (
     BATCH_LOG,
     DEAD_LETTERS,
     FOLD_APPEND_TABLES,
+    FOLD_FAILURES,
     FOLD_STEPS,
     MASTER_DOCUMENTS,
     MASTER_VERSIONS,
@@ -34,17 +36,23 @@ from sis_platform.lake.tables import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import pandas as pd
+    from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
     from sis_platform.lake.delta import Lake
+
+log = logging.getLogger(__name__)
 
 FOLD_TABLES = (MASTER_VERSIONS, MASTER_DOCUMENTS, DEAD_LETTERS, MESSAGE_OUTCOMES, FOLD_STEPS)
 
 
 @dataclass(frozen=True)
 class CommittedStep:
-    fold_step: int  # = the last batch number folded; 0 before the first step
+    fold_step: int  # 0 before the first step
+    last_batch_seq: int  # the last batch folded; 0 before the first step
     master_documents_version: int
     table_versions: dict[str, int]  # Delta version of each fold table after the step
 
@@ -61,6 +69,8 @@ class FoldStepResult:
     dead_lettered: int = 0
     masters_changed: int = 0
     waiting_for: int | None = None  # the missing batch number that blocks the fold, if any
+    rewound_masters: int = 0  # masters rewound and refolded (their input changed)
+    changed_batches: tuple[int, ...] = ()  # folded batches whose items changed since
 
 
 def _fold_out_schema() -> StructType:
@@ -99,14 +109,14 @@ def committed_step(lake: Lake) -> CommittedStep:
     row = (
         lake.read(FOLD_STEPS)
         .orderBy(F.col("fold_step").desc())
-        .select("fold_step", "master_documents_version", "table_versions")
+        .select("fold_step", "last_batch_seq", "master_documents_version", "table_versions")
         .first()
     )
     if row is None:
         # Before the first step every table is as `ensure` created it: version 0.
-        return CommittedStep(0, 0, {t.name: 0 for t in STEP_TABLES})
+        return CommittedStep(0, 0, 0, {t.name: 0 for t in STEP_TABLES})
     return CommittedStep(
-        int(row["fold_step"]), int(row["master_documents_version"]),
+        int(row["fold_step"]), int(row["last_batch_seq"]), int(row["master_documents_version"]),
         {k: int(v) for k, v in json.loads(row["table_versions"]).items()},
     )
 
@@ -128,22 +138,102 @@ def recover(lake: Lake) -> tuple[CommittedStep, dict[str, int]]:
     return committed, current
 
 
-def foldable_batches(lake: Lake, after: int) -> tuple[list[tuple[int, str]], int | None]:
-    """The gap-free run of processed batches after batch `after`, and the first missing batch
-    number beyond which later processed batches wait (None if nothing waits)."""
-    rows = lake.read(BATCH_LOG).select("batch_seq", "batch_key").collect()
-    by_seq = {int(r["batch_seq"]): str(r["batch_key"]) for r in rows}
-    run: list[tuple[int, str]] = []
-    seq = after + 1
-    while seq in by_seq:
-        run.append((seq, by_seq[seq]))
-        seq += 1
-    waiting = seq if any(s > seq for s in by_seq) else None
-    return run, waiting
+@dataclass(frozen=True)
+class LoggedBatches:
+    """The batch log as one fold step reads it (pinned: see `fold_step`)."""
+
+    keys: dict[int, str]  # batch_seq -> batch_key
+    digests: dict[int, str]  # batch_seq -> items_digest of its current message_items
+
+    def gap_free_after(self, after: int) -> tuple[list[tuple[int, str]], int | None]:
+        """The gap-free run of processed batches after batch `after`, and the first missing
+        batch number beyond which later processed batches wait (None if nothing waits)."""
+        run: list[tuple[int, str]] = []
+        seq = after + 1
+        while seq in self.keys:
+            run.append((seq, self.keys[seq]))
+            seq += 1
+        waiting = seq if any(s > seq for s in self.keys) else None
+        return run, waiting
+
+
+@dataclass(frozen=True)
+class FoldedBatch:
+    digest: str  # items digest of the batch when it was last folded (or refolded)
+    items_version: int | None  # message_items version that fold read (None: not recorded)
+
+
+def folded_batches(lake: Lake) -> dict[int, FoldedBatch]:
+    """What each batch's items were when last folded, from fold_steps."""
+    import json
+
+    folded: dict[int, FoldedBatch] = {}
+    rows = sorted(
+        lake.read(FOLD_STEPS)
+        .select("fold_step", "first_batch_seq", "last_batch_seq", "items_digest",
+                "table_versions")
+        .collect(),
+        key=lambda r: int(r["fold_step"]),
+    )
+    for row in rows:
+        text = str(row["items_digest"])
+        items_version = json.loads(row["table_versions"]).get(MESSAGE_ITEMS.name)
+        if text.startswith("{"):
+            digests = {int(k): v for k, v in json.loads(text).items()}
+        else:  # steps written before rewinds existed: the digests of first..last, in order
+            seqs = range(int(row["first_batch_seq"]), int(row["last_batch_seq"]) + 1)
+            digests = dict(zip(seqs, text.split(","), strict=True))
+        folded.update({s: FoldedBatch(d, items_version) for s, d in digests.items()})
+    return folded
+
+
+def _changed_items(
+    lake: Lake, now: DataFrame, changed: list[int], folded: dict[int, FoldedBatch]
+) -> DataFrame:
+    """(master_id, batch_seq) of every item that differs between what was folded and what the
+    changed batches hold now: the masters to rewind, and from which batch. Where the folded
+    version of message_items is gone (vacuumed, or not recorded), every master of the batch,
+    then or now, counts as changed."""
+    from functools import reduce
+
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import functions as F
+
+    columns = ["batch_seq", "msg_seq", "position", "master_id", "status", "category", "type",
+               "payload", "reason"]
+    parts: list[DataFrame] = []
+    by_version: dict[int | None, list[int]] = {}
+    for seq in changed:
+        by_version.setdefault(folded[seq].items_version, []).append(seq)
+    for version, seqs in by_version.items():
+        current = now.where(F.col("batch_seq").isin(seqs)).select(*columns)
+        if version is not None:
+            try:
+                before = lake.read(MESSAGE_ITEMS, version=version).where(
+                    F.col("batch_seq").isin(seqs)
+                ).select(*columns)
+                diff = before.exceptAll(current).unionByName(current.exceptAll(before))
+                parts.append(diff.select("master_id", "batch_seq").localCheckpoint())
+                continue
+            except AnalysisException as error:
+                log.warning(f"message_items version {version} unavailable ({error}); "
+                            f"rewinding every master of batches {seqs}")
+        outcomes = lake.read(MESSAGE_OUTCOMES).where(F.col("batch_seq").isin(seqs))
+        parts.append(
+            outcomes.select("master_id", "batch_seq").unionByName(
+                current.select("master_id", "batch_seq")
+            )
+        )
+    return reduce(lambda a, b: a.unionByName(b), parts).where(F.col("master_id").isNotNull())
 
 
 def _fold_groups(
-    items: pd.DataFrame, state: pd.DataFrame, *, selector_text: str | None
+    items: pd.DataFrame,
+    state: pd.DataFrame,
+    *,
+    selector_text: str | None,
+    inflight_dir: str | None = None,
+    injected: tuple[str, str] | None = None,
 ) -> pd.DataFrame:
     import pandas as pd
 
@@ -179,9 +269,21 @@ def _fold_groups(
                 payload=bytes(rec.payload),
             )
         )
-    result = fold_master(
-        master_id, current, batch, selector=_selector(selector_text), patches=_patch_cache()
-    )
+    marker = _InFlight(inflight_dir, master_id) if inflight_dir else None
+    try:
+        if injected is not None and injected[0] == master_id:
+            _inject_failure(injected[1])
+        result = fold_master(
+            master_id, current, batch, selector=_selector(selector_text), patches=_patch_cache()
+        )
+    except Exception as error:
+        # Content errors never get here (fold_master dead-letters them): this is a bug. The
+        # master id goes into the message so the driver can count the failure against it.
+        raise RuntimeError(
+            f"{FAILURE_MARK}{master_id!r}]: {type(error).__name__}: {error}"
+        ) from error
+    if marker is not None:
+        marker.done()
     rows: list[tuple[object, ...]] = []
     for v in result.versions:
         b, m = where[(v.message_id, v.position)]
@@ -205,6 +307,127 @@ def _fold_groups(
              None, None, st.stale, st.filtered, None, None)
         )
     return pd.DataFrame.from_records(rows, columns=columns)
+
+
+FAILURE_MARK = "sis-fold-failure[master_id="
+
+
+class _InFlight:
+    """The master a Python worker is folding, in a file named after the worker's pid, from the
+    start of its fold to its end: if the worker dies mid-fold (a segfault, the OOM killer), the
+    file names the master it died on. Local (and shared) file systems only."""
+
+    def __init__(self, folder: str, master_id: str) -> None:
+        import os
+
+        self.path = os.path.join(folder, f"{os.getpid()}.inflight")
+        with open(self.path, "w", encoding="utf-8") as f:
+            f.write(master_id)
+
+    def done(self) -> None:
+        with open(self.path, "w", encoding="utf-8"):
+            pass
+
+
+def _inject_failure(how: str) -> None:
+    # Test hook (SIS_INJECT_FOLD_FAILURE, read by the driver): a bug, or a crashed worker.
+    if how == "crash":
+        import os
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+    raise ZeroDivisionError("injected fold failure (SIS_INJECT_FOLD_FAILURE)")
+
+
+def _injected_failure() -> tuple[str, str] | None:
+    """`SIS_INJECT_FOLD_FAILURE=MASTER_ID[:raise|crash]`: the fold of that master fails (test
+    hook for quarantine; read at call time, never set in production)."""
+    import os
+
+    text = os.environ.get("SIS_INJECT_FOLD_FAILURE")
+    if not text:
+        return None
+    master_id, _, how = text.partition(":")
+    return master_id, how or "raise"
+
+
+def _inflight_dir(lake: Lake) -> str | None:
+    """Where workers leave in-flight markers: beside the lake when it is on a local path."""
+    import os
+
+    base = lake.base_path.removeprefix("file:")
+    if "://" in base:
+        return None  # object storage: failures are attributed by their message only
+    folder = os.path.join(base, "_fold_inflight")
+    os.makedirs(folder, exist_ok=True)
+    return folder
+
+
+def _failed_masters(error: BaseException, inflight_dir: str | None) -> set[str]:
+    """The masters a failed fold was folding: named in the error, or left in flight."""
+    import os
+    import re
+
+    found = set(re.findall(r"sis-fold-failure\[master_id='((?:[^'\\]|\\.)*)'\]", str(error)))
+    if inflight_dir:
+        for name in os.listdir(inflight_dir):
+            with open(os.path.join(inflight_dir, name), encoding="utf-8") as f:
+                master = f.read().strip()
+            if master:
+                found.add(master)
+    return found
+
+
+def _clear_inflight(inflight_dir: str | None) -> None:
+    import os
+
+    if inflight_dir:
+        for name in os.listdir(inflight_dir):
+            os.remove(os.path.join(inflight_dir, name))
+
+
+class FoldFailure(RuntimeError):
+    """The fold failed for an unknown reason (not a content error: those are dead letters).
+    Retried by the asset's retry policy; the masters it names are quarantined once they have
+    failed `quarantine_after` times."""
+
+
+def quarantined_masters(lake: Lake, after: int) -> dict[str, str]:
+    """Masters with at least `after` unreleased fold failures, with their last error."""
+    from pyspark.sql import functions as F
+
+    rows = (
+        lake.read(FOLD_FAILURES)
+        .where(~F.col("released"))
+        .groupBy("master_id")
+        .agg(F.count("*").alias("n"), F.max_by("error", "failed_at").alias("error"))
+        .where(F.col("n") >= after)
+        .collect()
+    )
+    return {str(r["master_id"]): f"fold failed {r['n']} times: {r['error']}" for r in rows}
+
+
+def record_failures(
+    lake: Lake, masters: set[str], *, step: int, error: BaseException, run_id: str | None
+) -> None:
+    now = datetime.now(UTC)
+    text = f"{type(error).__name__}: {error}"[:2000]
+    rows = [(m, step, text, now, run_id, False) for m in sorted(masters)]
+    lake.append(FOLD_FAILURES, lake.spark.createDataFrame(rows, FOLD_FAILURES.schema()))
+
+
+def release_quarantine(lake: Lake, masters: set[str]) -> None:
+    """Let the masters be folded again (dead-letter replay, after a fix)."""
+    from pyspark.sql import functions as F
+
+    if masters:
+        lake.retrying_conflicts(
+            "fold_failures release",
+            lambda: lake.table(FOLD_FAILURES).update(
+                F.col("master_id").isin(sorted(masters)) & ~F.col("released"),
+                {"released": F.lit(True)},
+            ),
+        )
 
 
 _SELECTORS: dict[str, object] = {}
@@ -231,14 +454,36 @@ def _selector(text: str | None):  # type: ignore[no-untyped-def]
     return _SELECTORS[text]
 
 
+def _after_point(t: str, p: str) -> str:
+    """SQL: row `t` comes after the rewind point `p` in feed order (batch, message, position).
+    A master without a point (p_batch = -1) is refolded from its first item."""
+    return (
+        f"({t}.batch_seq > {p}.p_batch OR ({t}.batch_seq = {p}.p_batch AND "
+        f"({t}.msg_seq > {p}.p_msg OR ({t}.msg_seq = {p}.p_msg AND "
+        f"coalesce({t}.position, -1) > {p}.p_pos))))"
+    )
+
+
 def fold_step(
     lake: Lake,
     *,
     selector: str | None = None,
     run_id: str | None = None,
     max_batches: int | None = None,
+    rewind: Mapping[str, int] | None = None,
+    quarantine_after: int = 3,
 ) -> FoldStepResult:
-    """Recover, then fold the next gap-free run of batches and commit it as one step."""
+    """Recover, then fold the next gap-free run of batches and commit it as one step.
+
+    Rewind (DESIGN.md invariant 3): when a batch already folded has different items now (its
+    message_items were re-materialized after a fix, so its digest in batch_log differs from the
+    one folded), the masters it touches, before or after, are rewound: each goes back to its
+    last version before the first changed batch, taken from master_versions (right after an
+    applied version a master is neither stale nor filtered, so the version is its whole
+    state), its later rows are deleted, and its items from that point on are refolded, in the
+    same step as any new batches. `rewind` asks for the same explicitly (master id -> batch to
+    refold from): dead-letter replay after a fold fix, where the items themselves are the same.
+    """
     import json
     from functools import partial
 
@@ -246,14 +491,34 @@ def fold_step(
     from pyspark.sql import functions as F
 
     committed, versions_now = recover(lake)
-    run, waiting = foldable_batches(lake, committed.fold_step)
+    lake.ensure(MESSAGE_ITEMS, BATCH_LOG, FOLD_FAILURES)
+    # message_items is written before batch_log (assets/message_log.py), so reading batch_log's
+    # version first, then message_items', never pairs a digest with items older than it. The
+    # worst case, newer items under an older digest, is seen as changed by the next step.
+    log_version = lake.version(BATCH_LOG)
+    items_version = lake.version(MESSAGE_ITEMS)
+    log_rows = lake.read(BATCH_LOG, version=log_version).select(
+        "batch_seq", "batch_key", "items_digest"
+    ).collect()
+    logged = LoggedBatches(
+        {int(r["batch_seq"]): str(r["batch_key"]) for r in log_rows},
+        {int(r["batch_seq"]): str(r["items_digest"]) for r in log_rows},
+    )
+    run, waiting = logged.gap_free_after(committed.last_batch_seq)
     if max_batches is not None:
         run = run[:max_batches]
-    if not run:
-        return FoldStepResult(None, waiting_for=waiting or committed.fold_step + 1)
-    first, last = run[0][0], run[-1][0]
-    step = last
+    folded = folded_batches(lake) if committed.fold_step else {}
+    changed = sorted(
+        seq for seq, digest in logged.digests.items()
+        if seq in folded and seq <= committed.last_batch_seq and folded[seq].digest != digest
+    )
+    if not run and not changed and not rewind:
+        return FoldStepResult(None, waiting_for=waiting or committed.last_batch_seq + 1)
+    first = run[0][0] if run else None
+    last = run[-1][0] if run else committed.last_batch_seq
+    step = max(last, committed.fold_step + 1)
     keys = [k for _, k in run]
+    changed_keys = [logged.keys[s] for s in changed]
     spark = lake.spark
     now = datetime.now(UTC)
 
@@ -262,45 +527,161 @@ def fold_step(
     # append would find every message of the step "already seen".
     outcomes_version = versions_now[MESSAGE_OUTCOMES.name]
     documents_version = versions_now[MASTER_DOCUMENTS.name]
-    items = lake.read(MESSAGE_ITEMS).where(F.col("batch_key").isin(keys))
-    digest_rows = lake.read(BATCH_LOG).where(F.col("batch_key").isin(keys)).orderBy("batch_seq")
-    items_digest = ",".join(r["items_digest"] for r in digest_rows.collect())
+    log_items = lake.read(MESSAGE_ITEMS, version=items_version).where(
+        F.col("batch_seq") <= F.lit(last)
+    )
+    new_items = log_items.where(F.col("batch_key").isin(keys))
+    outcomes_then = lake.read(MESSAGE_OUTCOMES, version=outcomes_version)
 
-    # Exactly once (SPORTSDATA.md): the first copy of a message id in landing order counts;
-    # later copies, in this step or after an earlier step, are duplicates.
-    messages = items.select("message_id", "batch_seq", "msg_seq").distinct()
-    first_copy = Window.partitionBy("message_id").orderBy("batch_seq", "msg_seq")
-    seen = lake.read(MESSAGE_OUTCOMES, version=outcomes_version).select("message_id").distinct()
-    ranked = messages.withColumn("copy", F.row_number().over(first_copy))
-    dup_keys = ranked.where("copy > 1").select("batch_seq", "msg_seq").unionByName(
-        ranked.where("copy = 1")
-        .join(seen, "message_id", "left_semi")
-        .select("batch_seq", "msg_seq")
-    ).withColumn("duplicate", F.lit(True))
+    # Masters to rewind, each with the batch to refold from.
+    rewinding = bool(changed or rewind)
+    if rewinding:
+        touched = (
+            _changed_items(lake, log_items, changed, folded) if changed
+            else spark.createDataFrame([], "master_id string, batch_seq long")
+        )
+        if rewind:
+            touched = touched.unionByName(
+                spark.createDataFrame(
+                    [(m, int(b)) for m, b in rewind.items()], "master_id string, batch_seq long"
+                )
+            )
+        from_batch = touched.groupBy("master_id").agg(F.min("batch_seq").alias("from_batch"))
+        last_before = Window.partitionBy("master_id").orderBy(
+            F.col("batch_seq").desc(), F.col("msg_seq").desc(), F.col("position").desc()
+        )
+        points = (
+            lake.read(MASTER_VERSIONS, version=versions_now[MASTER_VERSIONS.name])
+            .join(from_batch, "master_id")
+            .where(F.col("batch_seq") < F.col("from_batch"))
+            .withColumn("n", F.row_number().over(last_before))
+            .where("n = 1")
+            .select(
+                "master_id", "version", "document",
+                F.col("batch_seq").alias("p_batch"), F.col("msg_seq").alias("p_msg"),
+                F.col("position").alias("p_pos"),
+            )
+        )
+        rewound = (
+            from_batch.join(points, "master_id", "left")
+            .select(
+                "master_id", "version", "document",
+                F.coalesce("p_batch", F.lit(-1).cast("long")).alias("p_batch"),
+                F.coalesce("p_msg", F.lit(-1)).alias("p_msg"),
+                F.coalesce("p_pos", F.lit(-1)).alias("p_pos"),
+            )
+            .localCheckpoint()
+        )
+        rewound_ids = rewound.select("master_id")
+        refold = (
+            log_items.where(F.col("status") == "item")
+            .alias("t")
+            .join(rewound.alias("p"), "master_id")
+            .where(_after_point("t", "p"))
+            .select("t.*")
+        )
+        step_items = new_items.join(rewound_ids, "master_id", "left_anti").unionByName(refold)
+        # Which copy of a message counts is a fact of the whole log (first in landing order),
+        # decided afresh for every message the step emits rows for.
+        emitting = step_items.unionByName(
+            log_items.where(F.col("batch_key").isin(changed_keys))
+        )
+        messages = emitting.select("message_id", "batch_seq", "msg_seq").distinct()
+        copies = (
+            log_items.select("message_id", "batch_seq", "msg_seq").distinct()
+            .join(messages.select("message_id").distinct(), "message_id", "left_semi")
+        )
+        ranked = copies.withColumn(
+            "copy",
+            F.row_number().over(Window.partitionBy("message_id").orderBy("batch_seq", "msg_seq")),
+        )
+        dup_keys = (
+            ranked.where("copy > 1").select("batch_seq", "msg_seq")
+            .withColumn("duplicate", F.lit(True))
+        )
+        # Message-level rows (duplicate, invalid) are emitted for new and changed batches only;
+        # those of unchanged batches stand.
+        message_level = F.col("batch_key").isin(keys + changed_keys)
+        items = step_items.unionByName(
+            log_items.where(F.col("batch_key").isin(changed_keys) & (F.col("status") != "item"))
+        )
+    else:
+        items = new_items
+        message_level = F.lit(True)
+        # Exactly once (SPORTSDATA.md): the first copy of a message id in landing order counts;
+        # later copies, in this step or after an earlier step, are duplicates.
+        messages = items.select("message_id", "batch_seq", "msg_seq").distinct()
+        first_copy = Window.partitionBy("message_id").orderBy("batch_seq", "msg_seq")
+        seen = outcomes_then.select("message_id").distinct()
+        ranked = messages.withColumn("copy", F.row_number().over(first_copy))
+        dup_keys = ranked.where("copy > 1").select("batch_seq", "msg_seq").unionByName(
+            ranked.where("copy = 1")
+            .join(seen, "message_id", "left_semi")
+            .select("batch_seq", "msg_seq")
+        ).withColumn("duplicate", F.lit(True))
     # Materialized once (localCheckpoint): every output below derives from it.
     tagged = items.join(dup_keys, ["batch_seq", "msg_seq"], "left").localCheckpoint()
 
-    dup_msgs = tagged.where("duplicate").select("message_id", "batch_seq", "msg_seq").distinct()
+    dup_msgs = (
+        tagged.where(F.col("duplicate") & message_level)
+        .select("message_id", "batch_seq", "msg_seq").distinct()
+    )
     invalid = tagged.where("duplicate IS NULL AND status = 'invalid'")
     valid = tagged.where("duplicate IS NULL AND status = 'item'")
+    # Poison isolation for unknown failures: a quarantined master's items are held back as
+    # dead letters, so the fold of every other master goes on.
+    quarantined = quarantined_masters(lake, quarantine_after)
+    held = valid.where(F.lit(False))
+    if quarantined:
+        reasons = F.create_map(*[F.lit(x) for kv in quarantined.items() for x in kv])
+        held = valid.where(F.col("master_id").isin(list(quarantined))).withColumn(
+            "detail", reasons[F.col("master_id")]
+        )
+        valid = valid.where(~F.col("master_id").isin(list(quarantined)))
 
     affected = valid.select("master_id").distinct()
     state = lake.read(MASTER_DOCUMENTS, version=documents_version).join(
         affected, "master_id", "left_semi"
     )
-    folded = (
-        valid.select(
-            "master_id", "message_id", "position", "category", "type", "payload", "batch_seq",
-            "msg_seq",
+    if rewinding:
+        # A rewound master starts again from its version before the change (or from nothing).
+        state = state.join(rewound_ids, "master_id", "left_anti").unionByName(
+            rewound.where("version IS NOT NULL").select(
+                "master_id", "version", "document",
+                F.lit(False).alias("stale"), F.lit(False).alias("filtered"),
+                F.lit(0).cast("long").alias("fold_step"),
+            )
         )
-        .groupBy("master_id")
-        .cogroup(state.groupBy("master_id"))
-        .applyInPandas(partial(_fold_groups, selector_text=selector), _fold_out_schema())
-        .localCheckpoint()
+    inflight = _inflight_dir(lake)
+    _clear_inflight(inflight)
+    fold = partial(
+        _fold_groups, selector_text=selector, inflight_dir=inflight, injected=_injected_failure()
     )
+    try:
+        folded = (
+            valid.select(
+                "master_id", "message_id", "position", "category", "type", "payload",
+                "batch_seq", "msg_seq",
+            )
+            .groupBy("master_id")
+            .cogroup(state.groupBy("master_id"))
+            .applyInPandas(fold, _fold_out_schema())
+            .localCheckpoint()
+        )
+    except Exception as error:
+        failed = _failed_masters(error, inflight)
+        if not failed:
+            raise  # not attributable to a master: a transient failure, retried as such
+        record_failures(lake, failed, step=step, error=error, run_id=run_id)
+        raise FoldFailure(
+            f"fold step {step} failed on master(s) {sorted(failed)}; each is quarantined "
+            f"after {quarantine_after} failures"
+        ) from error
 
     step_col = F.lit(step).cast("long")
-    raw = lake.read(RAW_MESSAGES).where(F.col("batch_key").isin(keys))
+    raw = lake.read(RAW_MESSAGES).where(F.col("batch_key").isin(keys + changed_keys) | (
+        F.col("batch_seq") <= F.lit(last) if rewinding else F.lit(False)
+    ))
     raw_cols = raw.select("batch_seq", "msg_seq", "batch_key", "body", "delivery_count")
 
     # Outcomes: one row per item, one per duplicate or invalid message (position null).
@@ -333,6 +714,15 @@ def fold_step(
                 F.lit(None).cast("string").alias("warning"),
             )
         )
+        .unionByName(
+            held.select(
+                "message_id", "batch_seq", "msg_seq", "position", "master_id",
+                F.lit(str(Outcome.DEAD_LETTERED)).alias("outcome"),
+                F.lit(None).cast("int").alias("version"),
+                F.lit(str(Reason.QUARANTINED)).alias("reason"), "detail",
+                F.lit(None).cast("string").alias("warning"),
+            )
+        )
         .withColumn("fold_step", step_col)
     ).localCheckpoint()
     dead = (
@@ -342,11 +732,28 @@ def fold_step(
     )
     versions = folded.where("kind = 'version'").withColumn("fold_step", step_col)
     states = folded.where("kind = 'state'").withColumn("fold_step", step_col)
+    if rewinding:
+        # A rewound master that no longer exists at all keeps a tombstone (no document, not
+        # stale, not filtered) so the model drops its rows; readers treat it as absent.
+        existing = lake.read(MASTER_DOCUMENTS, version=documents_version).select("master_id")
+        states = states.unionByName(
+            rewound_ids.join(existing, "master_id", "left_semi")
+            .join(states.select("master_id"), "master_id", "left_anti").select(
+                F.lit("state").alias("kind"), "master_id", F.lit(0).alias("version"),
+                *[F.lit(None).cast(f.dataType).alias(f.name)
+                  for f in _fold_out_schema().fields[3:11]],
+                F.lit(False).alias("stale"), F.lit(False).alias("filtered"),
+                F.lit(None).cast("long").alias("batch_seq"),
+                F.lit(None).cast("int").alias("msg_seq"),
+                step_col.alias("fold_step"),
+            )
+        ).localCheckpoint()
 
     counts = {
         str(r["outcome"]): int(r["n"])
         for r in outcomes.groupBy("outcome").agg(F.count("*").alias("n")).collect()
     }
+    n_rewound = rewound.count() if rewinding else 0
     result = FoldStepResult(
         fold_step=step,
         first_batch_seq=first,
@@ -358,25 +765,44 @@ def fold_step(
         dead_lettered=counts.get(str(Outcome.DEAD_LETTERED), 0),
         masters_changed=states.count(),
         waiting_for=waiting,
+        rewound_masters=n_rewound,
+        changed_batches=tuple(changed),
     )
-    lake.append(MASTER_VERSIONS, versions)
-    lake.append(DEAD_LETTERS, dead)
-    lake.append(MESSAGE_OUTCOMES, outcomes)
-    (
-        lake.table(MASTER_DOCUMENTS)
-        .alias("t")
-        .merge(states.select(*[f.name for f in MASTER_DOCUMENTS.schema().fields]).alias("s"),
-               "t.master_id = s.master_id")
-        .whenMatchedUpdateAll()
-        .whenNotMatchedInsertAll()
-        .execute()
+    if rewinding:
+        # The rewound masters' rows from their point on, and the message-level rows of changed
+        # batches, are replaced by this step's (all before the commit: `recover` undoes them).
+        for table in (MASTER_VERSIONS, MESSAGE_OUTCOMES, DEAD_LETTERS):
+            (
+                lake.table(table).alias("t")
+                .merge(rewound.alias("p"),
+                       f"t.master_id = p.master_id AND {_after_point('t', 'p')}")
+                .whenMatchedDelete()
+                .execute()
+            )
+        if changed:
+            for table in (MESSAGE_OUTCOMES, DEAD_LETTERS):
+                lake.table(table).delete(
+                    F.col("master_id").isNull() & F.col("batch_seq").isin(changed)
+                )
+    for table, rows in ((MASTER_VERSIONS, versions), (DEAD_LETTERS, dead),
+                        (MESSAGE_OUTCOMES, outcomes)):
+        lake.append(table, rows, txn_app_id=f"sis-fold:{table.name}")
+    lake.merge_rows(
+        MASTER_DOCUMENTS,
+        states.select(*[f.name for f in MASTER_DOCUMENTS.schema().fields]),
+        keys=("master_id",),
     )
 
     written = {t.name: lake.version(t) for t in STEP_TABLES}
+    # Not restored by recovery: the message_items version this step read, so a later change
+    # of these batches can be diffed item by item (see _changed_items).
+    written[MESSAGE_ITEMS.name] = items_version
+    step_digests = {str(s): logged.digests[s] for s in [*changed, *(s for s, _ in run)]}
     commit = spark.createDataFrame(
         [
             (
-                step, first, last, items_digest, written[MASTER_DOCUMENTS.name],
+                step, first if first is not None else last, last,
+                json.dumps(step_digests, sort_keys=True), written[MASTER_DOCUMENTS.name],
                 json.dumps(written, sort_keys=True), result.messages,
                 result.applied, result.duplicates, result.filtered, result.dead_lettered,
                 result.masters_changed, run_id, now,
@@ -384,7 +810,7 @@ def fold_step(
         ],
         FOLD_STEPS.schema(),
     )
-    lake.append(FOLD_STEPS, commit)
+    lake.append(FOLD_STEPS, commit, txn_app_id=f"sis-fold:{FOLD_STEPS.name}")
     return result
 
 

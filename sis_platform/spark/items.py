@@ -13,11 +13,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sis_platform.lake.tables import MESSAGE_ITEMS
+from sis_platform.lake.tables import BATCH_LOG, MESSAGE_ITEMS, RAW_MESSAGES
+from sis_platform.landing import batch_seq_of
 
 if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame
+
+    from sis_platform.lake.delta import Lake
 
 
 def _classify_frames(
@@ -106,3 +109,31 @@ def items_summary(items: DataFrame) -> ItemsSummary:
         else:
             invalid[str(row["reason"])] += 1
     return ItemsSummary(digest.hexdigest(), len(messages), n_items, dict(invalid))
+
+
+def batch_condition(key: str) -> str:
+    batch_seq_of(key)  # validates: partition keys are ten digits, safe to inline in SQL
+    return f"batch_key = '{key}'"
+
+
+def log_items(
+    lake: Lake, key: str, *, max_bytes: int, redelivery_limit: int, run_id: str | None
+) -> ItemsSummary:
+    """(Re)write one batch's message_items from its raw_messages, then its batch_log row (in
+    that order: the fold reads batch_log's version first, see spark/fold.py)."""
+    from datetime import UTC, datetime
+
+    lake.ensure(MESSAGE_ITEMS, BATCH_LOG)
+    where = batch_condition(key)
+    raw = lake.read(RAW_MESSAGES).where(where)
+    items = classify_batch(raw, max_bytes=max_bytes, redelivery_limit=redelivery_limit)
+    lake.replace_where(MESSAGE_ITEMS, items, where)
+
+    summary = items_summary(lake.read(MESSAGE_ITEMS).where(where))
+    log_row = lake.spark.createDataFrame(
+        [(key, batch_seq_of(key), summary.messages, summary.items,
+          sum(summary.invalid_by_reason.values()), summary.digest, datetime.now(UTC), run_id)],
+        BATCH_LOG.schema(),
+    )
+    lake.merge_rows(BATCH_LOG, log_row, keys=("batch_key",))
+    return summary
