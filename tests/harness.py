@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,15 @@ from sis_platform.definitions import build_definitions
 from sis_platform.landing import LandingZone
 
 SENSOR = "sportsdata_queue_sensor"
+LOG_ASSETS = ("raw_messages", "message_items")
+T0 = datetime(2026, 11, 21, 12, tzinfo=UTC)
+
+
+def received(body: bytes, message_id: str | None = None, delivery_count: int = 1) -> Any:
+    """A message as a source returns it (put at T0), to land straight into the landing zone."""
+    from sis_platform.queues.base import ReceivedMessage, new_message_id
+
+    return ReceivedMessage(message_id or new_message_id(), body, T0, delivery_count)
 
 
 @dataclass
@@ -74,6 +84,17 @@ class Harness:
     def run(self, partition_key: str) -> dg.ExecuteInProcessResult:
         job = self.defs.resolve_job_def("process_batch")
         result = job.execute_in_process(partition_key=partition_key, instance=self.instance)
+        assert result.success
+        return result
+
+    def materialize(self, partition_key: str, *assets: str) -> dg.ExecuteInProcessResult:
+        """Run the batch job for some of its assets only (e.g. LOG_ASSETS: logged and parsed,
+        as if the rest of the run had failed)."""
+        result = self.defs.resolve_job_def("process_batch").execute_in_process(
+            partition_key=partition_key,
+            instance=self.instance,
+            asset_selection=[dg.AssetKey(a) for a in assets],
+        )
         assert result.success
         return result
 

@@ -6,8 +6,6 @@ end-to-end test goes through it); the runs go through Dagster's public execution
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import pytest
 
 from sis_platform.lake.tables import EVENTS, MASTER_DOCUMENTS, SELECTIONS
@@ -22,16 +20,11 @@ from tests.domain.sportsdata_fixtures import (
     master,
     update,
 )
-from tests.harness import Harness
+from tests.harness import Harness, received
 from tests.reference import assert_lake_matches_reference, reference_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster]
 
-T0 = datetime(2026, 11, 21, 12, tzinfo=UTC)
-
-
-def _msg(body: bytes, message_id: str | None = None, delivery_count: int = 1) -> ReceivedMessage:
-    return ReceivedMessage(message_id or new_message_id(), body, T0, delivery_count)
 
 
 def _land(h: Harness, *batches: list[ReceivedMessage]) -> list[str]:
@@ -46,17 +39,17 @@ def test_batches_fold_into_masters_exactly_like_the_reference(tmp_path, spark):
     keys = _land(
         h,
         [
-            _msg(master(event(ASCOT_1430), event(ASCOT_1500))),
-            _msg(update(f"{ASCOT_1430} {ASCOT_1500}", GO_SOFT), dup_id),
-            _msg(b"<sportsdata category='master' type='new' id='X'><event"),
+            received(master(event(ASCOT_1430), event(ASCOT_1500))),
+            received(update(f"{ASCOT_1430} {ASCOT_1500}", GO_SOFT), dup_id),
+            received(b"<sportsdata category='master' type='new' id='X'><event"),
         ],
         [
-            _msg(update(ASCOT_1430, PRICE_7_TO_9)),
-            _msg(update(f"{ASCOT_1430} {ASCOT_1500}", GO_SOFT), dup_id, delivery_count=2),
-            _msg(update(ASCOT_1500, MISSING_NODE)),
-            _msg(update(ASCOT_1500, PRICE_7_TO_9)),  # master is stale now
-            _msg(update("NOPE-1", GO_SOFT)),  # orphan
-            _msg(update(ASCOT_1430, PRICE_7_TO_9), delivery_count=6),  # over the limit
+            received(update(ASCOT_1430, PRICE_7_TO_9)),
+            received(update(f"{ASCOT_1430} {ASCOT_1500}", GO_SOFT), dup_id, delivery_count=2),
+            received(update(ASCOT_1500, MISSING_NODE)),
+            received(update(ASCOT_1500, PRICE_7_TO_9)),  # master is stale now
+            received(update("NOPE-1", GO_SOFT)),  # orphan
+            received(update(ASCOT_1430, PRICE_7_TO_9), delivery_count=6),  # over the limit
         ],
     )
     h.run_requested(keys)
@@ -80,8 +73,8 @@ def test_fold_waits_for_a_missing_batch_then_catches_up(tmp_path, spark):
     h = Harness(tmp_path / "data")
     first, second = _land(
         h,
-        [_msg(master(event(ASCOT_1430)))],
-        [_msg(update(ASCOT_1430, PRICE_7_TO_9))],
+        [received(master(event(ASCOT_1430)))],
+        [received(update(ASCOT_1430, PRICE_7_TO_9))],
     )
     result = h.run(second)  # out of order: batch 1 not processed yet
     meta = result.asset_materializations_for_node("fold_masters")
@@ -97,7 +90,7 @@ def test_fold_waits_for_a_missing_batch_then_catches_up(tmp_path, spark):
 
 def test_rerunning_a_partition_changes_nothing(tmp_path, spark):
     h = Harness(tmp_path / "data")
-    (key,) = _land(h, [_msg(master(event(ASCOT_1430))), _msg(update(ASCOT_1430, GO_SOFT))])
+    (key,) = _land(h, [received(master(event(ASCOT_1430))), received(update(ASCOT_1430, GO_SOFT))])
     h.run(key)
     h.run(key)
     assert_lake_matches_reference(h.lake(spark), reference_for(h.logged_messages()))

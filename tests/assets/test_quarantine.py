@@ -9,24 +9,15 @@ to the workers), the one test hook of the fold.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
-import dagster as dg
 import pytest
 
 from sis_platform.lake.tables import DEAD_LETTERS, FOLD_FAILURES, MASTER_DOCUMENTS
-from sis_platform.queues.base import ReceivedMessage, new_message_id
 from tests.domain.sportsdata_fixtures import ASCOT_1430, ASCOT_1500, GO_SOFT, event, master, update
-from tests.harness import Harness
+from tests.harness import LOG_ASSETS, Harness, received
 from tests.reference import assert_lake_matches_reference, reference_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster]
 
-T0 = datetime(2026, 11, 21, 12, tzinfo=UTC)
-
-
-def _msg(body: bytes) -> ReceivedMessage:
-    return ReceivedMessage(new_message_id(), body, T0, 1)
 
 
 @pytest.mark.parametrize("how", ["raise", "crash"])
@@ -37,18 +28,14 @@ def test_failing_master_is_quarantined_then_replayed_in_order_after_the_fix(
     keys = [
         h.zone.land(b).key
         for b in (
-            [_msg(master(event(ASCOT_1430))), _msg(master(event(ASCOT_1500)))],
-            [_msg(update(f"{ASCOT_1430} {ASCOT_1500}", GO_SOFT))],
+            [received(master(event(ASCOT_1430))), received(master(event(ASCOT_1500)))],
+            [received(update(f"{ASCOT_1430} {ASCOT_1500}", GO_SOFT))],
         )
     ]
     h.instance.add_dynamic_partitions("batches", keys)
     monkeypatch.setenv("SIS_INJECT_FOLD_FAILURE", f"{ASCOT_1500}:{how}")
 
-    log_only = h.defs.resolve_job_def("process_batch").execute_in_process(
-        partition_key=keys[0], instance=h.instance,
-        asset_selection=[dg.AssetKey("raw_messages"), dg.AssetKey("message_items")],
-    )
-    assert log_only.success
+    h.materialize(keys[0], *LOG_ASSETS)
     # One run: the fold of batches 1-2 fails three times on ASCOT_1500 (retried by the retry
     # policy), then quarantines it and folds ASCOT_1430.
     result = h.defs.resolve_job_def("process_batch").execute_in_process(

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
 import pytest
 
 from sis_platform.lake.tables import DEAD_LETTERS, EVENTS, MASTER_VERSIONS
-from sis_platform.queues.base import ReceivedMessage, new_message_id
+from sis_platform.queues.base import new_message_id
 from sis_platform.trace import trace_message
 from tests.domain.sportsdata_fixtures import (
     ASCOT_1430,
@@ -31,12 +30,11 @@ from tests.domain.sportsdata_fixtures import (
     master,
     update,
 )
-from tests.harness import Harness
+from tests.harness import LOG_ASSETS, Harness, received
 from tests.reference import assert_lake_matches_reference, reference_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster]
 
-T0 = datetime(2026, 11, 21, 12, tzinfo=UTC)
 FIXED = {"SIS_REDELIVERY_LIMIT": "10"}
 FOLD_AND_MODEL = ("master_documents", "master_versions", "dead_letters", "message_outcomes",
                   "events", "markets", "selections")
@@ -49,40 +47,27 @@ class Folded:
     redelivered_id: str  # dead-lettered redelivery-limit before the fix
 
 
-def _msg(body: bytes, message_id: str | None = None, delivery_count: int = 1) -> ReceivedMessage:
-    return ReceivedMessage(message_id or new_message_id(), body, T0, delivery_count)
-
-
-def _log_only(h: Harness, key: str) -> None:
-    result = h.defs.resolve_job_def("process_batch").execute_in_process(
-        partition_key=key,
-        instance=h.instance,
-        asset_selection=[dg.AssetKey("raw_messages"), dg.AssetKey("message_items")],
-    )
-    assert result.success
-
-
 @pytest.fixture(scope="module")
 def folded(tmp_path_factory: pytest.TempPathFactory, spark) -> Folded:
     """Three batches folded (in one step, to keep this short) under the redelivery limit 5."""
     h = Harness(tmp_path_factory.mktemp("rewind") / "data")
     redelivered_id = new_message_id()
     batches = [
-        [_msg(master(event(ASCOT_1430), event(ASCOT_1500)))],
+        [received(master(event(ASCOT_1430), event(ASCOT_1500)))],
         [
-            _msg(update(ASCOT_1430, PRICE_7_TO_9), redelivered_id, delivery_count=6),
-            _msg(update(ASCOT_1500, MISSING_NODE)),  # fails: ASCOT_1500 goes stale
+            received(update(ASCOT_1430, PRICE_7_TO_9), redelivered_id, delivery_count=6),
+            received(update(ASCOT_1500, MISSING_NODE)),  # fails: ASCOT_1500 goes stale
         ],
         [
-            _msg(update(ASCOT_1430, GO_SOFT)),
-            _msg(update(ASCOT_1500, GO_SOFT)),  # master-stale
-            _msg(master(event(ROMFORD_1912))),
+            received(update(ASCOT_1430, GO_SOFT)),
+            received(update(ASCOT_1500, GO_SOFT)),  # master-stale
+            received(master(event(ROMFORD_1912))),
         ],
     ]
     keys = [h.zone.land(b).key for b in batches]
     h.instance.add_dynamic_partitions("batches", keys)
-    _log_only(h, keys[0])
-    _log_only(h, keys[1])
+    h.materialize(keys[0], *LOG_ASSETS)
+    h.materialize(keys[1], *LOG_ASSETS)
     h.run(keys[2])
     return Folded(h.data_dir, keys, redelivered_id)
 
@@ -108,14 +93,9 @@ def test_backfill_after_a_fix_rewinds_only_affected_masters_in_feed_order(
 ):
     h = _copy(folded, tmp_path)
     # The backfill: batch 2's message_items again, with the fix deployed ...
-    _log_only_items(h, folded.keys[1])
+    h.materialize(folded.keys[1], "message_items")
     # ... and the next fold (any partition's run) notices and refolds.
-    result = h.defs.resolve_job_def("process_batch").execute_in_process(
-        partition_key=folded.keys[2],
-        instance=h.instance,
-        asset_selection=[dg.AssetKey(k) for k in FOLD_AND_MODEL],
-    )
-    assert result.success
+    result = h.materialize(folded.keys[2], *FOLD_AND_MODEL)
     meta = next(
         m for m in result.asset_materializations_for_node("fold_masters")
         if m.asset_key.path == ["master_documents"]
@@ -168,13 +148,6 @@ def test_replay_with_nothing_fixed_changes_nothing(folded: Folded, tmp_path, spa
     )
     assert result.success
     assert_lake_matches_reference(h.lake(spark), reference_for(h.logged_messages()))
-
-
-def _log_only_items(h: Harness, key: str) -> None:
-    result = h.defs.resolve_job_def("process_batch").execute_in_process(
-        partition_key=key, instance=h.instance, asset_selection=[dg.AssetKey("message_items")]
-    )
-    assert result.success
 
 
 def test_concurrent_backfill_of_every_batch_converges_to_one_serial_run(

@@ -3,26 +3,22 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import pytest
 
 from sis_platform.lake.tables import DEAD_LETTERS, MESSAGE_OUTCOMES
-from sis_platform.queues.base import ReceivedMessage, new_message_id
 from tests.domain.sportsdata_fixtures import ASCOT_1430, GO_SOFT, event, master, update
-from tests.harness import Harness
+from tests.harness import Harness, received
 from tests.reference import assert_lake_matches_reference, reference_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster]
 
-T0 = datetime(2026, 11, 21, 12, tzinfo=UTC)
 
 
 def test_unavailable_storage_is_retried_then_fails_loudly_without_dead_letters(tmp_path, spark):
     h = Harness(tmp_path / "data")
     batch = [
-        ReceivedMessage(new_message_id(), master(event(ASCOT_1430)), T0, 1),
-        ReceivedMessage(new_message_id(), update(ASCOT_1430, GO_SOFT), T0, 1),
+        received(master(event(ASCOT_1430))),
+        received(update(ASCOT_1430, GO_SOFT)),
     ]
     key = h.zone.land(batch).key
     h.instance.add_dynamic_partitions("batches", [key])

@@ -17,7 +17,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import dagster as dg
 import pytest
 
 from sis_platform.cli.trace import main
@@ -35,7 +34,7 @@ from tests.domain.sportsdata_fixtures import (
     master,
     update,
 )
-from tests.harness import Harness
+from tests.harness import LOG_ASSETS, Harness
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster]
 
@@ -76,23 +75,14 @@ def log(tmp_path_factory: pytest.TempPathFactory, spark) -> Log:
     # Batch 1's run stops after logging (as if its fold had failed); batch 2's run, the whole
     # job, then folds both in one step: the fold takes every logged batch without a gap. One
     # fold instead of two keeps this module's setup short.
-    _log_only(h, "0000000001")
+    h.materialize("0000000001", *LOG_ASSETS)
     h.run("0000000002")
 
     with queue.producer() as producer:
         pending_id = producer.put(update(ASCOT_1430, PRICE_7_TO_9))
     h.drain()
-    _log_only(h, "0000000003")  # logged and parsed, not folded
+    h.materialize("0000000003", *LOG_ASSETS)  # logged and parsed, not folded
     return Log(h, new_id, multi_id, broken_id, orphan_id, pending_id)
-
-
-def _log_only(h: Harness, key: str) -> None:
-    result = h.defs.resolve_job_def("process_batch").execute_in_process(
-        partition_key=key,
-        instance=h.instance,
-        asset_selection=[dg.AssetKey("raw_messages"), dg.AssetKey("message_items")],
-    )
-    assert result.success
 
 
 @pytest.fixture
