@@ -153,7 +153,7 @@ def resources(env: Mapping[str, str] | None = None) -> dict[str, Any]:
         "queue": queue_resource(env, profile),
         "landing": LandingZoneResource(
             root=_get(env, "SIS_LANDING_DIR", str(data / "landing")),
-            max_messages=_int(env, "SIS_BATCH_MAX_MESSAGES", 5_000),
+            max_messages=_int(env, "SIS_BATCH_MAX_MESSAGES", 50_000),
             max_bytes=_int(env, "SIS_BATCH_MAX_BYTES", 64 * 1024 * 1024),
             max_seconds=max_seconds,
             get_wait_seconds=_float(env, "SIS_GET_WAIT_SECONDS", 0.5),
