@@ -574,10 +574,18 @@ def plot(results: dict[str, Any], path: Path) -> bool:
         ns = [r["messages"] for r in backlog]
         walls = [r["wall_s"] for r in backlog]
         ax1.plot(ns, walls, "o-", label="measured")
-        # Linear growth from the largest measured point (time proportional to N).
-        top_n, top_w = ns[-1], walls[-1]
         xs = [min(ns[0], 12_000), 1_200_000]
-        ax1.plot(xs, [top_w * x / top_n for x in xs], "--", label=f"linear from {top_n:,}")
+        if len(ns) >= 2:
+            # Least squares wall = a + b N: a is the fixed cost, b the cost per message.
+            mean_n, mean_w = sum(ns) / len(ns), sum(walls) / len(walls)
+            b = sum((n - mean_n) * (w - mean_w) for n, w in zip(ns, walls, strict=True)) / sum(
+                (n - mean_n) ** 2 for n in ns)
+            a = mean_w - b * mean_n
+            ax1.plot(xs, [a + b * x for x in xs], "--",
+                     label=f"linear fit: {a:.0f} s + {b * 1000:.2f} ms/msg")
+        else:
+            top_n, top_w = ns[-1], walls[-1]
+            ax1.plot(xs, [top_w * x / top_n for x in xs], "--", label=f"linear from {top_n:,}")
         ax1.plot([12_000, 1_200_000], [TARGET_12K_S, TARGET_1M2_S], "r^", label="targets")
         ax1.set_xscale("log")
         ax1.set_yscale("log")
@@ -608,6 +616,12 @@ def plot(results: dict[str, Any], path: Path) -> bool:
         ax3.set_ylabel("put to fold-step commit (s)")
         ax3.set_title("Latency, daemon running")
         ax3.legend()
+    if not latency:
+        ax3.text(0.5, 0.5, "latency not measured", ha="center", va="center")
+        ax3.set_axis_off()
+    if not backlog:
+        for ax in (ax1, ax2):
+            ax.set_axis_off()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     return True
