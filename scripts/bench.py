@@ -649,6 +649,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", type=Path, default=REPO / "bench-out")
     parser.add_argument("--keep", action="store_true", help="keep each measurement's data")
+    parser.add_argument("--append", action="store_true",
+                        help="add to the figures already in --out/results.json (same N, rate: "
+                        "replaced) and print the table of all of them")
     parser.add_argument("--profile", action="store_true",
                         help="fold: print a cProfile of the Spark fold step to the log")
     parser.add_argument("--worker", choices=["backlog", "fold", "latency"], help=argparse.SUPPRESS)
@@ -657,6 +660,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--result", help=argparse.SUPPRESS)
     parser.add_argument("--log", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
+
+
+def merged(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """`old` results with `new` ones added; a new figure replaces an old one of the same kind
+    (backlog and fold: same N; latency: same rate and mode)."""
+    keys = {"backlog": ("messages", "mode"), "fold": ("messages",), "latency": ("rate", "mode")}
+    out = {**old, **{k: v for k, v in new.items() if k not in keys}}
+    for part, key in keys.items():
+        rows = {tuple(r.get(k) for k in key): r for r in old.get(part, [])}
+        rows.update({tuple(r.get(k) for k in key): r for r in new.get(part, [])})
+        if rows:
+            out[part] = list(rows.values())
+    return out
 
 
 def worker_main(args: argparse.Namespace) -> int:
@@ -732,6 +748,8 @@ def main(argv: list[str] | None = None) -> int:
             results["latency"].append(r)
             print(f"  p50 {r['p50_s']:.1f} s, p95 {r['p95_s']:.1f} s, max {r['max_s']:.1f} s",
                   flush=True)
+    if args.append and (args.out / "results.json").is_file():
+        results = merged(json.loads((args.out / "results.json").read_text()), results)
     print()
     results["table"] = print_table(results)
     (args.out / "results.json").write_text(json.dumps(results, indent=2))
