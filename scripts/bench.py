@@ -240,6 +240,11 @@ def start_daemon(data: Path, env: dict[str, str], log: Path) -> subprocess.Popen
     shutil.copy(REPO / "deploy" / "dagster.yaml", home / "dagster.yaml")
     full_env = {**os.environ, **env, "DAGSTER_HOME": str(home)}
     os.environ["DAGSTER_HOME"] = str(home)
+    # The instance's SQLite storage is created here, before the daemon starts: two processes
+    # creating it at once can leave it with two schema heads.
+    import dagster as dg
+
+    dg.DagsterInstance.get().get_run_records(limit=1)
     with log.open("ab") as out:
         return subprocess.Popen(
             [str(Path(sys.executable).parent / "dagster-daemon"), "run", "-w",
