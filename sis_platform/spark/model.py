@@ -17,7 +17,7 @@ from sis_platform.lake.tables import EVENTS, MARKETS, MASTER_DOCUMENTS, MODEL_ST
 from sis_platform.spark.fold import committed_step
 
 if TYPE_CHECKING:
-    import pandas as pd
+    import pyarrow as pa
     from pyspark.sql.types import StructType
 
     from sis_platform.lake.delta import Lake
@@ -48,25 +48,28 @@ def _combined_schema() -> StructType:
     return T.StructType([T.StructField("kind", T.StringType(), False), *fields.values()])
 
 
-def _rows(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-    import pandas as pd
+def _rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
 
     from sis_platform.domain.interpret import interpret
 
-    columns = [f.name for f in _combined_schema().fields]
-    for frame in frames:
+    # Arrow batches built against the exact schema: no pandas type inference, which failed
+    # on columns that are null in every row of a batch (e.g. a batch of events only).
+    schema = to_arrow_schema(_combined_schema())
+    for batch in batches:
         out: list[dict[str, object]] = []
-        for rec in frame.itertuples(index=False):
+        for rec in batch.to_pylist():
             # Each document is parsed once for all three tables.
-            model = interpret(rec.master_id, rec.document.encode("utf-8"))
-            extra = {"fold_step": int(rec.fold_step)}
+            model = interpret(rec["master_id"], rec["document"].encode("utf-8"))
+            extra = {"fold_step": int(rec["fold_step"])}
             out.append(
-                {"kind": "events", **asdict(model.event), "version": int(rec.version),
-                 "stale": bool(rec.stale), **extra}
+                {"kind": "events", **asdict(model.event), "version": int(rec["version"]),
+                 "stale": bool(rec["stale"]), **extra}
             )
             out.extend({"kind": "markets", **asdict(m), **extra} for m in model.markets)
             out.extend({"kind": "selections", **asdict(s), **extra} for s in model.selections)
-        yield pd.DataFrame.from_records(out, columns=columns)
+        yield pa.RecordBatch.from_pylist(out, schema=schema)
 
 
 def refresh_model(lake: Lake) -> ModelRefresh:
@@ -92,7 +95,7 @@ def refresh_model(lake: Lake) -> ModelRefresh:
         # written from the same materialized rows.
         rows = (
             live.select("master_id", "document", "version", "stale", "fold_step")
-            .mapInPandas(_rows, schema=_combined_schema())
+            .mapInArrow(_rows, schema=_combined_schema())
             .localCheckpoint()
         )
         counts = {
