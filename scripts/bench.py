@@ -10,8 +10,8 @@ Prints one table of every figure with its target and pass/fail, and writes the s
 
 backlog  The embedded queue preloaded by the simulator with N messages, then the platform run
          until every master is current (every landed batch folded and the model refreshed):
-         wall time (not counting the preload), messages/s, and the peak RSS of the whole
-         process tree (Python, the Spark JVM and its Python workers), sampled every 0.2 s.
+         wall time (not counting the preload), messages/s, and the peak memory of the whole
+         process tree (Python, the Spark JVM and its Python workers; sum of PSS, and of RSS).
          `--mode inprocess` (default): sensor ticks and runs in one process through Dagster's
          APIs, one Spark session for all runs. `--mode daemon`: a real dagster-daemon
          launching each run in its own process with its own Spark driver, as scripts/run.sh.
