@@ -425,6 +425,13 @@ def worker_latency(args: argparse.Namespace) -> dict[str, Any]:
 
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         harness = Harness(data, env)
+        # Started before the first message: the runs' resource gets this same session.
+        from pyspark.sql import SparkSession
+
+        builder = SparkSession.builder
+        for key, value in harness.resources["spark"].spark_config.items():
+            builder = builder.config(key, value)
+        builder.getOrCreate().range(1).count()
     out = log.open("ab")
     publisher = subprocess.Popen(
         [str(Path(sys.executable).parent / "sis-feed"), "publish",
