@@ -616,7 +616,7 @@ def plot(results: dict[str, Any], path: Path) -> bool:
                       + ", ".join(f"{r['ratio']:.2f}x" for r in fold))
     latency = results.get("latency", [])
     if latency:
-        labels = [f"{r['rate']} msg/s" for r in latency]
+        labels = [f"{r['rate']} msg/s\n{r.get('mode', 'daemon')}" for r in latency]
         width = 0.25
         xs = range(len(latency))
         for i, key in enumerate(("p50_s", "p95_s", "max_s")):
@@ -626,7 +626,7 @@ def plot(results: dict[str, Any], path: Path) -> bool:
         ax3.axhline(TARGET_P50_S, color="g", linestyle="--", label="p50 target")
         ax3.axhline(TARGET_P95_S, color="r", linestyle="--", label="p95 target")
         ax3.set_ylabel("put to fold-step commit (s)")
-        ax3.set_title("Latency, daemon running")
+        ax3.set_title("Latency: daemon (a Spark driver per run) / in-process (one)")
         ax3.legend()
     if not latency:
         ax3.text(0.5, 0.5, "latency not measured", ha="center", va="center")
