@@ -79,6 +79,16 @@ def data_dir(env: Mapping[str, str] | None = None) -> Path:
     return Path(_get(env, "SIS_DATA_DIR", "data")).resolve()
 
 
+def sensor_interval_seconds(env: Mapping[str, str] | None = None) -> int:
+    """How often the daemon evaluates the queue sensor (SIS_SENSOR_INTERVAL_SECONDS, default 5):
+    the floor of a message's latency from the queue to its master."""
+    env = os.environ if env is None else env
+    value = _int(env, "SIS_SENSOR_INTERVAL_SECONDS", 5)
+    if value < 1:
+        raise ConfigurationError(f"SIS_SENSOR_INTERVAL_SECONDS={value} must be at least 1")
+    return value
+
+
 def queue_resource(env: Mapping[str, str], profile: str) -> QueueSourceResource:
     default_source = {"activemq": "stomp", "ibmmq": "ibmmq"}.get(profile, "embedded")
     source = _get(env, "SIS_SOURCE", default_source)
@@ -143,7 +153,7 @@ def resources(env: Mapping[str, str] | None = None) -> dict[str, Any]:
         "queue": queue_resource(env, profile),
         "landing": LandingZoneResource(
             root=_get(env, "SIS_LANDING_DIR", str(data / "landing")),
-            max_messages=_int(env, "SIS_BATCH_MAX_MESSAGES", 5_000),
+            max_messages=_int(env, "SIS_BATCH_MAX_MESSAGES", 50_000),
             max_bytes=_int(env, "SIS_BATCH_MAX_BYTES", 64 * 1024 * 1024),
             max_seconds=max_seconds,
             get_wait_seconds=_float(env, "SIS_GET_WAIT_SECONDS", 0.5),

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class BatchLimits:
-    max_messages: int = 5_000
+    max_messages: int = 50_000
     max_bytes: int = 64 * 1024 * 1024
     max_seconds: float = 10.0
     get_wait_seconds: float = 0.5

@@ -78,7 +78,33 @@ class Lake:
     def path(self, table: Table) -> str:
         return f"{self.base_path}/{table.name}"
 
+    def _log_versions(self, table: Table) -> list[int] | None:
+        """The commit versions in the table's Delta log (`_delta_log/NNNN.json`), listed through
+        the session's Hadoop file system without a Spark job; None where there is no JVM to ask
+        (a Spark Connect session)."""
+        jvm = getattr(self.spark, "_jvm", None)
+        jsc = getattr(getattr(self.spark, "sparkContext", None), "_jsc", None)
+        if jvm is None or jsc is None:
+            return None
+        log = jvm.org.apache.hadoop.fs.Path(self.path(table) + "/_delta_log")
+        fs = log.getFileSystem(jsc.hadoopConfiguration())
+        if not fs.exists(log):
+            return []
+        versions = []
+        for status in fs.listStatus(log):
+            name = status.getPath().getName()
+            if name.endswith(".json") and name[:-5].isdigit():
+                versions.append(int(name[:-5]))
+            elif name == "_last_checkpoint":
+                versions.append(-1)  # older commits cleaned up: the table exists
+        return versions
+
     def exists(self, table: Table) -> bool:
+        # Listing the log costs a file system call; DeltaTable.isDeltaTable loads a snapshot
+        # (a Spark job), which in a fold step's bookkeeping added up to seconds.
+        versions = self._log_versions(table)
+        if versions is not None:
+            return bool(versions)
         from delta.tables import DeltaTable
 
         return bool(DeltaTable.isDeltaTable(self.spark, self.path(table)))
@@ -111,7 +137,11 @@ class Lake:
         return reader.load(self.path(table))
 
     def version(self, table: Table) -> int:
-        """The table's current Delta version (its latest commit)."""
+        """The table's current Delta version (its latest commit): the newest commit file of its
+        log, or (Spark Connect) the table's history."""
+        versions = self._log_versions(table)
+        if versions and max(versions) >= 0:
+            return max(versions)
         row = self.table(table).history(1).select("version").first()
         assert row is not None
         return int(row["version"])

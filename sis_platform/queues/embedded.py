@@ -32,7 +32,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -489,6 +489,24 @@ class EmbeddedProducer(QueueProducer):
                     (self._queue, message_id, bytes(body), _now_us()),
                 )
         return message_id
+
+    def put_many(self, messages: Iterable[tuple[bytes, str | None]]) -> int:
+        """Put (body, message id) pairs in one transaction: all or none. For loading a backlog
+        (benchmarks); the feed itself is put one message at a time."""
+        rows = [
+            (self._queue, message_id or new_message_id(), bytes(body), _now_us())
+            for body, message_id in messages
+        ]
+        with self._lock, _db_errors(self._path):
+            if self._conn is None:
+                raise RuntimeError("producer is closed")
+            with _transaction(self._conn):
+                self._conn.executemany(
+                    "INSERT INTO messages (queue, message_id, body, put_time_us)"
+                    " VALUES (?, ?, ?, ?)",
+                    rows,
+                )
+        return len(rows)
 
     def close(self) -> None:
         with self._lock:

@@ -24,7 +24,11 @@ class LandingZoneResource(dg.ConfigurableResource):
     keeps two deployments sharing the landing zone from consuming at once."""
 
     root: str = Field(description="Folder of the landing zone (shared storage in production).")
-    max_messages: int = Field(default=5_000, description="Most messages in one batch.")
+    max_messages: int = Field(
+        default=50_000,
+        description="Most messages in one batch. A deep queue fills a batch within "
+        "max_seconds, so a backlog lands in few large batches (each run has a fixed Spark cost).",
+    )
     max_bytes: int = Field(default=64 * 1024 * 1024, description="Most body bytes in one batch.")
     max_seconds: float = Field(
         default=10.0,

@@ -8,6 +8,7 @@ took over, its batch is refused and its messages stay on the queue.
 
 import dagster as dg
 
+from sis_platform import config
 from sis_platform.assets.partitions import BATCHES, batches_partitions
 from sis_platform.consumer import BatchLimits, consume_batch
 from sis_platform.jobs import process_batch_job
@@ -27,7 +28,7 @@ IN_FLIGHT = [
 
 @dg.sensor(
     job=process_batch_job,
-    minimum_interval_seconds=5,
+    minimum_interval_seconds=config.sensor_interval_seconds(),
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Gets a bounded batch from the Sportsdata queue under syncpoint, lands it "
     "durably, commits the queue, then registers the batch as a partition and requests its run.",

@@ -17,7 +17,8 @@ from sis_platform.lake.tables import EVENTS, MARKETS, MASTER_DOCUMENTS, MODEL_ST
 from sis_platform.spark.fold import committed_step
 
 if TYPE_CHECKING:
-    import pandas as pd
+    import pyarrow as pa
+    from pyspark.sql.types import StructType
 
     from sis_platform.lake.delta import Lake
     from sis_platform.lake.tables import Table
@@ -32,33 +33,46 @@ class ModelRefresh:
     selections: int = 0
 
 
-def _rows(frames: Iterator[pd.DataFrame], *, which: str) -> Iterator[pd.DataFrame]:
-    import pandas as pd
+MODEL_TABLES = {"events": EVENTS, "markets": MARKETS, "selections": SELECTIONS}
+
+
+def _combined_schema() -> StructType:
+    """One row shape for all three tables: `kind` names the table, the other columns are the
+    union of the three tables' columns (same name, same type), nullable."""
+    from pyspark.sql import types as T
+
+    fields: dict[str, T.StructField] = {}
+    for table in MODEL_TABLES.values():
+        for f in table.schema().fields:
+            fields.setdefault(f.name, T.StructField(f.name, f.dataType, True))
+    return T.StructType([T.StructField("kind", T.StringType(), False), *fields.values()])
+
+
+def _rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
 
     from sis_platform.domain.interpret import interpret
 
-    table = {"events": EVENTS, "markets": MARKETS, "selections": SELECTIONS}[which]
-    columns = [f.name for f in table.schema().fields]
-    for frame in frames:
+    # Arrow batches built against the exact schema: no pandas type inference, which failed
+    # on columns that are null in every row of a batch (e.g. a batch of events only).
+    schema = to_arrow_schema(_combined_schema())
+    for batch in batches:
         out: list[dict[str, object]] = []
-        for rec in frame.itertuples(index=False):
-            model = interpret(rec.master_id, rec.document.encode("utf-8"))
-            extra = {"fold_step": int(rec.fold_step)}
-            if which == "events":
-                out.append(
-                    {**asdict(model.event), "version": int(rec.version),
-                     "stale": bool(rec.stale), **extra}
-                )
-            elif which == "markets":
-                out.extend({**asdict(m), **extra} for m in model.markets)
-            else:
-                out.extend({**asdict(s), **extra} for s in model.selections)
-        yield pd.DataFrame.from_records(out, columns=columns)
+        for rec in batch.to_pylist():
+            # Each document is parsed once for all three tables.
+            model = interpret(rec["master_id"], rec["document"].encode("utf-8"))
+            extra = {"fold_step": int(rec["fold_step"])}
+            out.append(
+                {"kind": "events", **asdict(model.event), "version": int(rec["version"]),
+                 "stale": bool(rec["stale"]), **extra}
+            )
+            out.extend({"kind": "markets", **asdict(m), **extra} for m in model.markets)
+            out.extend({"kind": "selections", **asdict(s), **extra} for s in model.selections)
+        yield pa.RecordBatch.from_pylist(out, schema=schema)
 
 
 def refresh_model(lake: Lake) -> ModelRefresh:
-    from functools import partial
-
     from pyspark.sql import functions as F
 
     lake.ensure(EVENTS, MARKETS, SELECTIONS, MODEL_STEPS)
@@ -77,13 +91,20 @@ def refresh_model(lake: Lake) -> ModelRefresh:
     counts: dict[str, int] = {}
     if ids:
         condition = "master_id IN ({})".format(", ".join(_sql_str(i) for i in ids))
+        # Built once (one pass of the interpreter over the changed masters), counted and
+        # written from the same materialized rows.
+        rows = (
+            live.select("master_id", "document", "version", "stale", "fold_step")
+            .mapInArrow(_rows, schema=_combined_schema())
+            .localCheckpoint()
+        )
+        counts = {
+            str(r["kind"]): int(r["n"])
+            for r in rows.groupBy("kind").agg(F.count("*").alias("n")).collect()
+        }
         table: Table
-        for which, table in (("events", EVENTS), ("markets", MARKETS), ("selections", SELECTIONS)):
-            # Built once: counted and written from the same materialized rows.
-            rows = live.mapInPandas(partial(_rows, which=which), schema=table.schema())
-            rows = rows.localCheckpoint()
-            counts[which] = rows.count()
-            lake.replace_where(table, rows, condition)
+        for which, table in MODEL_TABLES.items():
+            lake.replace_where(table, rows.where(F.col("kind") == which), condition)
     changed.unpersist()
     lake.append(
         MODEL_STEPS,
