@@ -7,6 +7,7 @@ from dagster_pyspark import LazyPySparkResource
 
 from sis_platform.assets.partitions import batches_partitions
 from sis_platform.assets.policies import TRANSIENT_RETRY
+from sis_platform.faults import kill_during_write
 from sis_platform.lake.tables import BATCH_LOG, MESSAGE_ITEMS, RAW_MESSAGES
 from sis_platform.landing import GENESIS_LINK, batch_key, batch_seq_of
 from sis_platform.resources.platform import (
@@ -146,6 +147,7 @@ def message_items(
           datetime.now(UTC), context.run.run_id)],
         BATCH_LOG.schema(),
     )
+    log_row = kill_during_write(log_row, "write.batch_log")
     (
         lk.table(BATCH_LOG).alias("t")
         .merge(log_row.alias("s"), "t.batch_key = s.batch_key")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from sis_platform.faults import kill_during_write
 from sis_platform.lake.tables import Table
 
 if TYPE_CHECKING:
@@ -65,6 +66,7 @@ class Lake:
     def replace_where(self, table: Table, df: DataFrame, condition: str) -> None:
         """Atomically replace the rows matching `condition` with `df`: one Delta commit, so a
         re-run of the same partition replaces its rows instead of appending them again."""
+        df = kill_during_write(df, f"write.{table.name}")
         (
             df.select(*[f.name for f in table.schema().fields])
             .write.format("delta")
@@ -74,6 +76,7 @@ class Lake:
         )
 
     def append(self, table: Table, df: DataFrame) -> None:
+        df = kill_during_write(df, f"write.{table.name}")
         (
             df.select(*[f.name for f in table.schema().fields])
             .write.format("delta")

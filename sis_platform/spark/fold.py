@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from sis_platform.domain.reasons import Outcome
+from sis_platform.faults import crash_point, kill_during_write, kill_in_worker
 from sis_platform.lake.tables import (
     BATCH_LOG,
     DEAD_LETTERS,
@@ -288,6 +289,7 @@ def fold_step(
     state = lake.read(MASTER_DOCUMENTS, version=documents_version).join(
         affected, "master_id", "left_semi"
     )
+    fold_groups = kill_in_worker(partial(_fold_groups, selector_text=selector), "fold.mid_fold")
     folded = (
         valid.select(
             "master_id", "message_id", "position", "category", "type", "payload", "batch_seq",
@@ -295,7 +297,7 @@ def fold_step(
         )
         .groupBy("master_id")
         .cogroup(state.groupBy("master_id"))
-        .applyInPandas(partial(_fold_groups, selector_text=selector), _fold_out_schema())
+        .applyInPandas(fold_groups, _fold_out_schema())
         .localCheckpoint()
     )
 
@@ -360,8 +362,10 @@ def fold_step(
         waiting_for=waiting,
     )
     lake.append(MASTER_VERSIONS, versions)
+    crash_point("fold.after_versions")
     lake.append(DEAD_LETTERS, dead)
     lake.append(MESSAGE_OUTCOMES, outcomes)
+    states = kill_during_write(states, "write.master_documents")
     (
         lake.table(MASTER_DOCUMENTS)
         .alias("t")
@@ -371,6 +375,7 @@ def fold_step(
         .whenNotMatchedInsertAll()
         .execute()
     )
+    crash_point("fold.after_documents")
 
     written = {t.name: lake.version(t) for t in STEP_TABLES}
     commit = spark.createDataFrame(
