@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from sis_platform.faults import CONSUMER_POINTS, CRASH_POINTS
-from sis_platform.lake.tables import FOLD_STEPS, MODEL_STEPS
+from sis_platform.lake.tables import EVENTS, FOLD_STEPS, MASTER_DOCUMENTS, MODEL_STEPS
 from sis_platform.simulator.generator import generate_feed
 from tests.faults.accounting import assert_log_accounts_for_every_message, logged_messages
 from tests.faults.driver import platform_env, run, tick_until_empty
@@ -44,7 +44,7 @@ SEQUENCE = [
     ("write.selections", [f"{B2}:interpreted_model"]),
     ("write.model_steps", [f"{B2}:interpreted_model"]),
 ]
-FINAL = f"{B2}:interpreted_model"
+FINAL = [f"{B2}:interpreted_model"]
 
 INVALID = {"not-well-formed": 0.05, "schema-invalid": 0.04, "orphan-update": 0.04}
 
@@ -76,7 +76,8 @@ def test_runs_killed_at_every_write_and_fold_boundary_converge_to_the_reference(
 
     # The last restart, in this process (its Spark session is the one that checks the lake).
     spark = request.getfixturevalue("spark")
-    run(tmp_path / "dagster", env, FINAL)
+    for spec in FINAL:
+        run(tmp_path / "dagster", env, spec)
 
     lake = resources["lake"].lake(spark)
     logged = logged_messages(zone)
@@ -84,3 +85,8 @@ def test_runs_killed_at_every_write_and_fold_boundary_converge_to_the_reference(
     assert_log_accounts_for_every_message(lake, zone)
     assert [r["fold_step"] for r in lake.read(FOLD_STEPS).orderBy("fold_step").collect()] == [1, 2]
     assert [r["fold_step"] for r in lake.read(MODEL_STEPS).orderBy("fold_step").collect()] == [1, 2]
+    # The model was refreshed over every committed step despite its own kills: one event row
+    # per live master, at the master's version.
+    masters = lake.read(MASTER_DOCUMENTS).where("document IS NOT NULL AND NOT filtered")
+    live = {r["master_id"]: r["version"] for r in masters.collect()}
+    assert {r["master_id"]: r["version"] for r in lake.read(EVENTS).collect()} == live
