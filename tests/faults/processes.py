@@ -44,6 +44,7 @@ def drive(
     log = tmp_path / f"driver-{args[0]}-{(crash_at or 'clean').replace(',', '+')}-{marker[:6]}.log"
     command = [sys.executable, "-m", "tests.faults.driver", *args,
                "--home", str(tmp_path / "dagster"), "--data", str(tmp_path / "data")]
+    started = time.monotonic()
     with log.open("wb") as out:
         proc = subprocess.Popen(
             command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
@@ -52,7 +53,14 @@ def drive(
         try:
             code = proc.wait(timeout=timeout)
         finally:
+            exited = time.monotonic()
             _reap(proc, marker)
+    # Where the suite's time goes (one Spark driver start per kill), for whoever tunes it.
+    with (tmp_path / "timings.txt").open("a") as timings:
+        timings.write(
+            f"{' '.join(args)} SIS_CRASH_AT={crash_at}: exit {code} after "
+            f"{exited - started:.1f}s, its processes gone {time.monotonic() - exited:.1f}s later\n"
+        )
     if code not in (0, SIGKILLED):
         tail = log.read_text(errors="replace")[-4000:]
         raise AssertionError(f"driver {' '.join(args)} exited with {code}; log tail:\n{tail}")
