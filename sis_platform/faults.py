@@ -14,8 +14,10 @@ Three kinds of point:
 - `crash_point(name)`: the process kills itself right there (between two steps).
 - `kill_during_write(df, name)`: for a DataFrame about to be written to a Delta table, wraps it
   in an identity `mapInPandas` whose Python worker, after handing its rows to the writer, kills
-  the driver and its JVM. Tasks write data files but the write never reaches its Delta commit:
-  a true mid-write crash (the table directory holds files no commit references).
+  the driver and its JVM. For an append or replaceWhere the task is writing its data file when
+  the process dies, so the table directory holds a file no commit references; for a merge (the
+  source passed in) the merge dies while reading its source. Either way the operation is under
+  way and never reaches its Delta commit.
 - `kill_in_worker(fn, name)`: the same, from inside a pandas UDF (the fold's
   `applyInPandas`), after the UDF has done its work for the first group it is given.
 A worker kills the JVM as well as the Python driver: the JVM would otherwise notice the driver's
@@ -135,7 +137,6 @@ def _call_then_kill(
     # (key, left, right).
     fn(left, right)
     _kill(victims)
-    raise AssertionError("unreachable: _kill never returns")
 
 
 def _kill(victims: tuple[int, ...]) -> NoReturn:
