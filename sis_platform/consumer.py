@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sis_platform.faults import crash_point
 from sis_platform.landing import LandedBatch, LandingZone
 from sis_platform.queues.base import QueueSession, ReceivedMessage
 
@@ -65,7 +66,9 @@ def consume_batch(
         if not messages:
             session.commit()  # nothing got; ends the (empty) unit of work cleanly
             return None
+        crash_point("consume.after_get")
         batch = zone.land(messages, fence=fence)
+        crash_point("consume.after_land")
         if before_commit is not None:
             before_commit(batch)
     except BaseException:

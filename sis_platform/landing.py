@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sis_platform.faults import crash_point
 from sis_platform.queues.base import ReceivedMessage
 
 if TYPE_CHECKING:
@@ -189,6 +190,7 @@ class LandingZone:
             pq.write_table(table, f, compression="zstd")
             f.flush()
             os.fsync(f.fileno())
+        crash_point("landing.before_claim")
         try:
             if fence is None:
                 _claim(tmp, final)

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
+from sis_platform.faults import kill_during_write
 from sis_platform.lake.tables import Table
 
 if TYPE_CHECKING:
@@ -149,6 +150,7 @@ class Lake:
     def replace_where(self, table: Table, df: DataFrame, condition: str) -> None:
         """Atomically replace the rows matching `condition` with `df`: one Delta commit, so a
         re-run of the same partition replaces its rows instead of appending them again."""
+        df = kill_during_write(df, f"write.{table.name}")
         writer = (
             df.select(*[f.name for f in table.schema().fields])
             .write.format("delta")
@@ -166,6 +168,7 @@ class Lake:
         this write is skipped if its first attempt did commit, while any later write, even one
         repeating the same step after `recover` restored the table, has a higher version and is
         never skipped."""
+        df = kill_during_write(df, f"write.{table.name}")
         writer = (
             df.select(*[f.name for f in table.schema().fields]).write.format("delta").mode("append")
         )
@@ -176,6 +179,7 @@ class Lake:
     def merge_rows(self, table: Table, rows: DataFrame, *, keys: Sequence[str]) -> None:
         """Upsert `rows` by `keys` (insert or replace whole rows): idempotent by construction."""
         condition = " AND ".join(f"t.{k} = s.{k}" for k in keys)
+        rows = kill_during_write(rows, f"write.{table.name}")
         self.retrying_conflicts(
             f"{table.name} merge",
             lambda: self.table(table).alias("t").merge(rows.alias("s"), condition)

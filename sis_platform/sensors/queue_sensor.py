@@ -11,6 +11,7 @@ import dagster as dg
 from sis_platform import config
 from sis_platform.assets.partitions import BATCHES, batches_partitions
 from sis_platform.consumer import BatchLimits, consume_batch
+from sis_platform.faults import crash_point
 from sis_platform.jobs import process_batch_job
 from sis_platform.landing import batch_seq_of
 from sis_platform.lease import LeaseError
@@ -108,6 +109,7 @@ def sportsdata_queue_sensor(
                 f"queue empty: no message within {landing.get_wait_seconds}s "
                 f"({source.description}); {registered} batch(es) registered so far"
             )
+        crash_point("sensor.after_commit")
         context.log.info(
             f"landed batch {batch.key}: {batch.messages} message(s), {batch.bytes} bytes "
             f"from {source.description}"

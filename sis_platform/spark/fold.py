@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from sis_platform.domain.reasons import Outcome, Reason
+from sis_platform.faults import crash_point, kill_in_worker
 from sis_platform.lake.tables import (
     BATCH_LOG,
     DEAD_LETTERS,
@@ -657,6 +658,7 @@ def fold_step(
     fold = partial(
         _fold_groups, selector_text=selector, inflight_dir=inflight, injected=_injected_failure()
     )
+    fold = kill_in_worker(fold, "fold.mid_fold")
     try:
         folded = (
             valid.select(
@@ -787,11 +789,14 @@ def fold_step(
     for table, rows in ((MASTER_VERSIONS, versions), (DEAD_LETTERS, dead),
                         (MESSAGE_OUTCOMES, outcomes)):
         lake.append(table, rows, txn_app_id=f"sis-fold:{table.name}")
+        if table is MASTER_VERSIONS:
+            crash_point("fold.after_versions")
     lake.merge_rows(
         MASTER_DOCUMENTS,
         states.select(*[f.name for f in MASTER_DOCUMENTS.schema().fields]),
         keys=("master_id",),
     )
+    crash_point("fold.after_documents")
 
     written = {t.name: lake.version(t) for t in STEP_TABLES}
     # Not restored by recovery: the message_items version this step read, so a later change

@@ -1,0 +1,173 @@
+"""Crash points: a test hook that SIGKILLs the process at a named step boundary.
+
+The fault-injection suite (tests/faults) proves the exactly-once guarantees (DESIGN.md
+invariants 1-4) by killing the consuming or materializing process with SIGKILL (no exception,
+no `finally`, no backout) at every step boundary, then restarting and catching up. Production
+never sets `SIS_CRASH_AT`, and then every hook here is a dictionary lookup in `os.environ` and
+nothing else: no Dagster or Spark import, no change to any query plan.
+
+`SIS_CRASH_AT` is a comma-separated list of point names from `CRASH_POINTS`, each optionally
+with `@n`: kill the n-th time this process reaches the point (default: the first time). It is
+read when a point is reached, not at import, so a test sets it per subprocess.
+
+Three kinds of point:
+- `crash_point(name)`: the process kills itself right there (between two steps).
+- `kill_during_write(df, name)`: for a DataFrame about to be written to a Delta table, wraps it
+  in an identity `mapInPandas` whose Python worker, after handing its rows to the writer, kills
+  the driver and its JVM. For an append or replaceWhere the task is writing its data file when
+  the process dies, so the table directory holds a file no commit references; for a merge (the
+  source passed in) the merge dies while reading its source. Either way the operation is under
+  way and never reaches its Delta commit.
+- `kill_in_worker(fn, name)`: the same, from inside a pandas UDF (the fold's
+  `applyInPandas`), after the UDF has done its work for the first group it is given.
+A worker kills the JVM as well as the Python driver: the JVM would otherwise notice the driver's
+death only on its next read of the gateway pipe, and might commit the write meanwhile (a
+container or host dying takes both at once, which is what this models).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from pyspark.sql import DataFrame
+
+ENV = "SIS_CRASH_AT"
+
+CONSUMER_POINTS = (
+    "consume.after_get",  # messages got under syncpoint, nothing landed
+    "landing.before_claim",  # batch written and fsync'd to a partial file, not claimed
+    "consume.after_land",  # batch landed, queue not committed
+    "sensor.after_commit",  # queue committed, partition not registered, cursor not moved
+)
+MATERIALIZER_POINTS = (
+    "write.raw_messages",
+    "write.message_items",
+    "write.batch_log",
+    "fold.mid_fold",  # inside the fold's applyInPandas
+    "write.master_versions",
+    "fold.after_versions",  # master_versions appended; outcomes, documents, commit not
+    "write.dead_letters",
+    "write.message_outcomes",
+    "write.master_documents",
+    "fold.after_documents",  # master_documents merged, the step's fold_steps row not written
+    "write.fold_steps",
+    "write.events",
+    "write.markets",
+    "write.selections",
+    "write.model_steps",
+)
+CRASH_POINTS = CONSUMER_POINTS + MATERIALIZER_POINTS
+
+_reached: dict[str, int] = {}
+
+
+def _wanted(name: str) -> int | None:
+    """Which arrival at `name` kills (1-based), or None if `SIS_CRASH_AT` does not name it.
+    A hook may pass a name not (yet) declared, e.g. `write.<a new table>`: it is never armed,
+    since only declared names are accepted in `SIS_CRASH_AT`."""
+    spec = os.environ.get(ENV)
+    if not spec:
+        return None
+    for entry in spec.split(","):
+        point, _, nth = entry.strip().partition("@")
+        if point not in CRASH_POINTS:
+            # A typo would make a fault test pass without crashing anywhere.
+            raise ValueError(f"{ENV} names an unknown crash point {point!r}")
+        if point == name:
+            return int(nth) if nth else 1
+    return None
+
+
+def armed(name: str) -> bool:
+    """Whether this arrival at `name` is the one `SIS_CRASH_AT` asks to kill (counts arrivals)."""
+    nth = _wanted(name)
+    if nth is None:
+        return False
+    _reached[name] = _reached.get(name, 0) + 1
+    return _reached[name] == nth
+
+
+def crash_point(name: str) -> None:
+    """SIGKILL this process here if `SIS_CRASH_AT` names this arrival at `name`."""
+    if armed(name):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def kill_during_write(df: DataFrame, name: str) -> DataFrame:
+    """`df` unchanged, or (when armed) `df` behind an identity step that kills the driver and
+    its JVM from a Python worker once its task has produced its rows."""
+    if not armed(name):
+        return df
+    victims = _driver_and_jvm()
+    return df.mapInPandas(partial(_pass_then_kill, victims=victims), schema=df.schema)
+
+
+def kill_in_worker(
+    fn: Callable[[pd.DataFrame, pd.DataFrame], pd.DataFrame], name: str
+) -> Callable[[pd.DataFrame, pd.DataFrame], pd.DataFrame]:
+    """A cogrouped `applyInPandas` function `fn` unchanged, or (when armed) `fn` followed by
+    killing the driver and its JVM."""
+    if not armed(name):
+        return fn
+    return partial(_call_then_kill, fn=fn, victims=_driver_and_jvm())
+
+
+def _pass_then_kill(
+    frames: Iterator[pd.DataFrame], *, victims: tuple[int, ...]
+) -> Iterator[pd.DataFrame]:
+    yield from frames
+    _kill(victims)
+
+
+def _call_then_kill(
+    left: pd.DataFrame,
+    right: pd.DataFrame,
+    *,
+    fn: Callable[[pd.DataFrame, pd.DataFrame], pd.DataFrame],
+    victims: tuple[int, ...],
+) -> pd.DataFrame:
+    # Two positional parameters: PySpark reads the arity to tell (left, right) from
+    # (key, left, right).
+    fn(left, right)
+    _kill(victims)
+
+
+def _kill(victims: tuple[int, ...]) -> NoReturn:
+    import time
+
+    for pid in victims:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    # Never return to Spark: a finished task could still let a surviving driver commit. The
+    # PySpark daemon SIGHUPs its workers once the JVM is gone; the bound is a backstop.
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+    os._exit(1)
+
+
+def _driver_and_jvm() -> tuple[int, ...]:
+    """This (driver) process and its local Spark JVM: the `java` child PySpark launched.
+    Linux /proc only, which is where the suite runs."""
+    me = os.getpid()
+    jvms = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        # /proc/<pid>/stat: "pid (comm) state ppid ...", comm may hold spaces.
+        comm = text[text.index("(") + 1 : text.rindex(")")]
+        ppid = int(text[text.rindex(")") + 2 :].split()[1])
+        if ppid == me and comm == "java":
+            jvms.append(int(stat.parent.name))
+    return (*jvms, me)
