@@ -155,6 +155,29 @@ def _kill(victims: tuple[int, ...]) -> NoReturn:
     os._exit(1)
 
 
+FOLD_FAILURE_ENV = "SIS_INJECT_FOLD_FAILURE"
+
+
+def injected_fold_failure() -> tuple[str, str] | None:
+    """`SIS_INJECT_FOLD_FAILURE=MASTER_ID[:raise|crash]`: the fold of that master fails, as a
+    bug raising would or as a dying Python worker would (the quarantine tests). Read on the
+    driver at call time and handed to the workers with the fold function."""
+    text = os.environ.get(FOLD_FAILURE_ENV)
+    if not text:
+        return None
+    master_id, _, how = text.partition(":")
+    if how not in ("", "raise", "crash"):
+        raise ValueError(f"{FOLD_FAILURE_ENV}: unknown failure {how!r} (raise or crash)")
+    return master_id, how or "raise"
+
+
+def fail_as_injected(how: str) -> NoReturn:
+    """Inside a Python worker: fail the way `injected_fold_failure` asked."""
+    if how == "crash":
+        os.kill(os.getpid(), signal.SIGKILL)
+    raise ZeroDivisionError(f"injected fold failure ({FOLD_FAILURE_ENV})")
+
+
 def _driver_and_jvm() -> tuple[int, ...]:
     """This (driver) process and its local Spark JVM: the `java` child PySpark launched.
     Linux /proc only, which is where the suite runs."""

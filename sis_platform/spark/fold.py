@@ -22,7 +22,12 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from sis_platform.domain.reasons import Outcome, Reason
-from sis_platform.faults import crash_point, kill_in_worker
+from sis_platform.faults import (
+    crash_point,
+    fail_as_injected,
+    injected_fold_failure,
+    kill_in_worker,
+)
 from sis_platform.lake.tables import (
     BATCH_LOG,
     DEAD_LETTERS,
@@ -273,7 +278,7 @@ def _fold_groups(
     marker = _InFlight(inflight_dir, master_id) if inflight_dir else None
     try:
         if injected is not None and injected[0] == master_id:
-            _inject_failure(injected[1])
+            fail_as_injected(injected[1])
         result = fold_master(
             master_id, current, batch, selector=_selector(selector_text), patches=_patch_cache()
         )
@@ -328,28 +333,6 @@ class _InFlight:
     def done(self) -> None:
         with open(self.path, "w", encoding="utf-8"):
             pass
-
-
-def _inject_failure(how: str) -> None:
-    # Test hook (SIS_INJECT_FOLD_FAILURE, read by the driver): a bug, or a crashed worker.
-    if how == "crash":
-        import os
-        import signal
-
-        os.kill(os.getpid(), signal.SIGKILL)
-    raise ZeroDivisionError("injected fold failure (SIS_INJECT_FOLD_FAILURE)")
-
-
-def _injected_failure() -> tuple[str, str] | None:
-    """`SIS_INJECT_FOLD_FAILURE=MASTER_ID[:raise|crash]`: the fold of that master fails (test
-    hook for quarantine; read at call time, never set in production)."""
-    import os
-
-    text = os.environ.get("SIS_INJECT_FOLD_FAILURE")
-    if not text:
-        return None
-    master_id, _, how = text.partition(":")
-    return master_id, how or "raise"
 
 
 def _inflight_dir(lake: Lake) -> str | None:
@@ -656,7 +639,8 @@ def fold_step(
     inflight = _inflight_dir(lake)
     _clear_inflight(inflight)
     fold = partial(
-        _fold_groups, selector_text=selector, inflight_dir=inflight, injected=_injected_failure()
+        _fold_groups, selector_text=selector, inflight_dir=inflight,
+        injected=injected_fold_failure(),
     )
     fold = kill_in_worker(fold, "fold.mid_fold")
     try:
