@@ -63,7 +63,12 @@ MATERIALIZER_POINTS = (
     "write.selections",
     "write.model_steps",
 )
-CRASH_POINTS = CONSUMER_POINTS + MATERIALIZER_POINTS
+# A fold step that rewinds (already-folded input changed): its deletes, then before its appends.
+REWIND_POINTS = (
+    "write.rewind",  # the first of the rewind's merge-deletes, mid-write
+    "fold.after_rewind",  # the rewound masters' later rows deleted, the refold not yet written
+)
+CRASH_POINTS = CONSUMER_POINTS + MATERIALIZER_POINTS + REWIND_POINTS
 
 _reached: dict[str, int] = {}
 

@@ -26,6 +26,7 @@ from sis_platform.faults import (
     crash_point,
     fail_as_injected,
     injected_fold_failure,
+    kill_during_write,
     kill_in_worker,
 )
 from sis_platform.lake.tables import (
@@ -757,19 +758,24 @@ def fold_step(
     if rewinding:
         # The rewound masters' rows from their point on, and the message-level rows of changed
         # batches, are replaced by this step's (all before the commit: `recover` undoes them).
+        source = kill_during_write(rewound, "write.rewind")  # test hook: dies mid-delete
+        after_point = f"t.master_id = p.master_id AND {_after_point('t', 'p')}"
         for table in (MASTER_VERSIONS, MESSAGE_OUTCOMES, DEAD_LETTERS):
-            (
-                lake.table(table).alias("t")
-                .merge(rewound.alias("p"),
-                       f"t.master_id = p.master_id AND {_after_point('t', 'p')}")
+            lake.retrying_conflicts(
+                f"{table.name} rewind",
+                lambda t=table: lake.table(t).alias("t").merge(source.alias("p"), after_point)
                 .whenMatchedDelete()
-                .execute()
+                .execute(),
             )
         if changed:
             for table in (MESSAGE_OUTCOMES, DEAD_LETTERS):
-                lake.table(table).delete(
-                    F.col("master_id").isNull() & F.col("batch_seq").isin(changed)
+                lake.retrying_conflicts(
+                    f"{table.name} rewind",
+                    lambda t=table: lake.table(t).delete(
+                        F.col("master_id").isNull() & F.col("batch_seq").isin(changed)
+                    ),
                 )
+        crash_point("fold.after_rewind")
     for table, rows in ((MASTER_VERSIONS, versions), (DEAD_LETTERS, dead),
                         (MESSAGE_OUTCOMES, outcomes)):
         lake.append(table, rows, txn_app_id=f"sis-fold:{table.name}")

@@ -15,8 +15,9 @@ from __future__ import annotations
 import pytest
 
 from sis_platform.domain.selector import Selector
-from sis_platform.faults import CONSUMER_POINTS, CRASH_POINTS
+from sis_platform.faults import CONSUMER_POINTS, CRASH_POINTS, REWIND_POINTS
 from sis_platform.lake.tables import (
+    DEAD_LETTERS,
     EVENTS,
     FOLD_STEPS,
     MASTER_DOCUMENTS,
@@ -52,6 +53,12 @@ SEQUENCE = [
     ("write.model_steps", [f"{B2}:interpreted_model"]),
 ]
 FINAL = [f"{B2}:interpreted_model"]
+# A fold step that rewinds (the batches were classified again after a fix) dies in its deletes,
+# then between its deletes and its appends.
+REWIND_SEQUENCE = [
+    ("write.rewind", [f"{B2}:fold_masters"]),
+    ("fold.after_rewind", [f"{B2}:fold_masters"]),
+]
 
 INVALID = {"not-well-formed": 0.05, "schema-invalid": 0.04, "orphan-update": 0.04}
 # The feed (seed 23) races three masters; filtering one of them gives the message log all four
@@ -61,8 +68,9 @@ SELECTOR = "masterId <> 'SOU-20261121-1730'"
 
 def test_sequence_covers_every_declared_crash_point():
     covered = {point.partition("@")[0] for point, _ in SEQUENCE}
-    assert sorted(covered | set(CONSUMER_POINTS)) == sorted(CRASH_POINTS)
+    assert sorted(covered | set(CONSUMER_POINTS) | set(REWIND_POINTS)) == sorted(CRASH_POINTS)
     assert len(covered) == len(SEQUENCE)
+    assert [point for point, _ in REWIND_SEQUENCE] == list(REWIND_POINTS)
 
 
 # 16 Spark driver starts: 21 minutes on a shared 2-core machine at load 7; above the suite's
@@ -105,3 +113,45 @@ def test_runs_killed_at_every_write_and_fold_boundary_converge_to_the_reference(
     masters = lake.read(MASTER_DOCUMENTS).where("document IS NOT NULL AND NOT filtered")
     live = {r["master_id"]: r["version"] for r in masters.collect()}
     assert {r["master_id"]: r["version"] for r in lake.read(EVENTS).collect()} == live
+
+
+@pytest.mark.timeout(1800)
+def test_fold_killed_while_rewinding_converges_to_the_reference(tmp_path, request):
+    from sis_platform import config
+    from sis_platform.spark.items import log_items
+
+    data, home = tmp_path / "data", tmp_path / "dagster"
+    feed = list(generate_feed(seed=23, messages=80, invalid={}, duplicates=0.0))
+    # Before the "fix", the five largest messages are over the size limit: dead-lettered
+    # too-large, and the updates of any master among them orphaned.
+    limit = sorted(len(m.body) for m in feed)[-5] - 1
+    before = {**platform_env(data), "SIS_MAX_MESSAGE_BYTES": str(limit)}
+    fixed = platform_env(data)
+    resources = config.resources(fixed)
+    with resources["queue"].open().producer() as producer:
+        for m in feed:
+            producer.put(m.body, message_id=m.message_id)
+    tick_until_empty(home, before)
+    zone = resources["landing"].zone()
+    assert zone.keys() == [B1, B2]
+
+    spark = request.getfixturevalue("spark")
+    for key in (B1, B2):
+        run(home, before, key)
+    lake = resources["lake"].lake(spark)
+    assert lake.read(DEAD_LETTERS).where("reason = 'too-large'").count() == 5
+    # The backfill with the fix deployed: both batches classified again.
+    for key in (B1, B2):
+        log_items(lake, key, max_bytes=10 * limit, redelivery_limit=5, run_id=None)
+
+    for point, runs in REWIND_SEQUENCE:
+        code = drive(tmp_path, "run", *runs, crash_at=point)
+        assert code == SIGKILLED, f"the run(s) {runs} finished without reaching {point}"
+    run(home, fixed, f"{B2}:fold_masters")
+
+    assert_lake_matches_reference(lake, reference_for(logged_messages(zone)))
+    assert_log_accounts_for_every_message(lake, zone)
+    assert lake.read(DEAD_LETTERS).where("reason = 'too-large'").count() == 0
+    assert [r["fold_step"] for r in lake.read(FOLD_STEPS).orderBy("fold_step").collect()] == [
+        1, 2, 3
+    ]
