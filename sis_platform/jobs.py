@@ -40,8 +40,8 @@ class ReplayConfig(dg.Config):
     )
 
 
-@dg.op(out={}, pool=FOLD_POOL, retry_policy=TRANSIENT_RETRY)
-def replay_dead_letters(
+@dg.op(name="replay", out={}, pool=FOLD_POOL, retry_policy=TRANSIENT_RETRY)
+def replay_op(
     context: dg.OpExecutionContext,
     config: ReplayConfig,
     spark: LazyPySparkResource,
@@ -110,4 +110,4 @@ def replay_dead_letters(
     "masters they touch and refold them in feed order (config: reasons, batches).",
 )
 def replay_dead_letters_job() -> None:
-    replay_dead_letters()
+    replay_op()

@@ -60,7 +60,7 @@ def test_failing_master_is_quarantined_then_replayed_in_order_after_the_fix(
     monkeypatch.delenv("SIS_INJECT_FOLD_FAILURE")  # the fix
     replay = h.defs.resolve_job_def("replay_dead_letters").execute_in_process(
         instance=h.instance,
-        run_config={"ops": {"replay_dead_letters": {"config": {"reasons": ["quarantined"]}}}},
+        run_config={"ops": {"replay": {"config": {"reasons": ["quarantined"]}}}},
     )
     assert replay.success
     assert_lake_matches_reference(lake, reference_for(h.logged_messages()))

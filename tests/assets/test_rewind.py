@@ -143,7 +143,7 @@ def test_replay_with_nothing_fixed_changes_nothing(folded: Folded, tmp_path, spa
     shutil.copytree(folded.data_dir, tmp_path / "data")
     h = Harness(tmp_path / "data")  # the same settings as the fold
     result = h.defs.resolve_job_def("replay_dead_letters").execute_in_process(
-        instance=h.instance, run_config={"ops": {"replay_dead_letters": {"config": {
+        instance=h.instance, run_config={"ops": {"replay": {"config": {
             "reasons": ["unlocated-node", "redelivery-limit"]}}}}
     )
     assert result.success
