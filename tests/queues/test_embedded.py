@@ -128,7 +128,7 @@ def test_two_consumer_processes_never_get_the_same_message(tmp_path: Path) -> No
     first, second = results
     # Not asserted: that both had work. The embedded queue promises exclusivity, not fairness
     # (SQLite's lock has no queue), and on a loaded machine one consumer can drain it all;
-    # CI saw that once. The platform runs one consumer at a time anyway (the lease).
+    # a full-suite run saw that once. The platform runs one consumer at a time anyway (the lease).
     assert not set(first) & set(second)
     assert sorted(first + second) == list(range(count))
     # (No order check: with competing consumers, one backs out while the other moves on, so
