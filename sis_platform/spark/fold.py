@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     import pandas as pd
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, Row
     from pyspark.sql.types import StructType
 
     from sis_platform.lake.delta import Lake
@@ -69,7 +69,7 @@ class FoldStepResult:
     fold_step: int | None  # None when nothing could be folded
     first_batch_seq: int | None = None
     last_batch_seq: int | None = None
-    messages: int = 0
+    messages: int = 0  # messages given an outcome by this step
     applied: int = 0
     duplicates: int = 0
     filtered: int = 0
@@ -108,31 +108,46 @@ def _fold_out_schema() -> StructType:
 STEP_TABLES = (*FOLD_APPEND_TABLES, MASTER_DOCUMENTS)
 
 
-def committed_step(lake: Lake) -> CommittedStep:
+def fold_step_rows(lake: Lake) -> list[Row]:
+    """Every committed step's row of fold_steps (one small row per step), read once per fold
+    step for both the last committed step and what each batch was when folded."""
+    lake.ensure(FOLD_STEPS)
+    return lake.read(FOLD_STEPS).select(
+        "fold_step", "first_batch_seq", "last_batch_seq", "master_documents_version",
+        "table_versions", "items_digest",
+    ).collect()
+
+
+def committed_step(lake: Lake, rows: list[Row] | None = None) -> CommittedStep:
+    """The last committed step, from fold_steps (or from its `rows`, already read)."""
     import json
 
-    from pyspark.sql import functions as F
+    if rows is None:
+        from pyspark.sql import functions as F
 
-    row = (
-        lake.read(FOLD_STEPS)
-        .orderBy(F.col("fold_step").desc())
-        .select("fold_step", "last_batch_seq", "master_documents_version", "table_versions")
-        .first()
-    )
-    if row is None:
+        last = (
+            lake.read(FOLD_STEPS)
+            .orderBy(F.col("fold_step").desc())
+            .select("fold_step", "last_batch_seq", "master_documents_version", "table_versions")
+            .first()
+        )
+    else:
+        last = max(rows, key=lambda r: int(r["fold_step"]), default=None)
+    if last is None:
         # Before the first step every table is as `ensure` created it: version 0.
         return CommittedStep(0, 0, 0, {t.name: 0 for t in STEP_TABLES})
     return CommittedStep(
-        int(row["fold_step"]), int(row["last_batch_seq"]), int(row["master_documents_version"]),
-        {k: int(v) for k, v in json.loads(row["table_versions"]).items()},
+        int(last["fold_step"]), int(last["last_batch_seq"]), int(last["master_documents_version"]),
+        {k: int(v) for k, v in json.loads(last["table_versions"]).items()},
     )
 
 
-def recover(lake: Lake) -> tuple[CommittedStep, dict[str, int]]:
+def recover(lake: Lake, rows: list[Row] | None = None) -> tuple[CommittedStep, dict[str, int]]:
     """Undo an interrupted step (see the module docstring). Returns the last committed step
-    and the current version of each step table (to read them pinned)."""
+    and the current version of each step table (to read them pinned). `rows`: fold_steps, if
+    already read (the commit point, so recovery never changes it)."""
     lake.ensure(*FOLD_TABLES)
-    committed = committed_step(lake)
+    committed = committed_step(lake, rows)
     current: dict[str, int] = {}
     for table in STEP_TABLES:
         version = lake.version(table)
@@ -170,18 +185,12 @@ class FoldedBatch:
     items_version: int | None  # message_items version that fold read (None: not recorded)
 
 
-def folded_batches(lake: Lake) -> dict[int, FoldedBatch]:
-    """What each batch's items were when last folded, from fold_steps."""
+def folded_batches(rows: list[Row]) -> dict[int, FoldedBatch]:
+    """What each batch's items were when last folded, from the rows of fold_steps."""
     import json
 
     folded: dict[int, FoldedBatch] = {}
-    rows = sorted(
-        lake.read(FOLD_STEPS)
-        .select("fold_step", "first_batch_seq", "last_batch_seq", "items_digest",
-                "table_versions")
-        .collect(),
-        key=lambda r: int(r["fold_step"]),
-    )
+    rows = sorted(rows, key=lambda r: int(r["fold_step"]))
     for row in rows:
         text = str(row["items_digest"])
         items_version = json.loads(row["table_versions"]).get(MESSAGE_ITEMS.name)
@@ -381,6 +390,8 @@ def quarantined_masters(lake: Lake, after: int) -> dict[str, str]:
     """Masters with at least `after` unreleased fold failures, with their last error."""
     from pyspark.sql import functions as F
 
+    if lake.version(FOLD_FAILURES) == 0:
+        return {}  # as created: no failure was ever recorded (the usual case), no Spark job
     rows = (
         lake.read(FOLD_FAILURES)
         .where(~F.col("released"))
@@ -475,7 +486,8 @@ def fold_step(
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    committed, versions_now = recover(lake)
+    steps = fold_step_rows(lake)
+    committed, versions_now = recover(lake, steps)
     lake.ensure(MESSAGE_ITEMS, BATCH_LOG, FOLD_FAILURES)
     # message_items is written before batch_log (assets/message_log.py), so reading batch_log's
     # version first, then message_items', never pairs a digest with items older than it. The
@@ -492,10 +504,11 @@ def fold_step(
     run, waiting = logged.gap_free_after(committed.last_batch_seq)
     if max_batches is not None:
         run = run[:max_batches]
-    folded = folded_batches(lake) if committed.fold_step else {}
+    folded_before = folded_batches(steps)
     changed = sorted(
         seq for seq, digest in logged.digests.items()
-        if seq in folded and seq <= committed.last_batch_seq and folded[seq].digest != digest
+        if seq in folded_before and seq <= committed.last_batch_seq
+        and folded_before[seq].digest != digest
     )
     if not run and not changed and not rewind:
         return FoldStepResult(None, waiting_for=waiting or committed.last_batch_seq + 1)
@@ -522,7 +535,7 @@ def fold_step(
     rewinding = bool(changed or rewind)
     if rewinding:
         touched = (
-            _changed_items(lake, log_items, changed, folded) if changed
+            _changed_items(lake, log_items, changed, folded_before) if changed
             else spark.createDataFrame([], "master_id string, batch_seq long")
         )
         if rewind:
@@ -736,16 +749,20 @@ def fold_step(
             )
         ).localCheckpoint()
 
-    counts = {
-        str(r["outcome"]): int(r["n"])
-        for r in outcomes.groupBy("outcome").agg(F.count("*").alias("n")).collect()
-    }
+    # Every figure of the step in one job over the materialized outcomes: each message of the
+    # step has at least one outcome row.
+    tally = outcomes.agg(
+        F.count_distinct("batch_seq", "msg_seq").alias("messages"),
+        *[F.count_if(F.col("outcome") == str(o)).alias(str(o)) for o in Outcome],
+    ).first()
+    assert tally is not None
+    counts = {str(o): int(tally[str(o)]) for o in Outcome}
     n_rewound = rewound.count() if rewinding else 0
     result = FoldStepResult(
         fold_step=step,
         first_batch_seq=first,
         last_batch_seq=last,
-        messages=messages.count(),
+        messages=int(tally["messages"]),
         applied=counts.get(str(Outcome.APPLIED), 0),
         duplicates=counts.get(str(Outcome.DUPLICATE), 0),
         filtered=counts.get(str(Outcome.FILTERED), 0),
