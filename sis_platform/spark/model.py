@@ -9,6 +9,7 @@ after a crash rebuilds the same rows, so it is idempotent.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -21,7 +22,6 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
     from sis_platform.lake.delta import Lake
-    from sis_platform.lake.tables import Table
 
 
 @dataclass(frozen=True)
@@ -102,9 +102,17 @@ def refresh_model(lake: Lake) -> ModelRefresh:
             str(r["kind"]): int(r["n"])
             for r in rows.groupBy("kind").agg(F.count("*").alias("n")).collect()
         }
-        table: Table
-        for which, table in MODEL_TABLES.items():
-            lake.replace_where(table, rows.where(F.col("kind") == which), condition)
+        # Three tables, three independent commits: written concurrently (Spark runs jobs from
+        # several threads), so each commit's driver-side work overlaps the others' tasks.
+        with ThreadPoolExecutor(len(MODEL_TABLES), thread_name_prefix="model-write") as pool:
+            writes = [
+                pool.submit(
+                    lake.replace_where, table, rows.where(F.col("kind") == which), condition
+                )
+                for which, table in MODEL_TABLES.items()
+            ]
+            for write in writes:
+                write.result()  # the first failure is raised; the others still finish
     changed.unpersist()
     lake.append(
         MODEL_STEPS,
