@@ -7,4 +7,7 @@ cd "$(dirname "$0")/.."
 if [ -x scripts/activemq.sh ]; then
   ./scripts/activemq.sh install
 fi
-exec .venv/bin/python -m pytest "$@"
+# Two pytest-xdist workers, a test file at a time each: the Spark tests spend much of their time
+# waiting (JVM starts, Delta commits), so two of them overlap well even on two cores.
+# SIS_TEST_WORKERS=0 runs everything in this one process.
+exec .venv/bin/python -m pytest -n "${SIS_TEST_WORKERS:-2}" --dist loadfile "$@"

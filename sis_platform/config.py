@@ -129,6 +129,15 @@ def queue_resource(env: Mapping[str, str], profile: str) -> QueueSourceResource:
     raise ConfigurationError(f"SIS_SOURCE={source!r}: expected embedded, stomp or ibmmq")
 
 
+def _class_archive(env: Mapping[str, str]) -> str | None:
+    from sis_platform.resources.jvm_archive import configured_archive
+
+    try:
+        return configured_archive(env.get("SIS_SPARK_CLASS_ARCHIVE") or None)
+    except ValueError as error:
+        raise ConfigurationError(str(error)) from None
+
+
 def resources(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The resources for the profile the environment names."""
     env = os.environ if env is None else env
@@ -175,6 +184,7 @@ def resources(env: Mapping[str, str] | None = None) -> dict[str, Any]:
                 shuffle_partitions=_int(env, "SIS_SPARK_SHUFFLE_PARTITIONS", 4),
                 ui_enabled=_get(env, "SIS_SPARK_UI", "false") == "true",
                 jars_dir=env.get("SIS_SPARK_JARS_DIR") or None,
+                class_archive=_class_archive(env),
             )
         ),
     }

@@ -23,12 +23,14 @@ def spark() -> Iterator[SparkSession]:
 
     from pyspark.sql import SparkSession
 
+    from sis_platform.resources.jvm_archive import configured_archive
     from sis_platform.resources.spark import delta_spark_config
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder
     for key, value in delta_spark_config(
-        master="local[2]", app_name="sis-platform-tests", shuffle_partitions=2, ui_enabled=False
+        master="local[2]", app_name="sis-platform-tests", shuffle_partitions=2, ui_enabled=False,
+        class_archive=configured_archive(os.environ.get("SIS_SPARK_CLASS_ARCHIVE") or None),
     ).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

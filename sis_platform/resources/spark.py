@@ -36,8 +36,11 @@ def delta_spark_config(
     driver_memory: str = "2g",
     ui_enabled: bool = True,
     jars_dir: str | None = None,
+    class_archive: str | None = None,
     extra: dict[str, str] | None = None,
 ) -> dict[str, str]:
+    """Spark's configuration for the platform. `class_archive`: a JVM class-data archive for a
+    local driver (see jvm_archive.py), None for none."""
     conf: dict[str, str] = {
         "spark.app.name": app_name,
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -64,7 +67,10 @@ def delta_spark_config(
             # A local driver lives for one run: the C2 JIT compiler would spend a core for
             # minutes optimising code that runs a few times (measured: 128 s of C2 CPU in one
             # small run). C1 only starts fast and is plenty for batch-sized work.
-            conf["spark.driver.extraJavaOptions"] = "-XX:TieredStopAtLevel=1"
+            options = ["-XX:TieredStopAtLevel=1"]
+            if class_archive:
+                options.append(f"-XX:SharedArchiveFile={class_archive}")
+            conf["spark.driver.extraJavaOptions"] = " ".join(options)
     if jars_dir:
         jars = sorted(str(p) for p in Path(jars_dir).glob("*.jar"))
         if not jars:

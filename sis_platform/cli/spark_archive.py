@@ -1,0 +1,40 @@
+"""`sis-spark-archive`: build the Spark driver's class-data archive (see resources/jvm_archive.py).
+
+    sis-spark-archive [--if-missing] [--print-path]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from sis_platform.resources.jvm_archive import archive_path, build
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="sis-spark-archive",
+        description="Build the Spark driver's class-data archive: faster Spark driver starts.",
+    )
+    parser.add_argument("--if-missing", action="store_true", help="do nothing if it exists")
+    parser.add_argument("--print-path", action="store_true", help="only print where it goes")
+    args = parser.parse_args(argv)
+    path = archive_path()
+    if args.print_path:
+        print(path)
+        return 0
+    if args.if_missing and path.is_file():
+        return 0
+    print(f"building the Spark driver's class-data archive {path} (a few minutes, once)")
+    started = time.monotonic()
+    build(path)
+    print(
+        f"built {path} ({path.stat().st_size / 2**20:.0f} MiB in "
+        f"{time.monotonic() - started:.0f} s)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

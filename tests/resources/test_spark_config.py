@@ -1,0 +1,66 @@
+"""The local Spark driver's configuration: the JVM class-data archive (resources/jvm_archive.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sis_platform.cli import spark_archive
+from sis_platform.config import ConfigurationError, resources
+from sis_platform.resources import jvm_archive
+from sis_platform.resources.spark import delta_spark_config
+
+
+def _java_options(env: dict[str, str]) -> str:
+    return resources(env)["spark"].spark_config["spark.driver.extraJavaOptions"]
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_a_local_driver_uses_the_built_archive_when_there_is_one(tmp_path, cache):
+    env = {"SIS_DATA_DIR": str(tmp_path / "data")}
+    assert "SharedArchiveFile" not in _java_options(env)  # none built yet
+    built = jvm_archive.archive_path()
+    assert built.is_relative_to(cache / "sis-platform" / "jvm")
+    built.parent.mkdir(parents=True)
+    built.write_bytes(b"archive")
+    assert f"-XX:SharedArchiveFile={built}" in _java_options(env)
+    assert "-XX:TieredStopAtLevel=1" in _java_options(env)
+    assert "SharedArchiveFile" not in _java_options({**env, "SIS_SPARK_CLASS_ARCHIVE": "off"})
+
+
+def test_an_explicit_archive_must_exist(tmp_path, cache):
+    env = {"SIS_DATA_DIR": str(tmp_path / "data")}
+    chosen = tmp_path / "mine.jsa"
+    with pytest.raises(ConfigurationError, match="SIS_SPARK_CLASS_ARCHIVE=.*is not a file"):
+        _java_options({**env, "SIS_SPARK_CLASS_ARCHIVE": str(chosen)})
+    chosen.write_bytes(b"archive")
+    options = _java_options({**env, "SIS_SPARK_CLASS_ARCHIVE": str(chosen)})
+    assert f"-XX:SharedArchiveFile={chosen}" in options
+
+
+def test_the_archive_name_changes_with_the_virtualenv(cache, monkeypatch):
+    first = jvm_archive.archive_path()
+    monkeypatch.setattr("sys.prefix", "/elsewhere/.venv")
+    assert jvm_archive.archive_path() != first
+    assert jvm_archive.archive_path().parent == first.parent
+
+
+def test_only_a_local_driver_gets_java_options():
+    remote = delta_spark_config(master="sc://spark:15002", class_archive="/a.jsa")
+    assert "spark.driver.extraJavaOptions" not in remote
+    local = delta_spark_config(master="local[2]", class_archive=None)
+    assert local["spark.driver.extraJavaOptions"] == "-XX:TieredStopAtLevel=1"
+
+
+def test_if_missing_builds_nothing_when_the_archive_exists(cache, monkeypatch):
+    built = jvm_archive.archive_path()
+    built.parent.mkdir(parents=True)
+    built.write_bytes(b"archive")
+    monkeypatch.setattr(spark_archive, "build", lambda path=None: pytest.fail("rebuilt"))
+    assert spark_archive.main(["--if-missing"]) == 0
