@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
     from sis_platform.lake.delta import Lake
+    from sis_platform.lake.tables import Table
 
 log = logging.getLogger(__name__)
 
@@ -652,11 +653,13 @@ def fold_step(
         )
     inflight = _inflight_dir(lake)
     _clear_inflight(inflight)
-    fold = partial(
-        _fold_groups, selector_text=selector, inflight_dir=inflight,
-        injected=injected_fold_failure(),
+    fold = kill_in_worker(
+        partial(
+            _fold_groups, selector_text=selector, inflight_dir=inflight,
+            injected=injected_fold_failure(),
+        ),
+        "fold.mid_fold",
     )
-    fold = kill_in_worker(fold, "fold.mid_fold")
     try:
         folded = (
             valid.select(
@@ -777,20 +780,20 @@ def fold_step(
         # batches, are replaced by this step's (all before the commit: `recover` undoes them).
         source = kill_during_write(rewound, "write.rewind")  # test hook: dies mid-delete
         after_point = f"t.master_id = p.master_id AND {_after_point('t', 'p')}"
+
+        def delete_after_point(t: Table) -> None:
+            lake.table(t).alias("t").merge(source.alias("p"), after_point).whenMatchedDelete(
+            ).execute()
+
+        def delete_message_level(t: Table) -> None:
+            lake.table(t).delete(F.col("master_id").isNull() & F.col("batch_seq").isin(changed))
+
         for table in (MASTER_VERSIONS, MESSAGE_OUTCOMES, DEAD_LETTERS):
-            lake.retrying_conflicts(
-                f"{table.name} rewind",
-                lambda t=table: lake.table(t).alias("t").merge(source.alias("p"), after_point)
-                .whenMatchedDelete()
-                .execute(),
-            )
+            lake.retrying_conflicts(f"{table.name} rewind", partial(delete_after_point, table))
         if changed:
             for table in (MESSAGE_OUTCOMES, DEAD_LETTERS):
                 lake.retrying_conflicts(
-                    f"{table.name} rewind",
-                    lambda t=table: lake.table(t).delete(
-                        F.col("master_id").isNull() & F.col("batch_seq").isin(changed)
-                    ),
+                    f"{table.name} rewind", partial(delete_message_level, table)
                 )
         crash_point("fold.after_rewind")
     for table, rows in ((MASTER_VERSIONS, versions), (DEAD_LETTERS, dead),
