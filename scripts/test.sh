@@ -8,6 +8,7 @@ if [ -x scripts/activemq.sh ]; then
   ./scripts/activemq.sh install
 fi
 # Two pytest-xdist workers, a test file at a time each: the Spark tests spend much of their time
-# waiting (JVM starts, Delta commits), so two of them overlap well even on two cores.
+# waiting (JVM starts, Delta commits), so two of them overlap well even on two cores. Files go
+# out in collection order, which tests/conftest.py sorts heaviest first (their `cost` marks).
 # SIS_TEST_WORKERS=0 runs everything in this one process.
-exec .venv/bin/python -m pytest -n "${SIS_TEST_WORKERS:-2}" --dist loadfile "$@"
+exec .venv/bin/python -m pytest -n "${SIS_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder "$@"

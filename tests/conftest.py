@@ -37,3 +37,24 @@ def spark() -> Iterator[SparkSession]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Heaviest files first, by their `cost` mark; the rest keep their order.
+
+    scripts/test.sh hands each pytest-xdist worker a file at a time (`--dist loadfile
+    --no-loadscope-reorder`), in this order. Started first, the few files of several minutes
+    (one Spark driver per kill, or many Dagster runs) spread over both workers, and the many
+    short files fill in behind them, instead of a long file starting last on one worker.
+    """
+    def cost(item: pytest.Item) -> float:
+        mark = item.get_closest_marker("cost")
+        return float(mark.args[0]) if mark is not None else 0.0
+
+    first_seen: dict[str, int] = {}
+    file_cost: dict[str, float] = {}
+    for index, item in enumerate(items):
+        path = item.nodeid.split("::", 1)[0]
+        first_seen.setdefault(path, index)
+        file_cost[path] = max(file_cost.get(path, 0.0), cost(item))
+    items.sort(key=lambda item: (-file_cost[p := item.nodeid.split("::", 1)[0]], first_seen[p]))

@@ -16,7 +16,7 @@ from tests.domain.sportsdata_fixtures import ASCOT_1430, ASCOT_1500, GO_SOFT, ev
 from tests.harness import LOG_ASSETS, Harness, received
 from tests.reference import assert_lake_matches_reference, reference_for
 
-pytestmark = [pytest.mark.spark, pytest.mark.dagster]
+pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(570)]
 
 
 

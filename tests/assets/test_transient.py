@@ -10,7 +10,7 @@ from tests.domain.sportsdata_fixtures import ASCOT_1430, GO_SOFT, event, master,
 from tests.harness import Harness, received
 from tests.reference import assert_lake_matches_reference, reference_for
 
-pytestmark = [pytest.mark.spark, pytest.mark.dagster]
+pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(120)]
 
 
 

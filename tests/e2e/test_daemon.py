@@ -19,7 +19,7 @@ from sis_platform.simulator.generator import generate_feed
 from tests.harness import Harness
 from tests.reference import assert_lake_matches_reference, reference_for
 
-pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.e2e]
+pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.e2e, pytest.mark.cost(250)]
 
 REPO = Path(__file__).resolve().parents[2]
 

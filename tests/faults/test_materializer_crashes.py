@@ -26,7 +26,7 @@ from tests.faults.sequences import (
     converge_after_kills,
 )
 
-pytestmark = [pytest.mark.faults, pytest.mark.spark, pytest.mark.dagster]
+pytestmark = [pytest.mark.faults, pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(960)]
 
 
 def test_sequences_cover_every_declared_crash_point():

@@ -13,7 +13,7 @@ from delta.exceptions import ConcurrentAppendException, ConcurrentDeleteReadExce
 from sis_platform.lake.delta import Lake
 from sis_platform.lake.tables import BATCH_LOG, MODEL_STEPS
 
-pytestmark = [pytest.mark.spark]
+pytestmark = [pytest.mark.spark, pytest.mark.cost(100)]
 
 
 def _conflict(kind: type = ConcurrentAppendException) -> Exception:

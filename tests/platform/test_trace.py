@@ -36,7 +36,7 @@ from tests.domain.sportsdata_fixtures import (
 )
 from tests.harness import LOG_ASSETS, Harness
 
-pytestmark = [pytest.mark.spark, pytest.mark.dagster]
+pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(150)]
 
 BROKEN = b"<sportsdata category='master' type='new' id='X'><event"
 

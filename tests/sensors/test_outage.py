@@ -200,6 +200,7 @@ def test_broker_lost_between_landing_and_commit_redelivers_and_the_copies_are_du
 @pytest.mark.broker
 @pytest.mark.spark
 @pytest.mark.dagster
+@pytest.mark.cost(250)
 def test_after_a_broker_outage_the_lake_equals_the_reference(
     tmp_path, activemq_outage: Broker, spark
 ) -> None:
