@@ -53,6 +53,7 @@ PROCESS_KILL_FILES = (
 )
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, the suite's dev dependency
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """`--dist loadfile`, with PROCESS_KILL_FILES as one unit."""
     if config.getvalue("dist") != "loadfile":
