@@ -138,6 +138,21 @@ def _class_archive(env: Mapping[str, str]) -> str | None:
         raise ConfigurationError(str(error)) from None
 
 
+def _spark_conf(env: Mapping[str, str]) -> dict[str, str]:
+    """SIS_SPARK_CONF: further Spark settings, `key=value` pairs separated by whitespace, e.g.
+    `spark.eventLog.enabled=true spark.eventLog.dir=/var/log/spark` (for the history server).
+    They are applied last, so they override the platform's own."""
+    conf: dict[str, str] = {}
+    for pair in env.get("SIS_SPARK_CONF", "").split():
+        key, sep, value = pair.partition("=")
+        if not sep or not key.startswith("spark.") or not value:
+            raise ConfigurationError(
+                f"SIS_SPARK_CONF: {pair!r} is not a spark.<name>=<value> pair"
+            )
+        conf[key] = value
+    return conf
+
+
 def resources(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The resources for the profile the environment names."""
     env = os.environ if env is None else env
@@ -185,6 +200,7 @@ def resources(env: Mapping[str, str] | None = None) -> dict[str, Any]:
                 ui_enabled=_get(env, "SIS_SPARK_UI", "false") == "true",
                 jars_dir=env.get("SIS_SPARK_JARS_DIR") or None,
                 class_archive=_class_archive(env),
+                extra=_spark_conf(env),
             )
         ),
     }

@@ -64,3 +64,19 @@ def test_if_missing_builds_nothing_when_the_archive_exists(cache, monkeypatch):
     built.write_bytes(b"archive")
     monkeypatch.setattr(spark_archive, "build", lambda path=None: pytest.fail("rebuilt"))
     assert spark_archive.main(["--if-missing"]) == 0
+
+
+def test_further_spark_settings_override_the_platforms(tmp_path):
+    env = {"SIS_DATA_DIR": str(tmp_path / "data"),
+           "SIS_SPARK_CONF": "spark.eventLog.enabled=true  spark.sql.shuffle.partitions=8"}
+    conf = resources(env)["spark"].spark_config
+    assert conf["spark.eventLog.enabled"] == "true"
+    assert conf["spark.sql.shuffle.partitions"] == "8"
+    assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+
+
+@pytest.mark.parametrize("bad", ["spark.ui.enabled", "ui.enabled=true", "spark.x="])
+def test_a_malformed_spark_setting_is_a_configuration_error(tmp_path, bad):
+    env = {"SIS_DATA_DIR": str(tmp_path / "data"), "SIS_SPARK_CONF": f"spark.a=1 {bad}"}
+    with pytest.raises(ConfigurationError, match=f"SIS_SPARK_CONF: '{bad}' is not"):
+        resources(env)
