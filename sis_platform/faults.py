@@ -18,8 +18,8 @@ Three kinds of point:
   the process dies, so the table directory holds a file no commit references; for a merge (the
   source passed in) the merge dies while reading its source. Either way the operation is under
   way and never reaches its Delta commit.
-- `kill_in_worker(fn, name)`: the same, from inside a pandas UDF (the fold's
-  `applyInPandas`), after the UDF has done its work for the first group it is given.
+- `kill_in_worker(fn, name)`: the same, from inside the fold's Python function (its
+  `mapInArrow`), after the function has folded the partition it is given.
 A worker kills the JVM as well as the Python driver: the JVM would otherwise notice the driver's
 death only on its next read of the gateway pipe, and might commit the write meanwhile (a
 container or host dying takes both at once, which is what this models).
@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 ENV = "SIS_CRASH_AT"
@@ -50,7 +51,7 @@ MATERIALIZER_POINTS = (
     "write.raw_messages",
     "write.message_items",
     "write.batch_log",
-    "fold.mid_fold",  # inside the fold's applyInPandas
+    "fold.mid_fold",  # inside the fold's mapInArrow
     "write.master_versions",
     "fold.after_versions",  # master_versions appended; outcomes, documents, commit not
     "write.dead_letters",
@@ -115,13 +116,13 @@ def kill_during_write(df: DataFrame, name: str) -> DataFrame:
 
 
 def kill_in_worker(
-    fn: Callable[[pd.DataFrame, pd.DataFrame], pd.DataFrame], name: str
-) -> Callable[[pd.DataFrame, pd.DataFrame], pd.DataFrame]:
-    """A cogrouped `applyInPandas` function `fn` unchanged, or (when armed) `fn` followed by
-    killing the driver and its JVM."""
+    fn: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], name: str
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A `mapInArrow` function `fn` unchanged, or (when armed) `fn` followed by killing the
+    driver and its JVM once `fn` has yielded its output."""
     if not armed(name):
         return fn
-    return partial(_call_then_kill, fn=fn, victims=_driver_and_jvm())
+    return partial(_run_then_kill, fn=fn, victims=_driver_and_jvm())
 
 
 def _pass_then_kill(
@@ -131,16 +132,13 @@ def _pass_then_kill(
     _kill(victims)
 
 
-def _call_then_kill(
-    left: pd.DataFrame,
-    right: pd.DataFrame,
+def _run_then_kill(
+    batches: Iterator[pa.RecordBatch],
     *,
-    fn: Callable[[pd.DataFrame, pd.DataFrame], pd.DataFrame],
+    fn: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
     victims: tuple[int, ...],
-) -> pd.DataFrame:
-    # Two positional parameters: PySpark reads the arity to tell (left, right) from
-    # (key, left, right).
-    fn(left, right)
+) -> Iterator[pa.RecordBatch]:
+    yield from fn(batches)
     _kill(victims)
 
 

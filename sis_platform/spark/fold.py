@@ -3,7 +3,8 @@
 One fold step takes the gap-free run of batches after the last committed step (the fold never
 advances over a missing batch: DESIGN.md invariant 3), drops messages already seen by message
 id (invariant 2), dead-letters invalid messages, and folds each master's items with the domain's
-`fold_master` inside `cogroup(...).applyInPandas`, one Python call per master, next to the data.
+`fold_master` in Spark's Python workers: masters are hash-partitioned, each partition is sorted
+so a master's state and items are contiguous, and one `mapInArrow` call streams the partition.
 
 Commit protocol. A step appends to master_versions, dead_letters and message_outcomes (every
 row tagged with the step), merges the new states into master_documents, and finally appends its
@@ -19,7 +20,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sis_platform.domain.reasons import Outcome, Reason
 from sis_platform.faults import (
@@ -43,9 +44,9 @@ from sis_platform.lake.tables import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterator, Mapping
 
-    import pandas as pd
+    import pyarrow as pa
     from pyspark.sql import DataFrame, Row
     from pyspark.sql.types import StructType
 
@@ -244,49 +245,128 @@ def _changed_items(
     return reduce(lambda a, b: a.unionByName(b), parts).where(F.col("master_id").isNotNull())
 
 
-def _fold_groups(
-    items: pd.DataFrame,
-    state: pd.DataFrame,
+# The fold's input, one row shape for both sides: a master's state row (row_kind 0, at most
+# one) sorts before its items (row_kind 1) in feed order.
+_STATE_ROW, _ITEM_ROW = 0, 1
+_FOLD_INPUT_ORDER = ("master_id", "row_kind", "batch_seq", "msg_seq", "position")
+
+
+def _fold_input(items: DataFrame, state: DataFrame) -> DataFrame:
+    """Items and states hash-partitioned by master id and sorted within each partition, so
+    every master's rows are contiguous: its state first, then its items in feed order. The
+    fold then streams each partition once (`mapInArrow`), one Python call per partition and
+    Arrow batches both ways, instead of a pandas call per master (a cogrouped
+    `applyInPandas`): measured 2-3x the per-item cost of the fold itself."""
+    from pyspark.sql import functions as F
+
+    item_rows = items.select(
+        "master_id", F.lit(_ITEM_ROW).alias("row_kind"), "message_id", "position", "category",
+        "type", "payload", "batch_seq", "msg_seq",
+    )
+    state_rows = state.select(
+        "master_id", F.lit(_STATE_ROW).alias("row_kind"), "version", "document", "stale",
+        "filtered",
+    )
+    return (
+        item_rows.unionByName(state_rows, allowMissingColumns=True)
+        .repartition("master_id")
+        .sortWithinPartitions(*_FOLD_INPUT_ORDER)
+    )
+
+
+def _fold_partition(
+    batches: Iterator[pa.RecordBatch],
     *,
     selector_text: str | None,
     inflight_dir: str | None = None,
     injected: tuple[str, str] | None = None,
-) -> pd.DataFrame:
-    import pandas as pd
+) -> Iterator[pa.RecordBatch]:
+    """Fold one partition of `_fold_input`: each master's run of rows (which may span Arrow
+    batches) goes to `_fold_one` as soon as the next master's rows begin. A master with a state
+    and no items is a rewound one whose items after its rewind point are all gone: it is
+    folded too, and so comes out at its version before the point (else it would be left a
+    tombstone, as if it had never existed)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
 
+    schema = to_arrow_schema(_fold_out_schema())
+    marker = _InFlight(inflight_dir) if inflight_dir else None
+    master_id: str | None = None
+    state: dict[str, Any] | None = None
+    items: list[dict[str, Any]] = []
+    try:
+        for batch in batches:
+            out: list[tuple[object, ...]] = []
+            for row in batch.to_pylist():
+                if row["master_id"] != master_id:
+                    if master_id is not None:
+                        out.extend(_fold_one(master_id, state, items, selector_text, marker,
+                                             injected))
+                    master_id, state, items = row["master_id"], None, []
+                if row["row_kind"] == _STATE_ROW:
+                    state = row
+                else:
+                    items.append(row)
+            if out:
+                yield _record_batch(out, schema)
+        if master_id is not None:  # the partition's last master
+            yield _record_batch(
+                _fold_one(master_id, state, items, selector_text, marker, injected), schema
+            )
+    finally:
+        if marker is not None:
+            marker.close()
+
+
+def _record_batch(rows: list[tuple[object, ...]], schema: pa.Schema) -> pa.RecordBatch:
+    import pyarrow as pa
+
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
+    return pa.RecordBatch.from_arrays(
+        [pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)], schema=schema
+    )
+
+
+def _fold_one(
+    master_id: str | None,
+    state: dict[str, Any] | None,
+    items: list[dict[str, Any]],
+    selector_text: str | None,
+    marker: _InFlight | None,
+    injected: tuple[str, str] | None,
+) -> list[tuple[object, ...]]:
+    """One master's fold: its state (None: not seen before) and items, in feed order, to rows
+    of `_fold_out_schema`."""
     from sis_platform.domain.fold import MasterState, fold_master
     from sis_platform.domain.items import Item
 
-    columns = [f.name for f in _fold_out_schema().fields]
-    if items.empty:
-        return pd.DataFrame(columns=columns)
-    items = items.sort_values(["batch_seq", "msg_seq", "position"], kind="stable")
-    master_id = str(items["master_id"].iloc[0])
+    assert master_id is not None
     current = None
-    if not state.empty:
-        s = state.iloc[0]
+    if state is not None:
+        document = state["document"]
         current = MasterState(
             master_id=master_id,
-            version=int(s["version"]),
-            document=s["document"].encode("utf-8") if s["document"] is not None else None,
-            stale=bool(s["stale"]),
-            filtered=bool(s["filtered"]),
+            version=int(state["version"]),
+            document=str(document).encode("utf-8") if document is not None else None,
+            stale=bool(state["stale"]),
+            filtered=bool(state["filtered"]),
         )
     where: dict[tuple[str, int], tuple[int, int]] = {}
     batch: list[Item] = []
-    for rec in items.itertuples(index=False):
-        where[(rec.message_id, int(rec.position))] = (int(rec.batch_seq), int(rec.msg_seq))
+    for rec in items:
+        message_id, position = str(rec["message_id"]), int(rec["position"])
+        where[(message_id, position)] = (int(rec["batch_seq"]), int(rec["msg_seq"]))
         batch.append(
             Item(
-                message_id=rec.message_id,
-                position=int(rec.position),
+                message_id=message_id,
+                position=position,
                 master_id=master_id,
-                category=rec.category,
-                type=rec.type,
-                payload=bytes(rec.payload),
+                category=rec["category"],
+                type=rec["type"],
+                payload=rec["payload"],
             )
         )
-    marker = _InFlight(inflight_dir, master_id) if inflight_dir else None
+    if marker is not None:
+        marker.start(master_id)
     try:
         if injected is not None and injected[0] == master_id:
             fail_as_injected(injected[1])
@@ -323,7 +403,7 @@ def _fold_groups(
              st.document.decode("utf-8") if st.document is not None else None, None, None,
              None, None, st.stale, st.filtered, None, None)
         )
-    return pd.DataFrame.from_records(rows, columns=columns)
+    return rows
 
 
 FAILURE_MARK = "sis-fold-failure[master_id="
@@ -332,18 +412,29 @@ FAILURE_MARK = "sis-fold-failure[master_id="
 class _InFlight:
     """The master a Python worker is folding, in a file named after the worker's pid, from the
     start of its fold to its end: if the worker dies mid-fold (a segfault, the OOM killer), the
-    file names the master it died on. Local (and shared) file systems only."""
+    file names the master it died on. Local (and shared) file systems only. The file stays
+    open for the partition: marking a master costs two small writes, not an open."""
 
-    def __init__(self, folder: str, master_id: str) -> None:
+    def __init__(self, folder: str) -> None:
         import os
 
-        self.path = os.path.join(folder, f"{os.getpid()}.inflight")
-        with open(self.path, "w", encoding="utf-8") as f:
-            f.write(master_id)
+        path = os.path.join(folder, f"{os.getpid()}.inflight")
+        self._file = open(path, "w", encoding="utf-8")  # noqa: SIM115 (closed by close())
+
+    def start(self, master_id: str) -> None:
+        self._set(master_id)
 
     def done(self) -> None:
-        with open(self.path, "w", encoding="utf-8"):
-            pass
+        self._set("")
+
+    def _set(self, text: str) -> None:
+        self._file.seek(0)
+        self._file.truncate()
+        self._file.write(text)
+        self._file.flush()  # into the kernel's page cache: it outlives a killed process
+
+    def close(self) -> None:
+        self._file.close()
 
 
 def _inflight_dir(lake: Lake) -> str | None:
@@ -611,7 +702,12 @@ def fold_step(
         # later copies, in this step or after an earlier step, are duplicates.
         messages = items.select("message_id", "batch_seq", "msg_seq").distinct()
         first_copy = Window.partitionBy("message_id").orderBy("batch_seq", "msg_seq")
-        seen = outcomes_then.select("message_id").distinct()
+        # Only the step's own ids are looked up in the history: its ids (one batch's worth)
+        # are broadcast and the outcomes' message_id column is filtered where it lies. A
+        # distinct of every id ever logged was a shuffle of the whole history per step, the
+        # term that made a fold step's time grow with the lake (BENCHMARKS.md, 1.2 M).
+        step_ids = F.broadcast(messages.select("message_id").distinct())
+        seen = outcomes_then.select("message_id").join(step_ids, "message_id", "left_semi")
         ranked = messages.withColumn("copy", F.row_number().over(first_copy))
         dup_keys = ranked.where("copy > 1").select("batch_seq", "msg_seq").unionByName(
             ranked.where("copy = 1")
@@ -638,7 +734,9 @@ def fold_step(
         )
         valid = valid.where(~F.col("master_id").isin(list(quarantined)))
 
-    affected = valid.select("master_id").distinct()
+    # The step's masters (thousands at most per batch), broadcast: the documents of the others
+    # are read and dropped where they lie, never shuffled.
+    affected = F.broadcast(valid.select("master_id").distinct())
     state = lake.read(MASTER_DOCUMENTS, version=documents_version).join(
         affected, "master_id", "left_semi"
     )
@@ -655,21 +753,14 @@ def fold_step(
     _clear_inflight(inflight)
     fold = kill_in_worker(
         partial(
-            _fold_groups, selector_text=selector, inflight_dir=inflight,
+            _fold_partition, selector_text=selector, inflight_dir=inflight,
             injected=injected_fold_failure(),
         ),
         "fold.mid_fold",
     )
     try:
         folded = (
-            valid.select(
-                "master_id", "message_id", "position", "category", "type", "payload",
-                "batch_seq", "msg_seq",
-            )
-            .groupBy("master_id")
-            .cogroup(state.groupBy("master_id"))
-            .applyInPandas(fold, _fold_out_schema())
-            .localCheckpoint()
+            _fold_input(valid, state).mapInArrow(fold, _fold_out_schema()).localCheckpoint()
         )
     except Exception as error:
         failed = _failed_masters(error, inflight)

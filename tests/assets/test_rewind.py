@@ -172,3 +172,38 @@ def test_concurrent_backfill_of_every_batch_converges_to_one_serial_run(
     step = fold_step(lake)
     assert (step.changed_batches, step.rewound_masters) == ((2,), 1)
     assert_lake_matches_reference(lake, reference_for(h.logged_messages(), redelivery_limit=10))
+
+
+def test_a_fix_that_invalidates_a_masters_last_update_takes_it_back_to_the_version_before(
+    tmp_path, spark
+):
+    # The reverse fix: folded under the redelivery limit 10, the update (delivered 6 times)
+    # was applied; under the limit 5 it is invalid. Its master has no item left after the
+    # rewind point, so it goes back to the version before it (not to a tombstone).
+    data = tmp_path / "data"
+    h = Harness(data, overrides=FIXED)
+    redelivered_id = new_message_id()
+    batches = [
+        [received(master(event(ASCOT_1430)))],
+        [received(update(ASCOT_1430, PRICE_7_TO_9), redelivered_id, delivery_count=6)],
+    ]
+    keys = [h.zone.land(b).key for b in batches]
+    h.instance.add_dynamic_partitions("batches", keys)
+    h.materialize(keys[0], *LOG_ASSETS)
+    h.run(keys[1])
+    assert {r["master_id"]: r["version"] for r in h.lake(spark).read(EVENTS).collect()} == {
+        ASCOT_1430: 2
+    }
+
+    h = Harness(data)  # the limit back at 5
+    h.instance.add_dynamic_partitions("batches", keys)
+    h.materialize(keys[1], "message_items")
+    h.materialize(keys[1], *FOLD_AND_MODEL)
+
+    lake = h.lake(spark)
+    assert_lake_matches_reference(lake, reference_for(h.logged_messages(), redelivery_limit=5))
+    assert {r["master_id"]: r["version"] for r in lake.read(EVENTS).collect()} == {ASCOT_1430: 1}
+    (copy,) = trace_message(lake, redelivered_id).copies
+    assert copy.outcome is not None
+    assert (copy.outcome.status, copy.outcome.reason) == ("dead-lettered", "redelivery-limit")
+    assert copy.items == ()
