@@ -111,7 +111,8 @@ class Lake:
         return bool(DeltaTable.isDeltaTable(self.spark, self.path(table)))
 
     def ensure(self, *tables: Table) -> None:
-        """Create each table empty, with its schema and partitioning, if it does not exist."""
+        """Create each table empty, with its schema, partitioning and properties, if it does not
+        exist (an existing table keeps its own: see README, "Upgrading a lake")."""
         from delta.tables import DeltaTable
 
         for table in tables:
@@ -124,6 +125,8 @@ class Lake:
             )
             if table.partition_by:
                 builder = builder.partitionedBy(*table.partition_by)
+            for key, value in table.properties().items():
+                builder = builder.property(key, value)
             builder.execute()
 
     def table(self, table: Table) -> DeltaTable:

@@ -17,23 +17,34 @@ if TYPE_CHECKING:
 class Table:
     name: str
     partition_by: tuple[str, ...] = ()
+    # Rows replaced in place at every step (MERGE or replaceWhere by master id). Without
+    # deletion vectors Delta rewrites every file holding a replaced row, untouched rows
+    # included; each rewrite mixes old and new masters, so after a few steps every file holds a
+    # changed master and each step rewrote the whole table (a cost growing with the lake).
+    # With them a step marks the replaced rows and writes only the new ones. Readers need
+    # Delta 2.3+ (or another reader with deletion vectors: delta-rs, Delta Kernel).
+    replaced_in_place: bool = False
 
     def schema(self) -> StructType:
         return _SCHEMAS[self.name]()
+
+    def properties(self) -> dict[str, str]:
+        """Delta table properties it is created with."""
+        return {"delta.enableDeletionVectors": "true"} if self.replaced_in_place else {}
 
 
 RAW_MESSAGES = Table("raw_messages", ("batch_key",))
 MESSAGE_ITEMS = Table("message_items", ("batch_key",))
 BATCH_LOG = Table("batch_log")
 MASTER_VERSIONS = Table("master_versions")
-MASTER_DOCUMENTS = Table("master_documents")
+MASTER_DOCUMENTS = Table("master_documents", replaced_in_place=True)
 DEAD_LETTERS = Table("dead_letters")
 MESSAGE_OUTCOMES = Table("message_outcomes")
 FOLD_STEPS = Table("fold_steps")
 FOLD_FAILURES = Table("fold_failures")
-EVENTS = Table("events")
-MARKETS = Table("markets")
-SELECTIONS = Table("selections")
+EVENTS = Table("events", replaced_in_place=True)
+MARKETS = Table("markets", replaced_in_place=True)
+SELECTIONS = Table("selections", replaced_in_place=True)
 MODEL_STEPS = Table("model_steps")
 
 # Tables the fold appends to, each row tagged with the fold step that wrote it: an uncommitted

@@ -11,7 +11,7 @@ import pytest
 from delta.exceptions import ConcurrentAppendException, ConcurrentDeleteReadException
 
 from sis_platform.lake.delta import Lake
-from sis_platform.lake.tables import BATCH_LOG, MODEL_STEPS
+from sis_platform.lake.tables import BATCH_LOG, MASTER_DOCUMENTS, MODEL_STEPS, SELECTIONS
 
 pytestmark = [pytest.mark.spark, pytest.mark.cost(100)]
 
@@ -129,3 +129,64 @@ def test_later_appends_with_the_same_app_id_are_never_skipped(tmp_path, spark):
     lake.table(MODEL_STEPS).restoreToVersion(restore_to)
     lake.append(MODEL_STEPS, rows, txn_app_id="test:model_steps")
     assert lake.read(MODEL_STEPS).count() == 2
+
+
+def _last_commit(lake: Lake, table) -> tuple[list[dict], list[dict]]:
+    """(add, remove) actions of the table's newest commit, from its Delta log."""
+    import json
+    from pathlib import Path
+
+    log = Path(lake.path(table)) / "_delta_log"
+    newest = max(log.glob("*.json"), key=lambda p: int(p.stem))
+    actions = [json.loads(line) for line in newest.read_text().splitlines()]
+    adds = [a["add"] for a in actions if "add" in a]
+    return adds, [a["remove"] for a in actions if "remove" in a]
+
+
+def _rows_written(adds: list[dict]) -> int:
+    import json
+
+    # A file re-added with a deletion vector is the same file: no row was written for it.
+    return sum(json.loads(a["stats"])["numRecords"] for a in adds if not a.get("deletionVector"))
+
+
+def test_a_merge_into_master_documents_writes_only_the_changed_rows(tmp_path, spark):
+    lake = Lake(spark, str(tmp_path))
+    lake.ensure(MASTER_DOCUMENTS)
+    rows = [(f"M{i:03d}", 1, f"<event id='M{i:03d}'/>", False, False, 1) for i in range(200)]
+    lake.append(MASTER_DOCUMENTS, spark.createDataFrame(rows, MASTER_DOCUMENTS.schema())
+                .repartition(4))
+    # A few masters change, spread over the files, as in a fold step over a grown lake.
+    changed = [(f"M{i:03d}", 2, "<event/>", False, False, 2) for i in range(0, 200, 50)]
+    lake.merge_rows(MASTER_DOCUMENTS, spark.createDataFrame(changed, MASTER_DOCUMENTS.schema()),
+                    keys=("master_id",))
+
+    adds, removes = _last_commit(lake, MASTER_DOCUMENTS)
+    assert removes  # the files holding the changed rows: marked, not rewritten
+    assert _rows_written(adds) == 4  # not the untouched rows of those files as well
+    current = {r["master_id"]: r["version"] for r in lake.read(MASTER_DOCUMENTS).collect()}
+    assert len(current) == 200
+    assert sorted(m for m, v in current.items() if v == 2) == ["M000", "M050", "M100", "M150"]
+
+
+def test_replacing_a_masters_model_rows_writes_only_its_rows(tmp_path, spark):
+    lake = Lake(spark, str(tmp_path))
+    lake.ensure(SELECTIONS)
+    names = [f.name for f in SELECTIONS.schema().fields]
+
+    def rows(masters: range, step: int):
+        values = {"fold_step": step}
+        return spark.createDataFrame(
+            [tuple({"master_id": f"M{m:03d}", "market_id": "WIN", "selection_id": str(s),
+                    **values}.get(n) for n in names) for m in masters for s in range(5)],
+            SELECTIONS.schema(),
+        )
+
+    lake.append(SELECTIONS, rows(range(100), 1).repartition(2))
+    lake.replace_where(SELECTIONS, rows(range(7, 8), 2), "master_id IN ('M007')")
+
+    adds, _ = _last_commit(lake, SELECTIONS)
+    assert _rows_written(adds) == 5
+    got = lake.read(SELECTIONS).collect()
+    assert len(got) == 500
+    assert {r["fold_step"] for r in got if r["master_id"] == "M007"} == {2}
