@@ -65,6 +65,8 @@ TARGET_P95_S = 20.0
 BASE_ENV = {
     "SIS_SPARK_MASTER": "local[*]",
     "SIS_GET_WAIT_SECONDS": "0.2",
+    # Passed through, e.g. to have Spark write an event log of each measurement's jobs.
+    **{k: v for k, v in os.environ.items() if k == "SIS_SPARK_CONF"},
 }
 
 
@@ -228,8 +230,13 @@ def run_inprocess(data: Path, env: dict[str, str], timings: dict[str, Any]) -> i
             break
         for request in result.run_requests or []:
             t0 = time.monotonic()
-            h.run(request.partition_key)
+            done = h.run(request.partition_key)
             timings.setdefault("run_s", []).append(round(time.monotonic() - t0, 1))
+            # Each step's own duration, run by run: which step grows with the lake.
+            for event in done.get_step_success_events():
+                timings.setdefault("step_s", {}).setdefault(event.step_key, []).append(
+                    round(event.event_specific_data.duration_ms / 1000, 1)
+                )
             runs += 1
     return runs
 
