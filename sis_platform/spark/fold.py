@@ -125,16 +125,8 @@ def committed_step(lake: Lake, rows: list[Row] | None = None) -> CommittedStep:
     import json
 
     if rows is None:
-        from pyspark.sql import functions as F
-
-        last = (
-            lake.read(FOLD_STEPS)
-            .orderBy(F.col("fold_step").desc())
-            .select("fold_step", "last_batch_seq", "master_documents_version", "table_versions")
-            .first()
-        )
-    else:
-        last = max(rows, key=lambda r: int(r["fold_step"]), default=None)
+        rows = fold_step_rows(lake)
+    last = max(rows, key=lambda r: int(r["fold_step"]), default=None)
     if last is None:
         # Before the first step every table is as `ensure` created it: version 0.
         return CommittedStep(0, 0, 0, {t.name: 0 for t in STEP_TABLES})
@@ -889,6 +881,10 @@ def fold_step(
         crash_point("fold.after_rewind")
     for table, rows in ((MASTER_VERSIONS, versions), (DEAD_LETTERS, dead),
                         (MESSAGE_OUTCOMES, outcomes)):
+        if table is DEAD_LETTERS and not result.dead_lettered:
+            # One dead letter per dead-lettered outcome: none to write, so no commit (a Delta
+            # commit, ~1 s, in most steps). The table stays at the version `recover` expects.
+            continue
         lake.append(table, rows, txn_app_id=f"sis-fold:{table.name}")
         if table is MASTER_VERSIONS:
             crash_point("fold.after_versions")
