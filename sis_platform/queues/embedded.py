@@ -49,6 +49,7 @@ from sis_platform.queues.base import (
 log = logging.getLogger(__name__)
 
 DATABASE_NAME = "queues.db"
+OPENING_LOCK_NAME = "opening.lock"  # held while a connection sets the database up
 _SESSIONS_DIR = "sessions"
 # How often a waiting get looks for a commit by another process; short enough that a put is
 # seen within a tick, long enough that an idle consumer costs nothing measurable.
@@ -99,16 +100,30 @@ def _open_database(directory: Path) -> sqlite3.Connection:
     except (OSError, sqlite3.Error) as e:
         raise SourceUnavailable(f"cannot open embedded queue database in {directory}: {e}") from e
     try:
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")
-        with _transaction(conn):
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
-    except sqlite3.Error as e:
+        with _opening(directory):
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            with _transaction(conn):
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+    except (OSError, sqlite3.Error) as e:
         conn.close()
         raise SourceUnavailable(f"embedded queue database in {directory} is unusable: {e}") from e
     return conn
+
+
+@contextmanager
+def _opening(directory: Path) -> Iterator[None]:
+    """One connection at a time sets up the database. Switching a new database to WAL needs
+    an exclusive lock; two connections doing it at once can both hold a shared lock and want
+    to upgrade, and SQLite then fails one at once with "database is locked" instead of waiting
+    (its busy timeout does not apply to a deadlock), so a consumer starting beside another on a
+    new queue failed (the suite saw it; 1 open in 90 with 6 processes at once). A kernel lock, freed
+    when the file is closed, even by a crash."""
+    with open(directory / OPENING_LOCK_NAME, "a") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        yield
 
 
 @contextmanager

@@ -23,6 +23,15 @@ DEADLINE_SECONDS = 120.0
 # -- child processes ------------------------------------------------------------------------
 
 
+def open_at_once(path: str, barrier: Any, results: Any) -> None:
+    barrier.wait()
+    try:
+        with EmbeddedQueue(Path(path)).connect():
+            results.put("opened")
+    except SourceUnavailable as e:
+        results.put(str(e))
+
+
 def produce(path: str, count: int) -> None:
     with EmbeddedQueue(Path(path)).producer() as producer:
         for n in range(count):
@@ -273,3 +282,24 @@ def test_unusable_folder_is_a_source_outage(tmp_path: Path) -> None:
 def test_bad_arguments_are_rejected(tmp_path: Path, kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         EmbeddedQueue(tmp_path, **kwargs)
+
+
+def test_consumers_opening_a_new_queue_at_the_same_moment_all_open_it(tmp_path: Path) -> None:
+    # Setting up a new database (WAL) from several connections at once made SQLite fail one
+    # of them at once ("database is locked"): about 1 open in 90 at 6 processes, so many
+    # rounds. Each round is a new queue, its openers released together by a barrier.
+    processes, rounds = 6, 12
+    failures = []
+    for n in range(rounds):
+        barrier, results = SPAWN.Barrier(processes), SPAWN.Queue()
+        openers = [
+            SPAWN.Process(target=open_at_once, args=(str(tmp_path / f"q{n}"), barrier, results))
+            for _ in range(processes)
+        ]
+        for p in openers:
+            p.start()
+        outcomes = [results.get(timeout=DEADLINE_SECONDS) for _ in openers]
+        for p in openers:
+            p.join(DEADLINE_SECONDS)
+        failures += [o for o in outcomes if o != "opened"]
+    assert failures == []
