@@ -57,6 +57,10 @@ log = logging.getLogger(__name__)
 
 FOLD_TABLES = (MASTER_VERSIONS, MASTER_DOCUMENTS, DEAD_LETTERS, MESSAGE_OUTCOMES, FOLD_STEPS)
 
+# The most message ids a step broadcasts to look up in message_outcomes: ~40 MB of ids, a few
+# batches' worth (SIS_BATCH_MAX_MESSAGES, 50,000 by default), well inside a 2 GB driver.
+BROADCAST_STEP_IDS_MAX = 500_000
+
 
 @dataclass(frozen=True)
 class CommittedStep:
@@ -579,7 +583,7 @@ def fold_step(
     log_version = lake.version(BATCH_LOG)
     items_version = lake.version(MESSAGE_ITEMS)
     log_rows = lake.read(BATCH_LOG, version=log_version).select(
-        "batch_seq", "batch_key", "items_digest"
+        "batch_seq", "batch_key", "items_digest", "messages"
     ).collect()
     logged = LoggedBatches(
         {int(r["batch_seq"]): str(r["batch_key"]) for r in log_rows},
@@ -694,11 +698,16 @@ def fold_step(
         # later copies, in this step or after an earlier step, are duplicates.
         messages = items.select("message_id", "batch_seq", "msg_seq").distinct()
         first_copy = Window.partitionBy("message_id").orderBy("batch_seq", "msg_seq")
-        # Only the step's own ids are looked up in the history: its ids (one batch's worth)
-        # are broadcast and the outcomes' message_id column is filtered where it lies. A
-        # distinct of every id ever logged was a shuffle of the whole history per step, the
-        # term that made a fold step's time grow with the lake (BENCHMARKS.md, 1.2 M).
-        step_ids = F.broadcast(messages.select("message_id").distinct())
+        # Only the step's own ids are looked up in the history: broadcast, they filter the
+        # outcomes' message_id column where it lies. A distinct of every id ever logged was a
+        # shuffle of the whole history per step, the term that made a fold step's time grow
+        # with the lake (BENCHMARKS.md, 1.2 M). A step catching up on many batches (after a
+        # missing one arrived) may hold too many ids to broadcast: Spark plans that join.
+        step_ids = messages.select("message_id").distinct()
+        in_step = {seq for seq, _ in run}
+        step_messages = sum(int(r["messages"]) for r in log_rows if r["batch_seq"] in in_step)
+        if step_messages <= BROADCAST_STEP_IDS_MAX:
+            step_ids = F.broadcast(step_ids)
         seen = outcomes_then.select("message_id").join(step_ids, "message_id", "left_semi")
         ranked = messages.withColumn("copy", F.row_number().over(first_copy))
         dup_keys = ranked.where("copy > 1").select("batch_seq", "msg_seq").unionByName(

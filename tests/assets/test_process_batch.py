@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from sis_platform.lake.tables import EVENTS, MASTER_DOCUMENTS, SELECTIONS
+from sis_platform.lake.tables import EVENTS, MASTER_DOCUMENTS, MESSAGE_OUTCOMES, SELECTIONS
 from sis_platform.queues.base import ReceivedMessage, new_message_id
 from tests.domain.sportsdata_fixtures import (
     ASCOT_1430,
@@ -94,3 +94,29 @@ def test_rerunning_a_partition_changes_nothing(tmp_path, spark):
     h.run(key)
     h.run(key)
     assert_lake_matches_reference(h.lake(spark), reference_for(h.logged_messages()))
+
+
+def test_a_redelivery_in_a_later_step_is_a_duplicate_when_the_ids_are_not_broadcast(
+    tmp_path, spark, monkeypatch
+):
+    # A step with more ids than the fold broadcasts (a catch-up over many batches) looks them
+    # up in message_outcomes by a join Spark plans: the same duplicates must come out.
+    from sis_platform.spark import fold
+
+    monkeypatch.setattr(fold, "BROADCAST_STEP_IDS_MAX", 0)
+    h = Harness(tmp_path / "data")
+    dup_id = new_message_id()
+    keys = _land(
+        h,
+        [received(master(event(ASCOT_1430))), received(update(ASCOT_1430, GO_SOFT), dup_id)],
+        [received(update(ASCOT_1430, GO_SOFT), dup_id, delivery_count=2),
+         received(update(ASCOT_1430, PRICE_7_TO_9))],
+    )
+    h.run_requested(keys)  # two fold steps: the copy in batch 2 meets batch 1's outcome
+    lake = h.lake(spark)
+    assert_lake_matches_reference(lake, reference_for(h.logged_messages()))
+    outcomes = sorted(
+        (r["batch_seq"], r["outcome"]) for r in lake.read(MESSAGE_OUTCOMES).collect()
+        if r["message_id"] == dup_id
+    )
+    assert outcomes == [(1, "applied"), (2, "duplicate")]
