@@ -23,7 +23,7 @@ from tests.domain.sportsdata_fixtures import (
 from tests.harness import Harness, received
 from tests.reference import assert_lake_matches_reference, reference_for
 
-pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(320)]
+pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(420)]
 
 
 
