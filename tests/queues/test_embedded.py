@@ -8,6 +8,7 @@ import signal
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,16 @@ from sis_platform.queues.embedded import DATABASE_NAME, EmbeddedQueue
 
 SPAWN = multiprocessing.get_context("spawn")
 DEADLINE_SECONDS = 120.0
+
+
+@pytest.fixture(autouse=True)
+def no_child_process_outlives_its_test() -> Iterator[None]:
+    # A test that fails half-way would leave its consumers polling the queue for the rest of
+    # the run (seen: one still running 36 minutes after its test failed).
+    yield
+    for child in multiprocessing.active_children():
+        child.kill()
+        child.join(DEADLINE_SECONDS)
 
 
 # -- child processes ------------------------------------------------------------------------
