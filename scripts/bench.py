@@ -214,6 +214,25 @@ def preload(data: Path, messages: int, seed: int) -> int:
     return n
 
 
+def landed_and_classified(data: Path, env: dict[str, str], messages: int, seed: int) -> Any:
+    """The simulated feed preloaded, landed, logged and classified (raw_messages and
+    message_items of every batch), nothing folded: a Harness over it."""
+    import dagster as dg
+
+    from tests.harness import Harness
+
+    preload(data, messages, seed)
+    h = Harness(data, env)
+    h.drain()
+    job = h.defs.resolve_job_def("process_batch")
+    for key in h.requested:
+        assert job.execute_in_process(
+            partition_key=key, instance=h.instance,
+            asset_selection=[dg.AssetKey("raw_messages"), dg.AssetKey("message_items")],
+        ).success
+    return h
+
+
 def run_inprocess(data: Path, env: dict[str, str], timings: dict[str, Any]) -> int:
     import dagster as dg
 
@@ -353,26 +372,15 @@ def reference_fold(messages: list[Any]) -> tuple[int, float]:
 
 
 def worker_fold(args: argparse.Namespace) -> dict[str, Any]:
-    import dagster as dg
     from pyspark.sql import SparkSession
 
     from sis_platform.spark.fold import fold_step
-    from tests.harness import Harness
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     data = Path(tempfile.mkdtemp(prefix="sis-bench-fold-"))
     env = {**BASE_ENV, "SIS_DATA_DIR": str(data), **batch_env(args)}
     try:
-        preload(data, args.messages, args.seed)
-        h = Harness(data, env)
-        h.drain()
-        job = h.defs.resolve_job_def("process_batch")
-        for key in h.requested:
-            result = job.execute_in_process(
-                partition_key=key, instance=h.instance,
-                asset_selection=[dg.AssetKey("raw_messages"), dg.AssetKey("message_items")],
-            )
-            assert result.success
+        h = landed_and_classified(data, env, args.messages, args.seed)
         spark = SparkSession.builder.getOrCreate()
         lake = h.lake(spark)
         load = load_average()

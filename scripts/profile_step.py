@@ -71,31 +71,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.batches < 2:
         parser.error("--batches must be at least 2 (the first one is the warm-up)")
 
-    import dagster as dg
     import delta.tables as dt
-    from bench import BASE_ENV, preload
+    from bench import BASE_ENV, landed_and_classified
     from pyspark.sql import SparkSession
     from pyspark.sql.classic.dataframe import DataFrame
     from pyspark.sql.readwriter import DataFrameWriter
 
     from sis_platform.spark.fold import fold_step
     from sis_platform.spark.model import refresh_model
-    from tests.harness import Harness
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     data = Path(tempfile.mkdtemp(prefix="sis-profile-"))
     per_batch = -(-args.messages // args.batches)
     env = {**BASE_ENV, "SIS_DATA_DIR": str(data), "SIS_BATCH_MAX_MESSAGES": str(per_batch)}
     try:
-        preload(data, args.messages, args.seed)
-        h = Harness(data, env)
-        h.drain()
-        job = h.defs.resolve_job_def("process_batch")
-        for key in h.requested:
-            assert job.execute_in_process(
-                partition_key=key, instance=h.instance,
-                asset_selection=[dg.AssetKey("raw_messages"), dg.AssetKey("message_items")],
-            ).success
+        h = landed_and_classified(data, env, args.messages, args.seed)
         records: list[Record] = []
         for name in ("collect", "count", "first", "localCheckpoint", "toLocalIterator"):
             _timed(DataFrame, name, records)
