@@ -29,7 +29,11 @@ from sis_platform.resources.sources import (
     QueueSourceResource,
     StompQueueResource,
 )
-from sis_platform.resources.spark import DeltaSparkResource, delta_spark_config
+from sis_platform.resources.spark import (
+    DEFAULT_DRIVER_MEMORY,
+    DeltaSparkResource,
+    delta_spark_config,
+)
 
 PROFILES = ("local", "activemq", "ibmmq", "cluster")
 
@@ -195,7 +199,7 @@ def resources(env: Mapping[str, str] | None = None) -> dict[str, Any]:
         "spark": DeltaSparkResource(
             spark_config=delta_spark_config(
                 master=master,
-                driver_memory=_get(env, "SIS_SPARK_DRIVER_MEMORY", "2g"),
+                driver_memory=_get(env, "SIS_SPARK_DRIVER_MEMORY", DEFAULT_DRIVER_MEMORY),
                 shuffle_partitions=_int(env, "SIS_SPARK_SHUFFLE_PARTITIONS", 4),
                 ui_enabled=_get(env, "SIS_SPARK_UI", "false") == "true",
                 jars_dir=env.get("SIS_SPARK_JARS_DIR") or None,

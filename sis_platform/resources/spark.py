@@ -20,6 +20,12 @@ from dagster_pyspark import LazyPySparkResource
 
 SCALA_VERSION = "2.13"
 
+# The local driver's heap. A step of a full default batch (50,000 messages, 64 MiB) fits in it;
+# every MiB more is resident for the whole run, and the platform's memory budget on a
+# 2-core machine (4 GiB for the process tree: BENCHMARKS.md) has the JVM's off-heap part, Spark's
+# Python workers and Dagster's own process to hold too. Raise it with SIS_BATCH_MAX_*.
+DEFAULT_DRIVER_MEMORY = "1536m"
+
 
 def delta_package() -> str:
     """The Maven coordinate of the Delta jar matching the installed pyspark and delta-spark
@@ -33,7 +39,7 @@ def delta_spark_config(
     master: str = "local[*]",
     app_name: str = "sis-platform",
     shuffle_partitions: int = 4,
-    driver_memory: str = "2g",
+    driver_memory: str = DEFAULT_DRIVER_MEMORY,
     ui_enabled: bool = True,
     jars_dir: str | None = None,
     class_archive: str | None = None,

@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 FOLD_TABLES = (MASTER_VERSIONS, MASTER_DOCUMENTS, DEAD_LETTERS, MESSAGE_OUTCOMES, FOLD_STEPS)
 
 # The most message ids a step broadcasts to look up in message_outcomes: ~40 MB of ids, a few
-# batches' worth (SIS_BATCH_MAX_MESSAGES, 50,000 by default), well inside a 2 GB driver.
+# batches' worth (SIS_BATCH_MAX_MESSAGES, 50,000 by default), well inside a 1.5 GiB driver.
 BROADCAST_STEP_IDS_MAX = 500_000
 
 

@@ -80,3 +80,11 @@ def test_a_malformed_spark_setting_is_a_configuration_error(tmp_path, bad):
     env = {"SIS_DATA_DIR": str(tmp_path / "data"), "SIS_SPARK_CONF": f"spark.a=1 {bad}"}
     with pytest.raises(ConfigurationError, match=f"SIS_SPARK_CONF: '{bad}' is not"):
         resources(env)
+
+
+def test_a_local_driver_heap_is_1536m_unless_the_operator_sizes_it(tmp_path):
+    # 1.5 GiB holds a step of a full default batch inside the 4 GiB budget (BENCHMARKS.md).
+    env = {"SIS_DATA_DIR": str(tmp_path / "data")}
+    assert resources(env)["spark"].spark_config["spark.driver.memory"] == "1536m"
+    env["SIS_SPARK_DRIVER_MEMORY"] = "3g"
+    assert resources(env)["spark"].spark_config["spark.driver.memory"] == "3g"
