@@ -25,6 +25,7 @@ SCALA_VERSION = "2.13"
 # 2-core machine (4 GiB for the process tree: BENCHMARKS.md) has the JVM's off-heap part, Spark's
 # Python workers and Dagster's own process to hold too. Raise it with SIS_BATCH_MAX_*.
 DEFAULT_DRIVER_MEMORY = "1536m"
+CODE_CACHE = "240m"
 
 
 def delta_package() -> str:
@@ -72,8 +73,13 @@ def delta_spark_config(
             conf["spark.driver.bindAddress"] = "127.0.0.1"
             # A local driver lives for one run: the C2 JIT compiler would spend a core for
             # minutes optimising code that runs a few times (measured: 128 s of C2 CPU in one
-            # small run). C1 only starts fast and is plenty for batch-sized work.
-            options = ["-XX:TieredStopAtLevel=1"]
+            # small run). C1 only starts fast and is plenty for batch-sized work. But a C1-only
+            # JVM sizes its code cache for a small client program (48 MB): Spark and Delta
+            # filled it within 40 s of a run (28,860 compiled methods), after which the JVM
+            # stops compiling (everything new runs interpreted) and dies with "Out of space in
+            # CodeCache for adapters". 240 MB is the tiered JVM's own default; only the part
+            # in use is resident.
+            options = ["-XX:TieredStopAtLevel=1", f"-XX:ReservedCodeCacheSize={CODE_CACHE}"]
             if class_archive:
                 options.append(f"-XX:SharedArchiveFile={class_archive}")
             conf["spark.driver.extraJavaOptions"] = " ".join(options)

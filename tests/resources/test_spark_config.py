@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -55,7 +56,23 @@ def test_only_a_local_driver_gets_java_options():
     remote = delta_spark_config(master="sc://spark:15002", class_archive="/a.jsa")
     assert "spark.driver.extraJavaOptions" not in remote
     local = delta_spark_config(master="local[2]", class_archive=None)
-    assert local["spark.driver.extraJavaOptions"] == "-XX:TieredStopAtLevel=1"
+    assert local["spark.driver.extraJavaOptions"] == (
+        "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
+    )
+
+
+def test_a_c1_only_local_driver_keeps_a_code_cache_the_size_of_a_tiered_jvms():
+    # Alone, TieredStopAtLevel=1 shrinks the code cache to 48 MB, which Spark and Delta fill
+    # within a run: the JIT is then disabled, and the driver can die ("Out of space in
+    # CodeCache for adapters"). Asked of the JVM itself, with the options the driver gets.
+    options = delta_spark_config(master="local[2]")["spark.driver.extraJavaOptions"].split()
+    flags = subprocess.run(
+        ["java", *options, "-XX:+PrintFlagsFinal", "-version"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    sizes = {line.split()[1]: int(line.split()[3]) for line in flags.splitlines()
+             if "CodeCacheSize" in line}
+    assert sizes["ReservedCodeCacheSize"] == 240 * 1024 * 1024
 
 
 def test_if_missing_builds_nothing_when_the_archive_exists(cache, monkeypatch):
