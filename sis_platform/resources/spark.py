@@ -23,9 +23,8 @@ SCALA_VERSION = "2.13"
 # The local driver's heap. A step of a full default batch (50,000 messages, 64 MiB) fits in it;
 # every MiB more is resident for the whole run, and the platform's memory budget on a
 # 2-core machine (4 GiB for the process tree: BENCHMARKS.md) has the JVM's off-heap part, Spark's
-# Python workers and Dagster's own process to hold too. Raise it with SIS_BATCH_MAX_*.
+# Python workers and Dagster's own process to hold too. Raise it along with SIS_BATCH_MAX_*.
 DEFAULT_DRIVER_MEMORY = "1536m"
-CODE_CACHE = "240m"
 
 
 def delta_package() -> str:
@@ -79,7 +78,7 @@ def delta_spark_config(
             # stops compiling (everything new runs interpreted) and dies with "Out of space in
             # CodeCache for adapters". 240 MB is the tiered JVM's own default; only the part
             # in use is resident.
-            options = ["-XX:TieredStopAtLevel=1", f"-XX:ReservedCodeCacheSize={CODE_CACHE}"]
+            options = ["-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=240m"]
             if class_archive:
                 options.append(f"-XX:SharedArchiveFile={class_archive}")
             conf["spark.driver.extraJavaOptions"] = " ".join(options)
