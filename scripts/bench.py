@@ -25,7 +25,12 @@ latency  dagster-daemon running (sensor every SIS_SENSOR_INTERVAL_SECONDS, 1 s h
          applied it (the fold_steps commit's timestamp in the Delta log): p50, p95, max.
 
 Each measurement runs in its own child process (so one Spark driver at a time, and peak memory
-is that measurement's alone). The machine's load average is recorded with every figure.
+is that measurement's alone). The machine's load average is recorded with every figure. The
+platform runs on its defaults, except for SIS_* settings in the caller's environment, which
+every measurement takes (a new data folder each, whatever SIS_DATA_DIR says):
+
+    SIS_BATCH_MAX_BYTES=268435456 SIS_BATCH_MAX_SECONDS=40 SIS_LEASE_SECONDS=120 \
+        python scripts/bench.py --parts backlog --messages 1200000 --batch 200000
 """
 
 from __future__ import annotations
@@ -65,8 +70,10 @@ TARGET_P95_S = 20.0
 BASE_ENV = {
     "SIS_SPARK_MASTER": "local[*]",
     "SIS_GET_WAIT_SECONDS": "0.2",
-    # Passed through, e.g. to have Spark write an event log of each measurement's jobs.
-    **{k: v for k, v in os.environ.items() if k == "SIS_SPARK_CONF"},
+    # The caller's own SIS_* settings win (e.g. SIS_SPARK_CONF to have Spark write an event log
+    # of each measurement's jobs, or SIS_BATCH_MAX_* and SIS_LEASE_SECONDS for other batch
+    # bounds), except the data folder: each measurement has a new one.
+    **{k: v for k, v in os.environ.items() if k.startswith("SIS_") and k != "SIS_DATA_DIR"},
 }
 
 
