@@ -17,6 +17,12 @@ from typing import Any
 
 import dagster as dg
 
+from sis_platform.consumer import (
+    DEFAULT_BATCH_MAX_BYTES,
+    DEFAULT_BATCH_MAX_MESSAGES,
+    DEFAULT_BATCH_MAX_SECONDS,
+    DEFAULT_GET_WAIT_SECONDS,
+)
 from sis_platform.lease import DEFAULT_LEASE_SECONDS
 from sis_platform.resources.platform import (
     DeltaLakeResource,
@@ -168,7 +174,7 @@ def resources(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     if profile == "cluster" and master.startswith("local"):
         raise ConfigurationError("profile 'cluster' needs SIS_SPARK_MASTER (spark://, k8s://, "
                                  "yarn or sc://)")
-    max_seconds = _float(env, "SIS_BATCH_MAX_SECONDS", 10.0)
+    max_seconds = _float(env, "SIS_BATCH_MAX_SECONDS", DEFAULT_BATCH_MAX_SECONDS)
     lease_seconds = _float(env, "SIS_LEASE_SECONDS", DEFAULT_LEASE_SECONDS)
     if lease_seconds < 3 * max_seconds:
         # A tick renews the lease and then consumes for up to max_seconds; the next tick must
@@ -181,10 +187,10 @@ def resources(env: Mapping[str, str] | None = None) -> dict[str, Any]:
         "queue": queue_resource(env, profile),
         "landing": LandingZoneResource(
             root=_get(env, "SIS_LANDING_DIR", str(data / "landing")),
-            max_messages=_int(env, "SIS_BATCH_MAX_MESSAGES", 50_000),
-            max_bytes=_int(env, "SIS_BATCH_MAX_BYTES", 64 * 1024 * 1024),
+            max_messages=_int(env, "SIS_BATCH_MAX_MESSAGES", DEFAULT_BATCH_MAX_MESSAGES),
+            max_bytes=_int(env, "SIS_BATCH_MAX_BYTES", DEFAULT_BATCH_MAX_BYTES),
             max_seconds=max_seconds,
-            get_wait_seconds=_float(env, "SIS_GET_WAIT_SECONDS", 0.5),
+            get_wait_seconds=_float(env, "SIS_GET_WAIT_SECONDS", DEFAULT_GET_WAIT_SECONDS),
             max_runs_in_flight=_int(env, "SIS_MAX_RUNS_IN_FLIGHT", 2),
             deployment=_get(env, "SIS_DEPLOYMENT", socket.gethostname()),
             lease_seconds=lease_seconds,

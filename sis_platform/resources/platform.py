@@ -8,6 +8,12 @@ from typing import TYPE_CHECKING
 import dagster as dg
 from pydantic import Field
 
+from sis_platform.consumer import (
+    DEFAULT_BATCH_MAX_BYTES,
+    DEFAULT_BATCH_MAX_MESSAGES,
+    DEFAULT_BATCH_MAX_SECONDS,
+    DEFAULT_GET_WAIT_SECONDS,
+)
 from sis_platform.domain.messages import DEFAULT_MAX_BYTES
 from sis_platform.landing import LandingZone
 from sis_platform.lease import DEFAULT_LEASE_SECONDS, ConsumerLease, holder_id
@@ -25,13 +31,15 @@ class LandingZoneResource(dg.ConfigurableResource):
 
     root: str = Field(description="Folder of the landing zone (shared storage in production).")
     max_messages: int = Field(
-        default=50_000,
+        default=DEFAULT_BATCH_MAX_MESSAGES,
         description="Most messages in one batch. A deep queue fills a batch within "
         "max_seconds, so a backlog lands in few large batches (each run has a fixed Spark cost).",
     )
-    max_bytes: int = Field(default=64 * 1024 * 1024, description="Most body bytes in one batch.")
+    max_bytes: int = Field(
+        default=DEFAULT_BATCH_MAX_BYTES, description="Most body bytes in one batch."
+    )
     max_seconds: float = Field(
-        default=10.0,
+        default=DEFAULT_BATCH_MAX_SECONDS,
         description="Longest a sensor tick spends getting one batch; keep well under the "
         "sensor timeout (60 s by default).",
     )
@@ -41,7 +49,8 @@ class LandingZoneResource(dg.ConfigurableResource):
         "running (backpressure: batches grow instead of the run queue).",
     )
     get_wait_seconds: float = Field(
-        default=0.5, description="How long one get waits for a message before the batch closes."
+        default=DEFAULT_GET_WAIT_SECONDS,
+        description="How long one get waits for a message before the batch closes."
     )
     deployment: str | None = Field(
         default=None,
