@@ -42,6 +42,7 @@ from sis_platform.lake.tables import (
     MESSAGE_OUTCOMES,
     RAW_MESSAGES,
 )
+from sis_platform.spark.arrow import record_batch
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
@@ -303,23 +304,14 @@ def _fold_partition(
                 else:
                     items.append(row)
             if out:
-                yield _record_batch(out, schema)
+                yield record_batch(out, schema)
         if master_id is not None:  # the partition's last master
-            yield _record_batch(
+            yield record_batch(
                 _fold_one(master_id, state, items, selector_text, marker, injected), schema
             )
     finally:
         if marker is not None:
             marker.close()
-
-
-def _record_batch(rows: list[tuple[object, ...]], schema: pa.Schema) -> pa.RecordBatch:
-    import pyarrow as pa
-
-    columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
-    return pa.RecordBatch.from_arrays(
-        [pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)], schema=schema
-    )
 
 
 def _fold_one(

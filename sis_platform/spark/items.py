@@ -15,29 +15,35 @@ from typing import TYPE_CHECKING
 
 from sis_platform.lake.tables import BATCH_LOG, MESSAGE_ITEMS, RAW_MESSAGES
 from sis_platform.landing import batch_seq_of
+from sis_platform.spark.arrow import record_batch
 
 if TYPE_CHECKING:
-    import pandas as pd
+    import pyarrow as pa
     from pyspark.sql import DataFrame
 
     from sis_platform.lake.delta import Lake
 
 
-def _classify_frames(
-    frames: Iterator[pd.DataFrame], *, max_bytes: int, redelivery_limit: int
-) -> Iterator[pd.DataFrame]:
-    import pandas as pd
+def _classify_batches(
+    batches: Iterator[pa.RecordBatch], *, max_bytes: int, redelivery_limit: int
+) -> Iterator[pa.RecordBatch]:
+    """Raw message rows to message_items rows, Arrow batches both ways (`mapInArrow`): no
+    pandas frame per batch, and the bodies reach `classify_message` as the bytes Arrow holds."""
+    from pyspark.sql.pandas.types import to_arrow_schema
 
     from sis_platform.domain.pipeline import DeadLetter, LoggedMessage, classify_message
 
-    columns = [f.name for f in MESSAGE_ITEMS.schema().fields]
-    for frame in frames:
+    schema = to_arrow_schema(MESSAGE_ITEMS.schema())
+    for batch in batches:
         rows: list[tuple[object, ...]] = []
-        for rec in frame.itertuples(index=False):
-            base = (rec.batch_key, int(rec.batch_seq), int(rec.msg_seq), rec.message_id,
-                    int(rec.delivery_count))
+        columns = batch.to_pydict()
+        for key, batch_seq, msg_seq, message_id, delivery_count, body in zip(
+            columns["batch_key"], columns["batch_seq"], columns["msg_seq"],
+            columns["message_id"], columns["delivery_count"], columns["body"], strict=True,
+        ):
+            base = (key, batch_seq, msg_seq, message_id, delivery_count)
             outcome = classify_message(
-                LoggedMessage(rec.message_id, bytes(rec.body), int(rec.delivery_count)),
+                LoggedMessage(message_id, body, delivery_count),
                 max_bytes=max_bytes,
                 redelivery_limit=redelivery_limit,
             )
@@ -52,7 +58,7 @@ def _classify_frames(
                         (*base, "item", item.position, item.master_id, item.category, item.type,
                          item.payload, None, None)
                     )
-        yield pd.DataFrame.from_records(rows, columns=columns)
+        yield record_batch(rows, schema)
 
 
 def classify_batch(raw: DataFrame, *, max_bytes: int, redelivery_limit: int) -> DataFrame:
@@ -61,8 +67,8 @@ def classify_batch(raw: DataFrame, *, max_bytes: int, redelivery_limit: int) -> 
 
     return raw.select(
         "batch_key", "batch_seq", "msg_seq", "message_id", "delivery_count", "body"
-    ).mapInPandas(
-        partial(_classify_frames, max_bytes=max_bytes, redelivery_limit=redelivery_limit),
+    ).mapInArrow(
+        partial(_classify_batches, max_bytes=max_bytes, redelivery_limit=redelivery_limit),
         schema=MESSAGE_ITEMS.schema(),
     )
 
@@ -96,18 +102,26 @@ def items_summary(items: DataFrame) -> ItemsSummary:
         ),
         256,
     )
+    # One batch's rows (bounded by the batch bounds) come to the driver as one Arrow table, in
+    # feed order: no Row object per item.
+    rows = (
+        items.select(row_hash.alias("h"), "msg_seq", "position", "status", "reason")
+        .orderBy("msg_seq", "position")
+        .toArrow()
+    )
     digest = hashlib.sha256()
-    messages: set[int] = set()
+    for h in rows.column("h").to_pylist():
+        digest.update(bytes.fromhex(h))
+    messages = set(rows.column("msg_seq").to_pylist())
     n_items = 0
     invalid: Counter[str] = Counter()
-    rows = items.select(row_hash.alias("h"), "msg_seq", "position", "status", "reason")
-    for row in rows.orderBy("msg_seq", "position").toLocalIterator():
-        digest.update(bytes.fromhex(row["h"]))
-        messages.add(int(row["msg_seq"]))
-        if row["status"] == "item":
+    for status, reason in zip(
+        rows.column("status").to_pylist(), rows.column("reason").to_pylist(), strict=True
+    ):
+        if status == "item":
             n_items += 1
         else:
-            invalid[str(row["reason"])] += 1
+            invalid[str(reason)] += 1
     return ItemsSummary(digest.hexdigest(), len(messages), n_items, dict(invalid))
 
 
