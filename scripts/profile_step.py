@@ -1,10 +1,11 @@
-"""Where a steady-state batch's fold step and model refresh spend their time, by call site.
+"""Where a steady-state batch's message_items, fold step and model refresh spend their time.
 
     python scripts/profile_step.py --messages 24000 --batches 3
 
 Lands and classifies the simulated feed in `--batches` batches, folds and refreshes the first
 (the warm-up: Spark's JIT, the tables' creation), then times every Spark action and Delta write of
-each later batch's fold step and model refresh, with the line of sis_platform that made it.
+each later batch's message_items (classified again), fold step and model refresh, with the line
+of sis_platform that made it.
 What is left of a step's time beyond its actions is driver-side Python. Timing wrappers go
 round pyspark's and delta-spark's own methods, so this is a measuring tool, not platform code.
 """
@@ -78,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql.readwriter import DataFrameWriter
 
     from sis_platform.spark.fold import fold_step
+    from sis_platform.spark.items import log_items
     from sis_platform.spark.model import refresh_model
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -87,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         h = landed_and_classified(data, env, args.messages, args.seed)
         records: list[Record] = []
-        for name in ("collect", "count", "first", "localCheckpoint", "toLocalIterator"):
+        for name in ("collect", "count", "first", "localCheckpoint", "toLocalIterator", "toArrow"):
             _timed(DataFrame, name, records)
         _timed(DataFrameWriter, "save", records)
         for cls, name in ((dt.DeltaMergeBuilder, "execute"), (dt.DeltaTable, "delete"),
@@ -98,11 +100,17 @@ def main(argv: list[str] | None = None) -> int:
         fold_step(lake, max_batches=1)
         refresh_model(lake)
         print(f"warm-up (batch 1 folded, model refreshed): {time.perf_counter() - t0:.1f} s")
-        steps: list[tuple[str, Callable[[], object]]] = [
-            ("fold step", lambda: fold_step(lake, max_batches=1)),
-            ("model refresh", lambda: refresh_model(lake)),
-        ]
+        processing = h.resources["processing"]
         for batch in range(2, len(h.requested) + 1):
+            key = h.requested[batch - 1]
+            steps: list[tuple[str, Callable[[], object]]] = [
+                # The same items again (same digest), so the fold step after it is unchanged.
+                ("message_items", lambda key=key: log_items(
+                    lake, key, max_bytes=processing.max_message_bytes,
+                    redelivery_limit=processing.redelivery_limit, run_id=None)),
+                ("fold step", lambda: fold_step(lake, max_batches=1)),
+                ("model refresh", lambda: refresh_model(lake)),
+            ]
             for what, step in steps:
                 records.clear()
                 t0 = time.perf_counter()
