@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -163,6 +164,36 @@ def _spark_conf(env: Mapping[str, str]) -> dict[str, str]:
     return conf
 
 
+def spark_config(env: Mapping[str, str], master: str) -> dict[str, str]:
+    """The Spark settings of the environment for a driver (or Spark Connect client) at
+    `master`: the platform's runs, and the local Spark Connect server (cli/spark_connect.py)."""
+    return delta_spark_config(
+        master=master,
+        driver_memory=_get(env, "SIS_SPARK_DRIVER_MEMORY", DEFAULT_DRIVER_MEMORY),
+        shuffle_partitions=_int(env, "SIS_SPARK_SHUFFLE_PARTITIONS", 4),
+        ui_enabled=_get(env, "SIS_SPARK_UI", "false") == "true",
+        jars_dir=env.get("SIS_SPARK_JARS_DIR") or None,
+        class_archive=_class_archive(env),
+        extra=_spark_conf(env),
+    )
+
+
+def shared_spark_session(remote: str, lake_path: str) -> str:
+    """The Spark Connect URL with the deployment's one server session (unless it names one).
+
+    Every run of a deployment joins the same session, named after its lake: an operation on a
+    Spark Connect server outlives a client that dies, and only within one session can the next
+    fold writer interrupt what a killed run left running (Lake.claim_writer). So the session
+    must outlive the runs: the platform never stops it, and the server keeps an idle session
+    for as long as sis-spark-connect tells it to (a closed session's id cannot be used again).
+    """
+    url = remote.rstrip("/")
+    if ";session_id=" in url:
+        return remote
+    session = uuid.uuid5(uuid.NAMESPACE_URL, f"sis-platform:{lake_path}")
+    return f"{url};session_id={session}" if "/;" in url else f"{url}/;session_id={session}"
+
+
 def resources(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The resources for the profile the environment names."""
     env = os.environ if env is None else env
@@ -174,6 +205,9 @@ def resources(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     if profile == "cluster" and master.startswith("local"):
         raise ConfigurationError("profile 'cluster' needs SIS_SPARK_MASTER (spark://, k8s://, "
                                  "yarn or sc://)")
+    lake_path = _get(env, "SIS_LAKE_PATH", str(data / "lake"))
+    if master.startswith("sc://"):
+        master = shared_spark_session(master, lake_path)
     max_seconds = _float(env, "SIS_BATCH_MAX_SECONDS", DEFAULT_BATCH_MAX_SECONDS)
     lease_seconds = _float(env, "SIS_LEASE_SECONDS", DEFAULT_LEASE_SECONDS)
     if lease_seconds < 3 * max_seconds:
@@ -195,22 +229,12 @@ def resources(env: Mapping[str, str] | None = None) -> dict[str, Any]:
             deployment=_get(env, "SIS_DEPLOYMENT", socket.gethostname()),
             lease_seconds=lease_seconds,
         ),
-        "lake": DeltaLakeResource(base_path=_get(env, "SIS_LAKE_PATH", str(data / "lake"))),
+        "lake": DeltaLakeResource(base_path=lake_path),
         "processing": FeedProcessingResource(
             max_message_bytes=_int(env, "SIS_MAX_MESSAGE_BYTES", 4 * 1024 * 1024),
             redelivery_limit=_int(env, "SIS_REDELIVERY_LIMIT", 5),
             quarantine_after=_int(env, "SIS_QUARANTINE_AFTER", 3),
             selector=env.get("SIS_SELECTOR") or None,
         ),
-        "spark": DeltaSparkResource(
-            spark_config=delta_spark_config(
-                master=master,
-                driver_memory=_get(env, "SIS_SPARK_DRIVER_MEMORY", DEFAULT_DRIVER_MEMORY),
-                shuffle_partitions=_int(env, "SIS_SPARK_SHUFFLE_PARTITIONS", 4),
-                ui_enabled=_get(env, "SIS_SPARK_UI", "false") == "true",
-                jars_dir=env.get("SIS_SPARK_JARS_DIR") or None,
-                class_archive=_class_archive(env),
-                extra=_spark_conf(env),
-            )
-        ),
+        "spark": DeltaSparkResource(spark_config=spark_config(env, master)),
     }

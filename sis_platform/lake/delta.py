@@ -3,21 +3,29 @@
 Tables live at `<base_path>/<table name>` (a local folder, or s3a://, abfss://, gs:// on a
 cluster): paths, not a metastore, so the same code runs on a laptop and a cluster, and every
 asset says in its metadata exactly where it wrote (STYLE.md: no IO manager hiding the location).
+
+Table operations beyond reads and DataFrame writes (create, merge, delete, update, restore,
+history) are Delta's SQL commands on `delta.`<path>``, not the `DeltaTable` Python API: the
+same statements run in a local driver and over Spark Connect against any server with Delta's
+SQL extension, where `DeltaTable` needs the server to load the Delta Connect plugin as well.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from sis_platform.faults import kill_during_write
 from sis_platform.lake.tables import Table
 
 if TYPE_CHECKING:
-    from delta.tables import DeltaTable
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
@@ -31,9 +39,39 @@ CONFLICT_ATTEMPTS = 5
 CONFLICT_BACKOFF_SECONDS = 0.5
 
 
+# What DESCRIBE HISTORY says of a path that holds no Delta table (missing or another format).
+_NOT_A_DELTA_TABLE = {"DELTA_TABLE_ONLY_OPERATION", "DELTA_MISSING_DELTA_TABLE", "PATH_NOT_FOUND"}
+
+
+def is_remote(spark: SparkSession) -> bool:
+    """A Spark Connect session (no JVM in this process)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def sql_identifier(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def sql_string(value: str) -> str:
+    """A Spark SQL string literal (backslash escapes are on by default)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _commit_versions(names: Iterable[str]) -> list[int]:
+    versions = []
+    for name in names:
+        if name.endswith(".json") and name[:-5].isdigit():
+            versions.append(int(name[:-5]))
+        elif name == "_last_checkpoint":
+            versions.append(-1)  # older commits cleaned up: the table exists
+    return versions
+
+
 def _conflict_exceptions() -> tuple[type[Exception], ...]:
     # Every commit conflict Delta raises. The specific ones do not derive from
     # DeltaConcurrentModificationException in delta-spark's Python API, so all are named.
+    # Over Spark Connect, delta.connect.exceptions maps the server's conflicts onto subclasses
+    # of these same classes (importing it registers the mapping with PySpark).
     from delta import exceptions as e
 
     return (
@@ -57,13 +95,53 @@ class Lake:
         self.base_path = base_path.rstrip("/")
         self.conflict_attempts = conflict_attempts
         self.conflict_backoff_seconds = conflict_backoff_seconds
+        self.remote = is_remote(spark)
+        self.writer_tag: str | None = None
+        # Over Spark Connect, a lake folder that exists here is the server's (see _log_versions).
+        local = base_path.removeprefix("file:") if "://" not in base_path else None
+        self._local_base = (
+            Path(local) if self.remote and local and os.path.isabs(local) and os.path.isdir(local)
+            else None
+        )
+        if self.remote:
+            import delta.connect.exceptions  # noqa: F401  (see _conflict_exceptions)
+
+    def claim_writer(self, role: str) -> list[str]:
+        """Make this Lake the writer of `role` (one at a time: the fold's pool), tagging each of
+        its later writes with it. Over Spark Connect an operation outlives a client that dies
+        (the server runs it on; a killed run's last write could otherwise commit while the
+        next run recovers and refolds), so the operations a previous writer of the role left
+        running in the deployment's shared session are interrupted first. A local driver dies
+        with its run, so there it only tags. Returns the ids of the interrupted operations."""
+        interrupted = list(self.spark.interruptTag(role)) if self.remote else []
+        if interrupted:
+            log.warning(
+                "interrupted %d operation(s) a previous %s left running on the Spark Connect "
+                "server: %s", len(interrupted), role, ", ".join(interrupted),
+            )
+        self.writer_tag = role
+        return interrupted
+
+    @contextmanager
+    def _tagged(self) -> Iterator[None]:
+        # Spark Connect tags are per client thread: each write sets its own (the model writes
+        # its three tables from three threads).
+        if not (self.remote and self.writer_tag):
+            yield
+            return
+        self.spark.addTag(self.writer_tag)
+        try:
+            yield
+        finally:
+            self.spark.removeTag(self.writer_tag)
 
     def retrying_conflicts(self, what: str, write: Callable[[], T]) -> T:
         """Run `write` (one Delta commit), again on a concurrency conflict, with exponential
         backoff and jitter, at most `conflict_attempts` times; then the conflict is raised."""
         for attempt in range(1, self.conflict_attempts + 1):
             try:
-                return write()
+                with self._tagged():
+                    return write()
             except _conflict_exceptions() as error:
                 if attempt == self.conflict_attempts:
                     raise
@@ -80,59 +158,58 @@ class Lake:
         return f"{self.base_path}/{table.name}"
 
     def _log_versions(self, table: Table) -> list[int] | None:
-        """The commit versions in the table's Delta log (`_delta_log/NNNN.json`), listed through
-        the session's Hadoop file system without a Spark job; None where there is no JVM to ask
-        (a Spark Connect session)."""
-        jvm = getattr(self.spark, "_jvm", None)
-        jsc = getattr(getattr(self.spark, "sparkContext", None), "_jsc", None)
-        if jvm is None or jsc is None:
+        """The commit versions in the table's Delta log (`_delta_log/NNNN.json`), listed without
+        a Spark job: through the driver's Hadoop file system, or over Spark Connect directly,
+        where the lake is a local folder this process sees (a server on this machine: every
+        Spark Connect request is a round trip, and a table's history one more job). None where
+        neither can list it (Spark Connect, and the lake elsewhere)."""
+        if not self.remote:
+            jvm = self.spark._jvm
+            assert jvm is not None  # a local or cluster driver: py4j
+            log = jvm.org.apache.hadoop.fs.Path(self.path(table) + "/_delta_log")
+            fs = log.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
+            if not fs.exists(log):
+                return []
+            return _commit_versions(status.getPath().getName() for status in fs.listStatus(log))
+        if self._local_base is None:
             return None
-        log = jvm.org.apache.hadoop.fs.Path(self.path(table) + "/_delta_log")
-        fs = log.getFileSystem(jsc.hadoopConfiguration())
-        if not fs.exists(log):
-            return []
-        versions = []
-        for status in fs.listStatus(log):
-            name = status.getPath().getName()
-            if name.endswith(".json") and name[:-5].isdigit():
-                versions.append(int(name[:-5]))
-            elif name == "_last_checkpoint":
-                versions.append(-1)  # older commits cleaned up: the table exists
-        return versions
+        log_dir = self._local_base / table.name / "_delta_log"
+        return _commit_versions(os.listdir(log_dir)) if log_dir.is_dir() else []
+
+    def sql_table(self, table: Table) -> str:
+        """The table as Delta SQL names it: delta.`<path>`."""
+        return "delta." + sql_identifier(self.path(table))
 
     def exists(self, table: Table) -> bool:
-        # Listing the log costs a file system call; DeltaTable.isDeltaTable loads a snapshot
-        # (a Spark job), which in a fold step's bookkeeping added up to seconds.
+        # Listing the log costs a file system call; a snapshot load (DESCRIBE HISTORY,
+        # DeltaTable.isDeltaTable) is a Spark job, which in a fold step's bookkeeping added up
+        # to seconds.
         versions = self._log_versions(table)
         if versions is not None:
             return bool(versions)
-        from delta.tables import DeltaTable
-
-        return bool(DeltaTable.isDeltaTable(self.spark, self.path(table)))
+        return self._history_version(table) is not None
 
     def ensure(self, *tables: Table) -> None:
         """Create each table empty, with its schema, partitioning and properties, if it does not
         exist (an existing table keeps its own: see README, "Upgrading a lake")."""
-        from delta.tables import DeltaTable
-
         for table in tables:
             if self.exists(table):
                 continue
-            builder = (
-                DeltaTable.createIfNotExists(self.spark)
-                .location(self.path(table))
-                .addColumns(table.schema())
+            columns = ", ".join(
+                f"{sql_identifier(f.name)} {f.dataType.simpleString()}"
+                + ("" if f.nullable else " NOT NULL")
+                for f in table.schema().fields
             )
+            statement = f"CREATE TABLE IF NOT EXISTS {self.sql_table(table)} ({columns})"
+            statement += " USING delta"
             if table.partition_by:
-                builder = builder.partitionedBy(*table.partition_by)
-            for key, value in table.properties().items():
-                builder = builder.property(key, value)
-            builder.execute()
-
-    def table(self, table: Table) -> DeltaTable:
-        from delta.tables import DeltaTable
-
-        return DeltaTable.forPath(self.spark, self.path(table))
+                partitioning = ", ".join(map(sql_identifier, table.partition_by))
+                statement += f" PARTITIONED BY ({partitioning})"
+            if properties := table.properties():
+                statement += " TBLPROPERTIES ({})".format(
+                    ", ".join(f"'{k}' = '{v}'" for k, v in sorted(properties.items()))
+                )
+            self.spark.sql(statement)
 
     def read(self, table: Table, *, version: int | None = None) -> DataFrame:
         reader = self.spark.read.format("delta")
@@ -146,9 +223,50 @@ class Lake:
         versions = self._log_versions(table)
         if versions and max(versions) >= 0:
             return max(versions)
-        row = self.table(table).history(1).select("version").first()
-        assert row is not None
-        return int(row["version"])
+        version = self._history_version(table)
+        if version is None:
+            raise FileNotFoundError(f"no Delta table at {self.path(table)}")
+        return version
+
+    def _history_version(self, table: Table) -> int | None:
+        """The newest commit's version from the table's history; None where there is no table."""
+        from pyspark.errors import AnalysisException
+
+        try:
+            row = self.spark.sql(
+                f"DESCRIBE HISTORY {self.sql_table(table)} LIMIT 1"
+            ).select("version").first()
+        except AnalysisException as error:
+            if error.getCondition() in _NOT_A_DELTA_TABLE:
+                return None
+            raise
+        return None if row is None else int(row["version"])
+
+    def restore(self, table: Table, version: int) -> None:
+        """Take the table back to `version` (a new commit: later versions stay in its log)."""
+        self.retrying_conflicts(
+            f"{table.name} restore to {version}",
+            lambda: self.spark.sql(
+                f"RESTORE TABLE {self.sql_table(table)} TO VERSION AS OF {int(version)}"
+            ),
+        )
+
+    def delete(self, table: Table, condition: str) -> None:
+        """Delete the rows matching the SQL `condition`, in one commit."""
+        self.retrying_conflicts(
+            f"{table.name} delete where {condition}",
+            lambda: self.spark.sql(f"DELETE FROM {self.sql_table(table)} WHERE {condition}"),
+        )
+
+    def update(self, table: Table, condition: str, assignments: Mapping[str, str]) -> None:
+        """Set columns (to SQL expressions) in the rows matching the SQL `condition`."""
+        sets = ", ".join(f"{sql_identifier(c)} = {e}" for c, e in assignments.items())
+        self.retrying_conflicts(
+            f"{table.name} update where {condition}",
+            lambda: self.spark.sql(
+                f"UPDATE {self.sql_table(table)} SET {sets} WHERE {condition}"
+            ),
+        )
 
     def replace_where(self, table: Table, df: DataFrame, condition: str) -> None:
         """Atomically replace the rows matching `condition` with `df`: one Delta commit, so a
@@ -181,12 +299,28 @@ class Lake:
 
     def merge_rows(self, table: Table, rows: DataFrame, *, keys: Sequence[str]) -> None:
         """Upsert `rows` by `keys` (insert or replace whole rows): idempotent by construction."""
-        condition = " AND ".join(f"t.{k} = s.{k}" for k in keys)
-        rows = kill_during_write(rows, f"write.{table.name}")
-        self.retrying_conflicts(
-            f"{table.name} merge",
-            lambda: self.table(table).alias("t").merge(rows.alias("s"), condition)
-            .whenMatchedUpdateAll()
-            .whenNotMatchedInsertAll()
-            .execute(),
+        condition = " AND ".join(f"t.{sql_identifier(k)} = s.{sql_identifier(k)}" for k in keys)
+        self._merge(
+            table, kill_during_write(rows, f"write.{table.name}"), condition,
+            "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *",
         )
+
+    def delete_matching(self, table: Table, source: DataFrame, condition: str) -> None:
+        """Delete the rows `t` of the table that match a row `s` of `source` on `condition`."""
+        self._merge(table, source, condition, "WHEN MATCHED THEN DELETE")
+
+    def _merge(self, table: Table, source: DataFrame, condition: str, clauses: str) -> None:
+        # MERGE reads its source by name: a temporary view, named uniquely because a Spark
+        # Connect session is shared by the deployment's runs (see config.spark_remote).
+        view = f"sis_merge_source_{uuid.uuid4().hex}"
+        source.createOrReplaceTempView(view)
+        try:
+            self.retrying_conflicts(
+                f"{table.name} merge",
+                lambda: self.spark.sql(
+                    f"MERGE INTO {self.sql_table(table)} AS t USING {view} AS s "
+                    f"ON {condition} {clauses}"
+                ),
+            )
+        finally:
+            self.spark.catalog.dropTempView(view)

@@ -47,47 +47,52 @@ def delta_spark_config(
 ) -> dict[str, str]:
     """Spark's configuration for the platform. `class_archive`: a JVM class-data archive for a
     local driver (see jvm_archive.py), None for none."""
-    conf: dict[str, str] = {
-        "spark.app.name": app_name,
-        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    # The session's own SQL settings: the only ones a Spark Connect client may set.
+    session: dict[str, str] = {
         # A handful of shuffle partitions: a batch is thousands of rows, not billions, and the
         # default 200 tiny tasks per shuffle cost more than the work on two cores.
         "spark.sql.shuffle.partitions": str(shuffle_partitions),
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
-        "spark.ui.enabled": str(ui_enabled).lower(),
-        "spark.ui.showConsoleProgress": "false",
         # Delta rebuilds a table's snapshot with 50 tasks by default: for tables of a few
         # hundred files that is pure scheduling overhead on every read and write.
         "spark.databricks.delta.snapshotPartitions": str(max(1, shuffle_partitions)),
     }
     if master.startswith("sc://"):
-        conf["spark.remote"] = master
-    else:
-        conf["spark.master"] = master
-        conf["spark.driver.memory"] = driver_memory
-        if master.startswith("local"):
-            conf["spark.driver.host"] = "127.0.0.1"
-            conf["spark.driver.bindAddress"] = "127.0.0.1"
-            # A local driver lives for one run: the C2 JIT compiler would spend a core for
-            # minutes optimising code that runs a few times (measured: 128 s of C2 CPU in one
-            # small run). C1 only starts fast and is plenty for batch-sized work. But a C1-only
-            # JVM sizes its code cache for a small client program (48 MB): Spark and Delta
-            # filled it within 40 s of a run (28,860 compiled methods), after which the JVM
-            # stops compiling (everything new runs interpreted) and dies with "Out of space in
-            # CodeCache for adapters". 240 MB is the tiered JVM's own default; only the part
-            # in use is resident.
-            options = ["-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=240m"]
-            if class_archive:
-                options.append(f"-XX:SharedArchiveFile={class_archive}")
-            conf["spark.driver.extraJavaOptions"] = " ".join(options)
+        # Delta's extension, memory and jars are the server's (cli/spark_connect.py); setting
+        # them from a client fails (static settings of a running driver).
+        return {"spark.remote": master, **session, **(extra or {})}
+    conf: dict[str, str] = {
+        "spark.app.name": app_name,
+        "spark.master": master,
+        "spark.driver.memory": driver_memory,
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        **session,
+        "spark.ui.enabled": str(ui_enabled).lower(),
+        "spark.ui.showConsoleProgress": "false",
+    }
+    if master.startswith("local"):
+        conf["spark.driver.host"] = "127.0.0.1"
+        conf["spark.driver.bindAddress"] = "127.0.0.1"
+        # A local driver lives for one run: the C2 JIT compiler would spend a core for
+        # minutes optimising code that runs a few times (measured: 128 s of C2 CPU in one
+        # small run). C1 only starts fast and is plenty for batch-sized work. But a C1-only
+        # JVM sizes its code cache for a small client program (48 MB): Spark and Delta
+        # filled it within 40 s of a run (28,860 compiled methods), after which the JVM
+        # stops compiling (everything new runs interpreted) and dies with "Out of space in
+        # CodeCache for adapters". 240 MB is the tiered JVM's own default; only the part
+        # in use is resident.
+        options = ["-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=240m"]
+        if class_archive:
+            options.append(f"-XX:SharedArchiveFile={class_archive}")
+        conf["spark.driver.extraJavaOptions"] = " ".join(options)
     if jars_dir:
         jars = sorted(str(p) for p in Path(jars_dir).glob("*.jar"))
         if not jars:
             raise ValueError(f"SIS_SPARK_JARS_DIR={jars_dir!r} holds no jars")
         conf["spark.jars"] = ",".join(jars)
-    elif not master.startswith("sc://"):
+    else:
         conf["spark.jars.packages"] = delta_package()
     conf.update(extra or {})
     return conf

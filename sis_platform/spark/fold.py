@@ -30,6 +30,7 @@ from sis_platform.faults import (
     kill_during_write,
     kill_in_worker,
 )
+from sis_platform.lake.delta import sql_string
 from sis_platform.lake.tables import (
     BATCH_LOG,
     DEAD_LETTERS,
@@ -52,9 +53,12 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
     from sis_platform.lake.delta import Lake
-    from sis_platform.lake.tables import Table
 
 log = logging.getLogger(__name__)
+
+# The role of the fold's single writer (the Dagster pool "sis_fold": fold steps, model refreshes,
+# dead-letter replays), claimed on the Lake before anything is read: see Lake.claim_writer.
+FOLD_WRITER = "sis-fold-writer"
 
 FOLD_TABLES = (MASTER_VERSIONS, MASTER_DOCUMENTS, DEAD_LETTERS, MESSAGE_OUTCOMES, FOLD_STEPS)
 
@@ -153,7 +157,7 @@ def recover(lake: Lake, rows: list[Row] | None = None) -> tuple[CommittedStep, d
         committed_version = committed.table_versions[table.name]
         if version != committed_version:
             # A step wrote here and died before its fold_steps row: its writes never happened.
-            lake.table(table).restoreToVersion(committed_version)
+            lake.restore(table, committed_version)
             version = lake.version(table)
         current[table.name] = version
     return committed, current
@@ -494,16 +498,10 @@ def record_failures(
 
 def release_quarantine(lake: Lake, masters: set[str]) -> None:
     """Let the masters be folded again (dead-letter replay, after a fix)."""
-    from pyspark.sql import functions as F
 
     if masters:
-        lake.retrying_conflicts(
-            "fold_failures release",
-            lambda: lake.table(FOLD_FAILURES).update(
-                F.col("master_id").isin(sorted(masters)) & ~F.col("released"),
-                {"released": F.lit(True)},
-            ),
-        )
+        ids = ", ".join(sql_string(m) for m in sorted(masters))
+        lake.update(FOLD_FAILURES, f"master_id IN ({ids}) AND NOT released", {"released": "true"})
 
 
 _SELECTORS: dict[str, object] = {}
@@ -566,6 +564,7 @@ def fold_step(
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    lake.claim_writer(FOLD_WRITER)
     steps = fold_step_rows(lake)
     committed, versions_now = recover(lake, steps)
     lake.ensure(MESSAGE_ITEMS, BATCH_LOG, FOLD_FAILURES)
@@ -863,22 +862,13 @@ def fold_step(
         # The rewound masters' rows from their point on, and the message-level rows of changed
         # batches, are replaced by this step's (all before the commit: `recover` undoes them).
         source = kill_during_write(rewound, "write.rewind")  # test hook: dies mid-delete
-        after_point = f"t.master_id = p.master_id AND {_after_point('t', 'p')}"
-
-        def delete_after_point(t: Table) -> None:
-            lake.table(t).alias("t").merge(source.alias("p"), after_point).whenMatchedDelete(
-            ).execute()
-
-        def delete_message_level(t: Table) -> None:
-            lake.table(t).delete(F.col("master_id").isNull() & F.col("batch_seq").isin(changed))
-
+        after_point = f"t.master_id = s.master_id AND {_after_point('t', 's')}"
         for table in (MASTER_VERSIONS, MESSAGE_OUTCOMES, DEAD_LETTERS):
-            lake.retrying_conflicts(f"{table.name} rewind", partial(delete_after_point, table))
+            lake.delete_matching(table, source, after_point)
         if changed:
+            seqs = ", ".join(str(int(s)) for s in changed)
             for table in (MESSAGE_OUTCOMES, DEAD_LETTERS):
-                lake.retrying_conflicts(
-                    f"{table.name} rewind", partial(delete_message_level, table)
-                )
+                lake.delete(table, f"master_id IS NULL AND batch_seq IN ({seqs})")
         crash_point("fold.after_rewind")
     for table, rows in ((MASTER_VERSIONS, versions), (DEAD_LETTERS, dead),
                         (MESSAGE_OUTCOMES, outcomes)):

@@ -14,8 +14,9 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from sis_platform.lake.delta import sql_string
 from sis_platform.lake.tables import EVENTS, MARKETS, MASTER_DOCUMENTS, MODEL_STEPS, SELECTIONS
-from sis_platform.spark.fold import committed_step
+from sis_platform.spark.fold import FOLD_WRITER, committed_step
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -75,6 +76,7 @@ def _rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
 def refresh_model(lake: Lake) -> ModelRefresh:
     from pyspark.sql import functions as F
 
+    lake.claim_writer(FOLD_WRITER)
     lake.ensure(EVENTS, MARKETS, SELECTIONS, MODEL_STEPS)
     done_row = lake.read(MODEL_STEPS).agg(F.max("fold_step").alias("s")).first()
     done = int(done_row["s"]) if done_row and done_row["s"] is not None else 0
@@ -90,7 +92,7 @@ def refresh_model(lake: Lake) -> ModelRefresh:
     live = changed.where("document IS NOT NULL AND NOT filtered")
     counts: dict[str, int] = {}
     if ids:
-        condition = "master_id IN ({})".format(", ".join(_sql_str(i) for i in ids))
+        condition = "master_id IN ({})".format(", ".join(sql_string(i) for i in ids))
         # Built once (one pass of the interpreter over the changed masters), counted and
         # written from the same materialized rows.
         rows = (
@@ -122,7 +124,3 @@ def refresh_model(lake: Lake) -> ModelRefresh:
     )
     return ModelRefresh(target.fold_step, len(ids), counts.get("events", 0),
                         counts.get("markets", 0), counts.get("selections", 0))
-
-
-def _sql_str(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"

@@ -13,7 +13,13 @@ from typing import TYPE_CHECKING
 
 from sis_platform.domain.reasons import Reason
 from sis_platform.lake.tables import DEAD_LETTERS
-from sis_platform.spark.fold import FoldStepResult, fold_step, recover, release_quarantine
+from sis_platform.spark.fold import (
+    FOLD_WRITER,
+    FoldStepResult,
+    fold_step,
+    recover,
+    release_quarantine,
+)
 from sis_platform.spark.items import ItemsSummary, log_items
 
 if TYPE_CHECKING:
@@ -44,6 +50,7 @@ def replay_dead_letters(
     `batch_keys`, each filter unless empty)."""
     from pyspark.sql import functions as F
 
+    lake.claim_writer(FOLD_WRITER)
     committed, versions = recover(lake)
     letters = lake.read(DEAD_LETTERS, version=versions[DEAD_LETTERS.name])
     if reasons:

@@ -126,7 +126,7 @@ def test_later_appends_with_the_same_app_id_are_never_skipped(tmp_path, spark):
     lake.append(MODEL_STEPS, rows, txn_app_id="test:model_steps")
     assert lake.read(MODEL_STEPS).count() == 2
     # As fold recovery does: restore, then write the same step again.
-    lake.table(MODEL_STEPS).restoreToVersion(restore_to)
+    lake.restore(MODEL_STEPS, restore_to)
     lake.append(MODEL_STEPS, rows, txn_app_id="test:model_steps")
     assert lake.read(MODEL_STEPS).count() == 2
 

@@ -178,7 +178,7 @@ def test_rows_of_an_uncommitted_fold_step_are_ignored(log: Log, spark):
     try:
         (again,) = trace_message(lake, log.orphan_id).copies
     finally:
-        lake.table(MESSAGE_OUTCOMES).delete("fold_step > 2")
+        lake.delete(MESSAGE_OUTCOMES, "fold_step > 2")
     assert again.items[0].outcome.status == "dead-lettered"
     assert again == copy
 

@@ -105,3 +105,52 @@ def test_a_local_driver_heap_is_1536m_unless_the_operator_sizes_it(tmp_path):
     assert resources(env)["spark"].spark_config["spark.driver.memory"] == "1536m"
     env["SIS_SPARK_DRIVER_MEMORY"] = "3g"
     assert resources(env)["spark"].spark_config["spark.driver.memory"] == "3g"
+
+
+def test_a_spark_connect_client_sets_only_its_sessions_sql_settings():
+    # Delta's extension, memory and jars belong to the server; a client setting them fails
+    # (static settings of a running driver).
+    remote = delta_spark_config(master="sc://spark:15002", shuffle_partitions=2,
+                                extra={"spark.sql.ansi.enabled": "false"})
+    assert remote == {
+        "spark.remote": "sc://spark:15002",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.databricks.delta.snapshotPartitions": "2",
+        "spark.sql.ansi.enabled": "false",
+    }
+
+
+def test_every_run_of_a_deployment_joins_one_spark_connect_session_named_after_its_lake():
+    from sis_platform import config
+
+    def url(env):
+        return config.resources(env)["spark"].spark_config["spark.remote"]
+
+    a = url({"SIS_SPARK_MASTER": "sc://spark:15002", "SIS_LAKE_PATH": "/lake/a"})
+    assert a.startswith("sc://spark:15002/;session_id=")
+    assert a == url({"SIS_SPARK_MASTER": "sc://spark:15002/", "SIS_LAKE_PATH": "/lake/a"})
+    assert a != url({"SIS_SPARK_MASTER": "sc://spark:15002", "SIS_LAKE_PATH": "/lake/b"})
+    with_params = url({"SIS_SPARK_MASTER": "sc://spark:15002/;use_ssl=true",
+                       "SIS_LAKE_PATH": "/lake/a"})
+    assert with_params == a.replace("/;", "/;use_ssl=true;")
+    chosen = "sc://spark:15002/;session_id=6b1c0c3e-0000-4000-8000-000000000001"
+    assert url({"SIS_SPARK_MASTER": chosen}) == chosen
+
+
+def test_the_spark_connect_server_runs_a_local_delta_driver_on_the_platforms_settings():
+    from sis_platform.cli.spark_connect import SERVER_CLASS, server_command
+
+    command = server_command("127.0.0.1", 15099, {"SIS_SPARK_DRIVER_MEMORY": "3g",
+                                                  "SIS_SPARK_CONF": "spark.x.y=z"})
+    assert command[0].endswith("/bin/spark-submit") and command[-1] == "spark-internal"
+    assert command[command.index("--class") + 1] == SERVER_CLASS
+    conf = dict(arg.split("=", 1) for flag, arg in zip(command, command[1:], strict=False)
+                if flag == "--conf")
+    assert conf["spark.master"] == "local[*]"
+    assert conf["spark.driver.memory"] == "3g"
+    assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+    assert conf["spark.connect.grpc.binding.port"] == "15099"
+    assert conf["spark.x.y"] == "z"
+    assert "spark.remote" not in conf

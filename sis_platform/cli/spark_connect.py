@@ -1,0 +1,76 @@
+"""`sis-spark-connect`: a long-lived local Spark Connect server with Delta, for the runs.
+
+    sis-spark-connect [--host 127.0.0.1] [--port 15002]
+
+Under the Dagster daemon every run is a new process, and with a local driver (the default) each
+starts a JVM of its own and pays its warm-up: class loading and JIT compilation, 30-35 s of a
+small batch's 45-50 s run (BENCHMARKS.md). Runs pointed at this server instead
+(`SIS_SPARK_MASTER=sc://127.0.0.1:15002`) share one warm driver and start in under a second.
+
+The server runs in the foreground until stopped (scripts/run.sh starts it beside Dagster with
+SIS_SPARK=connect). Its driver is configured like the runs' local drivers (SIS_SPARK_DRIVER_MEMORY,
+SIS_SPARK_SHUFFLE_PARTITIONS, SIS_SPARK_UI, SIS_SPARK_JARS_DIR, SIS_SPARK_CONF, the class-data
+archive) and its Python workers run this interpreter, which has the platform installed: the
+fold's and the model's Arrow functions run there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+
+# The runs of a deployment share one server session (config.shared_spark_session), and a
+# closed session's id cannot be used again: the server keeps it while the server lives, whether
+# idle overnight or not (Spark's default closes a session after an hour without a request).
+SESSION_TIMEOUT = "3650d"
+
+
+def server_command(host: str, port: int, env: dict[str, str]) -> list[str]:
+    """The spark-submit command line of the server, with the environment's Spark settings."""
+    import pyspark
+
+    from sis_platform.config import spark_config
+
+    conf = spark_config(env, "local[*]")
+    conf.update(
+        {
+            "spark.app.name": "sis-platform Spark Connect",
+            "spark.connect.grpc.binding.address": host,
+            "spark.connect.grpc.binding.port": str(port),
+            "spark.connect.session.manager.defaultSessionTimeout": SESSION_TIMEOUT,
+        }
+    )
+    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    args = [str(submit), "--class", SERVER_CLASS]
+    for key, value in conf.items():
+        args += ["--conf", f"{key}={value}"]
+    return [*args, "spark-internal"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="sis-spark-connect",
+        description="Run a local Spark Connect server with Delta for the platform's runs "
+        "(SIS_SPARK_MASTER=sc://HOST:PORT).",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=15002, help="port to listen on")
+    args = parser.parse_args(argv)
+    env = dict(os.environ)
+    try:
+        command = server_command(args.host, args.port, env)
+    except ValueError as error:  # config.ConfigurationError: a bad SIS_SPARK_* setting
+        print(f"sis-spark-connect: {error}", file=sys.stderr)
+        return 2
+    # Python workers (the fold's and the model's Arrow functions) run this interpreter.
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    print(f"Spark Connect server for sis-platform on sc://{args.host}:{args.port}", flush=True)
+    os.execvpe(command[0], command, env)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""The platform over Spark Connect: a real `sis-spark-connect` server (a local Spark driver with
+Delta behind a gRPC port), and the runs as its clients.
+
+Each scenario runs in a child process (tests/connect/scenarios.py): a Spark Connect session
+switches PySpark into Connect mode for its whole process, which the suite's local driver must
+not share.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from sis_platform.lake.tables import MODEL_STEPS
+
+pytestmark = [pytest.mark.spark, pytest.mark.connect, pytest.mark.cost(150)]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[str]:
+    """A Spark Connect server on a free loopback port; its URL once it says it listens."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "SIS_SPARK_SHUFFLE_PARTITIONS": "2"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sis_platform.cli.spark_connect", "--port", str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    seen: list[str] = []
+    try:
+        for line in proc.stdout:  # the server's own log line says when it listens
+            seen.append(line)
+            if "Spark Connect server started at" in line:
+                break
+        else:
+            pytest.fail(f"the server exited ({proc.wait()}):\n{''.join(seen[-200:])}")
+        # Keep reading, so the server never blocks on a full pipe.
+        threading.Thread(target=proc.stdout.read, daemon=True).start()
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
+def _scenario(name: str, url: str, data: Path, **popen):  # type: ignore[no-untyped-def]
+    args = [sys.executable, "-m", "tests.connect.scenarios", name, url, str(data)]
+    if popen:
+        return subprocess.Popen(args, cwd=ROOT, **popen)
+    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def _ok(done: subprocess.CompletedProcess) -> None:
+    assert done.returncode == 0, f"{done.stdout[-4000:]}\n{done.stderr[-8000:]}"
+
+
+def test_batches_fold_over_spark_connect_exactly_like_the_reference(server, tmp_path):
+    _ok(_scenario("pipeline", server, tmp_path / "data"))
+
+
+def test_the_next_fold_writer_interrupts_a_killed_runs_write_before_it_commits(server, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    started = data / "started"
+    os.mkfifo(started)
+    orphan = _scenario("orphan_writer", server, data, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT)
+    try:
+        # The orphan's append is running on the server once its Python worker, inside the
+        # append's task, writes its pid into the pipe.
+        pid: list[str] = []
+        reader = threading.Thread(target=lambda: pid.append(started.read_text()), daemon=True)
+        reader.start()
+        threading.Thread(target=_unblock_when_done, args=(orphan, started), daemon=True).start()
+        reader.join(timeout=300)
+        assert pid and pid[0], f"the orphan's append never started:\n{_output(orphan)}"
+        worker = psutil.Process(int(pid[0]))
+        version_before = _newest_commit(data)
+    finally:
+        orphan.kill()  # the run dies; over Spark Connect its append goes on without it
+        orphan.wait()
+    assert worker.is_running(), "the append ended with its client"
+
+    _ok(_scenario("next_writer", server, data))
+
+    worker.wait(timeout=120)  # the interrupted task's Python worker is stopped
+    assert _newest_commit(data) == version_before, "the orphan's append committed"
+
+
+def _unblock_when_done(proc: subprocess.Popen, fifo: Path) -> None:
+    """If `proc` ends before its task opened the pipe, end the test's read of it (empty)."""
+    proc.wait()
+    try:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:  # nobody reads it any more
+        pass
+
+
+def _output(proc: subprocess.Popen) -> str:
+    proc.kill()
+    return proc.communicate()[0].decode(errors="replace")[-8000:]
+
+
+def _newest_commit(data: Path) -> int:
+    log = data / "lake" / MODEL_STEPS.name / "_delta_log"
+    return max(int(p.stem) for p in log.glob("*.json"))
