@@ -49,6 +49,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -325,9 +327,41 @@ def run_daemon(data: Path, env: dict[str, str], log: Path) -> int:
     return len(list((data / "landing" / "batches").glob("*.parquet")))
 
 
+@contextmanager
+def spark_for(args: argparse.Namespace, env: dict[str, str]) -> Iterator[dict[str, str]]:
+    """The measurement's environment. `--spark connect`: with a sis-spark-connect server of its
+    own (a child of this process, so its memory is counted) that the platform's runs use."""
+    if args.spark != "connect":
+        yield env
+        return
+    import socket
+
+    from sis_platform.cli import spark_connect
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with open(args.log, "a") as log:
+        server = spark_connect.start(port, env={**os.environ, **env}, log=log)
+        try:
+            yield {**env, "SIS_SPARK_MASTER": f"sc://127.0.0.1:{port}"}
+        finally:
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=120)
+
+
+def mode_label(args: argparse.Namespace, mode: str) -> str:
+    return f"{mode}, Spark Connect" if args.spark == "connect" else mode
+
+
 def worker_backlog(args: argparse.Namespace) -> dict[str, Any]:
+    with spark_for(args, {**BASE_ENV, **batch_env(args)}) as env:
+        return _backlog(args, env)
+
+
+def _backlog(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
     data = Path(tempfile.mkdtemp(prefix="sis-bench-"))
-    env = {**BASE_ENV, "SIS_DATA_DIR": str(data), **batch_env(args)}
+    env = {**env, "SIS_DATA_DIR": str(data)}
     try:
         t0 = time.monotonic()
         n = preload(data, args.messages, args.seed)
@@ -346,7 +380,8 @@ def worker_backlog(args: argparse.Namespace) -> dict[str, Any]:
         batches = len(list((data / "landing" / "batches").glob("*.parquet")))
         return {"messages": n, "preload_s": round(preload_s, 2), "wall_s": round(wall, 2),
                 "messages_per_s": round(n / wall, 1), "batches": batches, "runs": runs,
-                "mode": args.mode, "load_before": load, "load_after": load_average(),
+                "mode": mode_label(args, args.mode), "load_before": load,
+                "load_after": load_average(),
                 "batch_max_messages": batch_max_messages(env), "check": detail,
                 **{k: round(v, 1) if isinstance(v, float) else v for k, v in timings.items()}}
     finally:
@@ -422,12 +457,17 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def worker_latency(args: argparse.Namespace) -> dict[str, Any]:
+    with spark_for(args, {**BASE_ENV, **batch_env(args)}) as env:
+        return _latency(args, env)
+
+
+def _latency(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
     from sis_platform.landing import LandingZone
     from sis_platform.queues.embedded import EmbeddedQueue
 
     data = Path(tempfile.mkdtemp(prefix="sis-bench-latency-"))
     env = {
-        **BASE_ENV, "SIS_DATA_DIR": str(data), **batch_env(args),
+        **env, "SIS_DATA_DIR": str(data),
         "SIS_SENSOR_INTERVAL_SECONDS": "1", "SIS_BATCH_MAX_SECONDS": "2",
         "SIS_GET_WAIT_SECONDS": "0.5",
     }
@@ -507,7 +547,8 @@ def worker_latency(args: argparse.Namespace) -> dict[str, Any]:
         if not latencies:
             raise RuntimeError(f"no message was folded within {args.drain_timeout}s: see {log}")
         return {
-            "rate": args.rate, "mode": args.mode, "published": count, "folded": folded,
+            "rate": args.rate, "mode": mode_label(args, args.mode), "published": count,
+            "folded": folded,
             "batches": len(zone.keys()), "fold_steps": len(steps),
             "p50_s": round(percentile(latencies, 50), 2),
             "p95_s": round(percentile(latencies, 95), 2),
@@ -679,6 +720,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--latency-mode", choices=["daemon", "inprocess"], default="daemon",
                         help="daemon: dagster-daemon, a process and Spark driver per run; "
                         "inprocess: ticks and runs in one process with one long-lived Spark")
+    parser.add_argument("--spark", choices=["local", "connect"], default="local",
+                        help="backlog and latency: local: the runs' own local Spark drivers "
+                        "(the default); connect: one long-lived sis-spark-connect server that "
+                        "every run uses (SIS_SPARK_MASTER=sc://...)")
     parser.add_argument("--drain-timeout", type=float, default=900.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", type=Path, default=REPO / "bench-out")
@@ -732,7 +777,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"unknown parts: {', '.join(sorted(unknown))}")
     args.out.mkdir(parents=True, exist_ok=True)
     log = args.out / "bench.log"
-    common = ["--seed", str(args.seed), "--log", str(log)]
+    common = ["--seed", str(args.seed), "--log", str(log), "--spark", args.spark]
     if args.batch is not None:
         common += ["--batch", str(args.batch)]
     if args.keep:

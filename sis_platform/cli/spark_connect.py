@@ -18,8 +18,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
+import threading
+from collections.abc import Mapping
 from pathlib import Path
+from typing import IO
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
@@ -49,6 +53,45 @@ def server_command(host: str, port: int, env: dict[str, str]) -> list[str]:
     for key, value in conf.items():
         args += ["--conf", f"{key}={value}"]
     return [*args, "spark-internal"]
+
+
+# What the server logs once it listens.
+READY = "Spark Connect server started at"
+
+
+def start(
+    port: int, *, host: str = "127.0.0.1", env: Mapping[str, str] | None = None,
+    log: IO[str] | None = None,
+) -> subprocess.Popen[str]:
+    """Start the server as a child process (in a process group of its own: stop it with
+    os.killpg) and return once it listens, as its own log line says; its output goes on to
+    `log` (or nowhere). Raises RuntimeError, with the output, if it exits first."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sis_platform.cli.spark_connect", "--host", host,
+         "--port", str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env=dict(os.environ if env is None else env), start_new_session=True,
+    )
+    assert proc.stdout is not None
+    seen: list[str] = []
+    for line in proc.stdout:
+        seen.append(line)
+        if log is not None:
+            log.write(line)
+        if READY in line:
+            break
+    else:
+        raise RuntimeError(
+            f"the Spark Connect server exited ({proc.wait()}):\n{''.join(seen[-100:])}"
+        )
+
+    def drain(out: IO[str]) -> None:  # the server must never block on a full pipe
+        for line in out:
+            if log is not None:
+                log.write(line)
+
+    threading.Thread(target=drain, args=(proc.stdout,), daemon=True).start()
+    return proc
 
 
 def main(argv: list[str] | None = None) -> int:

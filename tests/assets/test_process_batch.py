@@ -33,11 +33,12 @@ def _land(h: Harness, *batches: list[ReceivedMessage]) -> list[str]:
     return keys
 
 
-def test_batches_fold_into_masters_exactly_like_the_reference(tmp_path, spark):
-    h = Harness(tmp_path / "data")
+def every_outcome() -> list[list[ReceivedMessage]]:
+    """Two batches with an outcome of every kind: applied, duplicate (a redelivery across
+    batches), invalid message, failed patch (the master goes stale), update of a stale master,
+    orphan update, redelivery limit. Also run over Spark Connect (tests/connect)."""
     dup_id = new_message_id()
-    keys = _land(
-        h,
+    return [
         [
             received(master(event(ASCOT_1430), event(ASCOT_1500))),
             received(update(f"{ASCOT_1430} {ASCOT_1500}", GO_SOFT), dup_id),
@@ -51,7 +52,12 @@ def test_batches_fold_into_masters_exactly_like_the_reference(tmp_path, spark):
             received(update("NOPE-1", GO_SOFT)),  # orphan
             received(update(ASCOT_1430, PRICE_7_TO_9), delivery_count=6),  # over the limit
         ],
-    )
+    ]
+
+
+def test_batches_fold_into_masters_exactly_like_the_reference(tmp_path, spark):
+    h = Harness(tmp_path / "data")
+    keys = _land(h, *every_outcome())
     h.run_requested(keys)
     lake = h.lake(spark)
     ref = reference_for(h.logged_messages())

@@ -14,35 +14,12 @@ from tests.harness import Harness
 def pipeline(url: str, data_dir: Path) -> None:
     """Two batches through the per-batch job over Spark Connect fold exactly as the reference."""
     from sis_platform.lake.tables import EVENTS, MASTER_DOCUMENTS
-    from sis_platform.queues.base import new_message_id
-    from tests.domain.sportsdata_fixtures import (
-        ASCOT_1430,
-        ASCOT_1500,
-        GO_SOFT,
-        MISSING_NODE,
-        PRICE_7_TO_9,
-        event,
-        master,
-        update,
-    )
-    from tests.harness import received
+    from tests.assets.test_process_batch import every_outcome
+    from tests.domain.sportsdata_fixtures import ASCOT_1430, ASCOT_1500
     from tests.reference import assert_lake_matches_reference, reference_for
 
     h = Harness(data_dir, {"SIS_SPARK_MASTER": url})
-    dup_id = new_message_id()
-    batches = [
-        [
-            received(master(event(ASCOT_1430), event(ASCOT_1500))),
-            received(update(f"{ASCOT_1430} {ASCOT_1500}", GO_SOFT), dup_id),
-            received(b"<sportsdata category='master' type='new' id='X'><event"),
-        ],
-        [
-            received(update(ASCOT_1430, PRICE_7_TO_9)),
-            received(update(f"{ASCOT_1430} {ASCOT_1500}", GO_SOFT), dup_id, delivery_count=2),
-            received(update(ASCOT_1500, MISSING_NODE)),
-            received(update(ASCOT_1500, PRICE_7_TO_9)),  # master is stale now
-        ],
-    ]
+    batches = every_outcome()
     keys = [h.zone.land(b).key for b in batches]
     h.instance.add_dynamic_partitions("batches", keys)
     h.run_requested(keys)

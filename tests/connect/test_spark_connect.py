@@ -20,6 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from sis_platform.cli import spark_connect
 from sis_platform.lake.tables import MODEL_STEPS
 
 pytestmark = [pytest.mark.spark, pytest.mark.connect, pytest.mark.cost(150)]
@@ -34,22 +35,8 @@ def server(tmp_path_factory) -> Iterator[str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "SIS_SPARK_SHUFFLE_PARTITIONS": "2"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sis_platform.cli.spark_connect", "--port", str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-        start_new_session=True,
-    )
-    assert proc.stdout is not None
-    seen: list[str] = []
+    proc = spark_connect.start(port, env=env)
     try:
-        for line in proc.stdout:  # the server's own log line says when it listens
-            seen.append(line)
-            if "Spark Connect server started at" in line:
-                break
-        else:
-            pytest.fail(f"the server exited ({proc.wait()}):\n{''.join(seen[-200:])}")
-        # Keep reading, so the server never blocks on a full pipe.
-        threading.Thread(target=proc.stdout.read, daemon=True).start()
         yield f"sc://127.0.0.1:{port}"
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
