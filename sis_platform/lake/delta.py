@@ -311,7 +311,7 @@ class Lake:
 
     def _merge(self, table: Table, source: DataFrame, condition: str, clauses: str) -> None:
         # MERGE reads its source by name: a temporary view, named uniquely because a Spark
-        # Connect session is shared by the deployment's runs (see config.spark_remote).
+        # Connect session is shared by the deployment's runs (config.shared_spark_session).
         view = f"sis_merge_source_{uuid.uuid4().hex}"
         source.createOrReplaceTempView(view)
         try:
