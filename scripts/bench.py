@@ -346,6 +346,12 @@ def spark_for(args: argparse.Namespace, env: dict[str, str]) -> Iterator[dict[st
         try:
             yield {**env, "SIS_SPARK_MASTER": f"sc://127.0.0.1:{port}"}
         finally:
+            # This process's own client first (--mode inprocess): at exit it would otherwise
+            # retry its clean-up calls against the stopped server for minutes.
+            from pyspark.sql import SparkSession
+
+            if (session := SparkSession.getActiveSession()) is not None:
+                session.stop()
             os.killpg(server.pid, signal.SIGTERM)
             server.wait(timeout=120)
 
