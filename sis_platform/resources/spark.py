@@ -45,7 +45,8 @@ def delta_spark_config(
     class_archive: str | None = None,
     extra: dict[str, str] | None = None,
 ) -> dict[str, str]:
-    """Spark's configuration for the platform. `class_archive`: a JVM class-data archive for a
+    """Spark's configuration for the platform: a driver's, or for `sc://` a Spark Connect
+    client's (its session's SQL settings only). `class_archive`: a JVM class-data archive for a
     local driver (see jvm_archive.py), None for none."""
     # The session's own SQL settings: the only ones a Spark Connect client may set.
     session: dict[str, str] = {

@@ -498,7 +498,6 @@ def record_failures(
 
 def release_quarantine(lake: Lake, masters: set[str]) -> None:
     """Let the masters be folded again (dead-letter replay, after a fix)."""
-
     if masters:
         ids = ", ".join(sql_string(m) for m in sorted(masters))
         lake.update(FOLD_FAILURES, f"master_id IN ({ids}) AND NOT released", {"released": "true"})
