@@ -13,7 +13,9 @@ backlog  The embedded queue preloaded by the simulator with N messages, then the
          wall time (not counting the preload), messages/s, and the peak memory of the whole
          process tree (Python, the Spark JVM and its Python workers; sum of PSS, and of RSS).
          `--mode inprocess` (default): sensor ticks and runs in one process through Dagster's
-         APIs, one Spark session for all runs. `--mode daemon`: a real dagster-daemon
+         APIs, one Spark session for all runs; batches are landed by a thread while runs
+         run, within the daemon's backpressure (`--landing serial`: land, run, land...).
+         `--mode daemon`: a real dagster-daemon
          launching each run in its own process with its own Spark driver, as scripts/run.sh.
 fold     The same simulated feed landed and classified (raw_messages, message_items), then
          the Spark fold (`fold_step` over every batch, one step) timed alone, against the
@@ -242,31 +244,93 @@ def landed_and_classified(data: Path, env: dict[str, str], messages: int, seed: 
     return h
 
 
-def run_inprocess(data: Path, env: dict[str, str], timings: dict[str, Any]) -> int:
+def run_inprocess(
+    data: Path, env: dict[str, str], timings: dict[str, Any], *, overlap: bool = True
+) -> int:
+    """Sensor ticks and the runs they request, in this process, on one Spark session.
+
+    `overlap` (the default): as under the daemon, batches are landed while runs run. A thread
+    ticks the sensor whenever fewer than SIS_MAX_RUNS_IN_FLIGHT requested runs wait or run
+    (the daemon's backpressure, with its sensor interval taken as zero), and this thread runs
+    the requested batches in order. Without it, land one batch, run it, land the next."""
     import dagster as dg
 
+    from sis_platform.queues.embedded import EmbeddedQueue
     from tests.harness import Harness
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    h = Harness(data, env)
-    runs = 0
+
+    def record(done: dg.ExecuteInProcessResult, seconds: float) -> None:
+        timings.setdefault("run_s", []).append(round(seconds, 1))
+        # Each step's own duration, run by run: which step grows with the lake.
+        for event in done.get_step_success_events():
+            timings.setdefault("step_s", {}).setdefault(event.step_key, []).append(
+                round(event.event_specific_data.duration_ms / 1000, 1)
+            )
+
+    if not overlap:
+        h = Harness(data, env)
+        runs = 0
+        while True:
+            t0 = time.monotonic()
+            result = h.tick()
+            timings["landing_s"] = timings.get("landing_s", 0.0) + time.monotonic() - t0
+            if isinstance(result, dg.SkipReason):
+                return runs
+            for request in result.run_requests or []:
+                t0 = time.monotonic()
+                record(h.run(request.partition_key), time.monotonic() - t0)
+                runs += 1
+
+    # Two threads write the instance: its storage on disk, not in memory.
+    (data / "dagster").mkdir()
+    h = Harness(data, env, instance=dg.DagsterInstance.local_temp(str(data / "dagster")))
+    limit = h.resources["landing"].max_runs_in_flight
+    queue = EmbeddedQueue(data / "queue")
+    changed = threading.Condition()
+    state: dict[str, Any] = {"ran": 0, "landed_all": False, "error": None}
+
+    def land() -> None:
+        try:
+            while True:
+                with changed:
+                    changed.wait_for(lambda: len(h.requested) - state["ran"] < limit)
+                t0 = time.monotonic()
+                result = h.tick()
+                timings["landing_s"] = timings.get("landing_s", 0.0) + time.monotonic() - t0
+                with changed:
+                    changed.notify_all()
+                if isinstance(result, dg.SkipReason) and not queue.depth():
+                    return
+        except BaseException as error:  # re-raised by the running thread
+            state["error"] = error
+        finally:
+            with changed:
+                state["landed_all"] = True
+                changed.notify_all()
+
+    lander = threading.Thread(target=land, name="bench-landing", daemon=True)
+    lander.start()
+    waited = 0.0
     while True:
         t0 = time.monotonic()
-        result = h.tick()
-        timings["landing_s"] = timings.get("landing_s", 0.0) + time.monotonic() - t0
-        if isinstance(result, dg.SkipReason):
-            break
-        for request in result.run_requests or []:
-            t0 = time.monotonic()
-            done = h.run(request.partition_key)
-            timings.setdefault("run_s", []).append(round(time.monotonic() - t0, 1))
-            # Each step's own duration, run by run: which step grows with the lake.
-            for event in done.get_step_success_events():
-                timings.setdefault("step_s", {}).setdefault(event.step_key, []).append(
-                    round(event.event_specific_data.duration_ms / 1000, 1)
-                )
-            runs += 1
-    return runs
+        with changed:
+            changed.wait_for(lambda: len(h.requested) > state["ran"] or state["landed_all"])
+            if state["error"] is not None:
+                raise RuntimeError("landing failed") from state["error"]
+            if len(h.requested) == state["ran"]:
+                break
+            key = h.requested[state["ran"]]
+        waited += time.monotonic() - t0
+        t0 = time.monotonic()
+        record(h.run(key), time.monotonic() - t0)
+        with changed:
+            state["ran"] += 1
+            changed.notify_all()
+    lander.join()
+    # Time the runs waited for a batch to be landed (landing not hidden behind a run).
+    timings["waited_for_landing_s"] = round(waited, 1)
+    return int(state["ran"])
 
 
 def start_daemon(data: Path, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -356,6 +420,11 @@ def spark_for(args: argparse.Namespace, env: dict[str, str]) -> Iterator[dict[st
             server.wait(timeout=120)
 
 
+def backlog_mode(args: argparse.Namespace) -> str:
+    serial = args.mode == "inprocess" and args.landing == "serial"
+    return f"{args.mode}, serial landing" if serial else args.mode
+
+
 def mode_label(args: argparse.Namespace, mode: str) -> str:
     return f"{mode}, Spark Connect" if args.spark == "connect" else mode
 
@@ -376,7 +445,7 @@ def _backlog(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
         timings: dict[str, Any] = {}
         t0 = time.monotonic()
         if args.mode == "inprocess":
-            runs = run_inprocess(data, env, timings)
+            runs = run_inprocess(data, env, timings, overlap=args.landing == "overlap")
         else:
             runs = run_daemon(data, env, Path(args.log))
         wall = time.monotonic() - t0
@@ -386,7 +455,7 @@ def _backlog(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
         batches = len(list((data / "landing" / "batches").glob("*.parquet")))
         return {"messages": n, "preload_s": round(preload_s, 2), "wall_s": round(wall, 2),
                 "messages_per_s": round(n / wall, 1), "batches": batches, "runs": runs,
-                "mode": mode_label(args, args.mode), "load_before": load,
+                "mode": mode_label(args, backlog_mode(args)), "load_before": load,
                 "load_after": load_average(),
                 "batch_max_messages": batch_max_messages(env), "check": detail,
                 **{k: round(v, 1) if isinstance(v, float) else v for k, v in timings.items()}}
@@ -718,6 +787,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--messages", type=int, action="append",
                         help="backlog size N (repeatable; 12000, 120000, 1200000)")
     parser.add_argument("--mode", choices=["inprocess", "daemon"], default="inprocess")
+    parser.add_argument("--landing", choices=["overlap", "serial"], default="overlap",
+                        help="backlog --mode inprocess: overlap: batches landed while runs run, "
+                        "as under the daemon; serial: land a batch, run it, land the next "
+                        "(the harness before session 9)")
     parser.add_argument("--batch", type=int, default=None,
                         help="SIS_BATCH_MAX_MESSAGES (default: the platform's)")
     parser.add_argument("--fold-messages", type=int, default=12_000)
@@ -783,7 +856,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"unknown parts: {', '.join(sorted(unknown))}")
     args.out.mkdir(parents=True, exist_ok=True)
     log = args.out / "bench.log"
-    common = ["--seed", str(args.seed), "--log", str(log), "--spark", args.spark]
+    common = ["--seed", str(args.seed), "--log", str(log), "--spark", args.spark,
+              "--landing", args.landing]
     if args.batch is not None:
         common += ["--batch", str(args.batch)]
     if args.keep:

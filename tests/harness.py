@@ -35,6 +35,9 @@ def received(body: bytes, message_id: str | None = None, delivery_count: int = 1
 class Harness:
     data_dir: Path
     overrides: Mapping[str, str] = field(default_factory=dict)
+    # In memory unless given; one that two threads write at once (scripts/bench.py lands
+    # batches while runs run) must be on disk.
+    instance: dg.DagsterInstance = field(default_factory=dg.DagsterInstance.ephemeral)
 
     def __post_init__(self) -> None:
         self.env = {
@@ -46,7 +49,6 @@ class Harness:
         }
         self.defs = build_definitions(self.env)
         self.resources: dict[str, Any] = config.resources(self.env)
-        self.instance = dg.DagsterInstance.ephemeral()
         self.cursor: str | None = None
         self.requested: list[str] = []
 
