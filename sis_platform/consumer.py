@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sis_platform.faults import crash_point
-from sis_platform.landing import LandedBatch, LandingZone
+from sis_platform.landing import ClosedBy, LandedBatch, LandingZone
 from sis_platform.queues.base import QueueSession, ReceivedMessage
 
 if TYPE_CHECKING:
@@ -66,12 +66,22 @@ def consume_batch(
     messages: list[ReceivedMessage] = []
     size = 0
     try:
-        while len(messages) < limits.max_messages and size < limits.max_bytes:
+        while True:
+            if len(messages) >= limits.max_messages:
+                closed_by = ClosedBy.MESSAGES
+                break
+            if size >= limits.max_bytes:
+                closed_by = ClosedBy.BYTES
+                break
             remaining = deadline - clock()
             if remaining <= 0:
+                closed_by = ClosedBy.SECONDS
                 break
             message = session.get(wait_seconds=min(limits.get_wait_seconds, remaining))
             if message is None:
+                # No message within the wait. Cut short by the deadline, it says nothing of
+                # the queue: a backlog is still one.
+                closed_by = ClosedBy.SECONDS if clock() >= deadline else ClosedBy.DRAINED
                 break
             messages.append(message)
             size += len(message.body)
@@ -79,7 +89,7 @@ def consume_batch(
             session.commit()  # nothing got; ends the (empty) unit of work cleanly
             return None
         crash_point("consume.after_get")
-        batch = zone.land(messages, fence=fence)
+        batch = zone.land(messages, fence=fence, closed_by=closed_by)
         crash_point("consume.after_land")
         if before_commit is not None:
             before_commit(batch)

@@ -33,6 +33,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,6 +50,16 @@ GENESIS_LINK = bytes(32)
 BATCH_KEY_RE = re.compile(r"^\d{10}$")
 FENCE_TOKEN_KEY = b"sis:fence_token"
 LEASE_HOLDER_KEY = b"sis:lease_holder"
+CLOSED_BY_KEY = b"sis:closed_by"
+
+
+class ClosedBy(StrEnum):
+    """Why a landing batch ended: one of its bounds, or the queue ran dry."""
+
+    MESSAGES = "messages"  # SIS_BATCH_MAX_MESSAGES reached
+    BYTES = "bytes"  # SIS_BATCH_MAX_BYTES reached
+    SECONDS = "seconds"  # SIS_BATCH_MAX_SECONDS passed with messages still arriving
+    DRAINED = "drained"  # a get waited SIS_GET_WAIT_SECONDS and found no message
 
 LANDING_SCHEMA = pa.schema(
     [
@@ -91,6 +102,7 @@ class LandedBatch:
     bytes: int
     last_link: str  # hex
     fence_token: int | None = None  # None: landed without a consumer lease
+    closed_by: ClosedBy | None = None  # None: not recorded (landed by hand, or before it was)
 
 
 class LandingZone:
@@ -133,12 +145,13 @@ class LandingZone:
         *,
         now: datetime | None = None,
         fence: Fence | None = None,
+        closed_by: ClosedBy | None = None,
     ) -> LandedBatch:
         """Write `messages` as the next batch, durably. Returns once the batch is on disk.
 
         With `fence`, the batch is claimed only while the fence's token is the lease's current
         token (checked under the lease lock right before the claim); otherwise `FencedOff` is
-        raised and nothing is landed."""
+        raised and nothing is landed. `closed_by` (why the batch ended) is kept with it."""
         if not messages:
             raise ValueError("a landing batch needs at least one message")
         import json
@@ -174,13 +187,14 @@ class LandingZone:
             for name, value in row.items():
                 columns[name].append(value)
         table = pa.Table.from_pydict(columns, schema=LANDING_SCHEMA)
+        metadata: dict[bytes, bytes] = {}
         if fence is not None:
-            table = table.replace_schema_metadata(
-                {
-                    FENCE_TOKEN_KEY: str(fence.token).encode(),
-                    LEASE_HOLDER_KEY: fence.holder.encode(),
-                }
-            )
+            metadata[FENCE_TOKEN_KEY] = str(fence.token).encode()
+            metadata[LEASE_HOLDER_KEY] = fence.holder.encode()
+        if closed_by is not None:
+            metadata[CLOSED_BY_KEY] = ClosedBy(closed_by).value.encode()
+        if metadata:
+            table = table.replace_schema_metadata(metadata)
         final = self.batch_path(key)
         # Unique across hosts: production and disaster recovery share this folder.
         tmp = self.tmp_dir / f"{key}.parquet.{uuid.uuid4().hex}.partial"
@@ -201,7 +215,7 @@ class LandingZone:
             tmp.unlink(missing_ok=True)
         _fsync_dir(self.batches_dir)
         token = fence.token if fence is not None else None
-        return LandedBatch(key, seq, final, len(messages), total, link.hex(), token)
+        return LandedBatch(key, seq, final, len(messages), total, link.hex(), token, closed_by)
 
     def fence_token(self, key: str) -> int | None:
         """The fencing token the batch was landed under (None: landed without a lease)."""
@@ -214,6 +228,12 @@ class LandingZone:
         metadata = pq.read_schema(self.batch_path(key)).metadata or {}
         raw = metadata.get(LEASE_HOLDER_KEY)
         return raw.decode() if raw is not None else None
+
+    def closed_by(self, key: str) -> ClosedBy | None:
+        """Why the batch ended (None: not recorded)."""
+        metadata = pq.read_schema(self.batch_path(key)).metadata or {}
+        raw = metadata.get(CLOSED_BY_KEY)
+        return ClosedBy(raw.decode()) if raw is not None else None
 
     def read(self, key: str) -> pa.Table:
         return pq.read_table(self.batch_path(key), schema=LANDING_SCHEMA)

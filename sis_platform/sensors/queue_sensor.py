@@ -13,7 +13,7 @@ from sis_platform.assets.partitions import BATCHES, batches_partitions
 from sis_platform.consumer import BatchLimits, consume_batch
 from sis_platform.faults import crash_point
 from sis_platform.jobs import process_batch_job
-from sis_platform.landing import batch_seq_of
+from sis_platform.landing import ClosedBy, batch_seq_of
 from sis_platform.lease import LeaseError
 from sis_platform.queues.base import FencedOff, SourceUnavailable
 from sis_platform.resources.platform import LandingZoneResource
@@ -72,16 +72,29 @@ def sportsdata_queue_sensor(
     if not pending:
         # Backpressure: while enough batch runs wait or run, leave messages on the queue. The
         # next batch is then larger (up to its bounds), so batch size follows processing speed
-        # instead of the run queue growing without bound behind a slow fold.
+        # instead of the run queue growing without bound behind a slow fold. Landing ahead of
+        # the run in flight pays only in a backlog; when the last batch emptied the queue (a
+        # live feed keeping up), a batch landed now would wait behind the run in flight anyway,
+        # and the messages after it behind both: the next batch waits for that run instead and
+        # takes them all at once.
+        limit = landing.max_runs_in_flight
+        last = zone.keys()[-1:]
+        drained = bool(last) and zone.closed_by(last[0]) == ClosedBy.DRAINED
+        if drained:
+            limit = 1
         in_flight = context.instance.get_run_records(
-            dg.RunsFilter(job_name=process_batch_job.name, statuses=IN_FLIGHT),
-            limit=landing.max_runs_in_flight,
+            dg.RunsFilter(job_name=process_batch_job.name, statuses=IN_FLIGHT), limit=limit
         )
-        if len(in_flight) >= landing.max_runs_in_flight:
+        if len(in_flight) >= limit:
             return dg.SkipReason(
                 f"backpressure: {len(in_flight)} batch run(s) queued or running "
-                f"(SIS_MAX_RUNS_IN_FLIGHT={landing.max_runs_in_flight}); messages wait on the "
-                "queue and the next batch takes more of them"
+                + (
+                    f"and batch {last[0]} emptied the queue (a batch landed now would wait "
+                    "for the run in flight)"
+                    if drained
+                    else f"(SIS_MAX_RUNS_IN_FLIGHT={limit})"
+                )
+                + "; messages wait on the queue and the next batch takes more of them"
             )
         source = queue.open()
         limits = BatchLimits(

@@ -6,7 +6,14 @@ from datetime import UTC, datetime
 import pyarrow.parquet as pq
 import pytest
 
-from sis_platform.landing import GENESIS_LINK, LandingZone, batch_key, batch_seq_of, chain_link
+from sis_platform.landing import (
+    GENESIS_LINK,
+    ClosedBy,
+    LandingZone,
+    batch_key,
+    batch_seq_of,
+    chain_link,
+)
 from sis_platform.queues.base import ReceivedMessage, new_message_id
 
 
@@ -80,3 +87,11 @@ def test_landing_file_is_plain_parquet_readable_without_the_platform(tmp_path):
 def test_an_empty_batch_is_refused(tmp_path):
     with pytest.raises(ValueError, match="at least one message"):
         LandingZone(tmp_path).land([])
+
+
+def test_why_a_batch_ended_is_kept_with_it(tmp_path):
+    zone = LandingZone(tmp_path)
+    recorded = zone.land(_messages(2), closed_by=ClosedBy.SECONDS)
+    unrecorded = zone.land(_messages(1, 2))
+    assert zone.closed_by(recorded.key) == ClosedBy.SECONDS
+    assert zone.closed_by(unrecorded.key) is None

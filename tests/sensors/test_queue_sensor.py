@@ -12,6 +12,7 @@ import dagster as dg
 import pytest
 
 from sis_platform.consumer import BatchLimits, consume_batch
+from sis_platform.landing import ClosedBy
 from sis_platform.queues.base import ReceivedMessage, new_message_id
 from sis_platform.queues.embedded import EmbeddedQueue
 from tests.harness import Harness
@@ -158,3 +159,81 @@ def test_backpressure_leaves_messages_on_the_queue_while_runs_are_in_flight(tmp_
     h.instance.report_run_canceled(run)  # the run ended
     assert isinstance(h.tick(), dg.SensorResult)
     assert _queue(h).depth() == 0
+
+
+@pytest.mark.parametrize(
+    ("limits", "messages", "closed_by", "landed"),
+    [
+        (BatchLimits(max_messages=3, get_wait_seconds=0.05), 5, ClosedBy.MESSAGES, 3),
+        (BatchLimits(max_bytes=20, get_wait_seconds=0.05), 5, ClosedBy.BYTES, 2),
+        (BatchLimits(get_wait_seconds=0.05), 2, ClosedBy.DRAINED, 2),
+    ],
+)
+def test_a_batch_records_why_it_ended(tmp_path, limits, messages, closed_by, landed):
+    h = Harness(tmp_path)
+    _put(h, messages)  # 12 bytes each
+    with _queue(h).connect() as session:
+        batch = consume_batch(session, h.zone, limits)
+    assert batch is not None
+    assert (batch.messages, batch.closed_by) == (landed, closed_by)
+    assert h.zone.closed_by(batch.key) == closed_by
+
+
+def test_a_batch_cut_by_its_deadline_is_not_taken_for_a_drained_queue(tmp_path):
+    h = Harness(tmp_path)
+    _put(h, 3)
+    ticks = iter([0.0, 1.0, 2.0, 9.0, 10.5])  # the third get's wait runs into the deadline
+
+    with _queue(h).connect() as session:
+        batch = consume_batch(
+            session, h.zone, BatchLimits(max_seconds=10, get_wait_seconds=0.05),
+            clock=lambda: next(ticks),
+        )
+    assert batch is not None
+    assert (batch.messages, batch.closed_by) == (3, ClosedBy.SECONDS)
+
+
+def _run_in_flight(h: Harness, partition_key: str) -> dg.DagsterRun:
+    """The requested run in progress, as the daemon would have launched it."""
+    return h.instance.create_run_for_job(
+        h.defs.resolve_job_def("process_batch"),
+        tags={"dagster/partition": partition_key},
+        status=dg.DagsterRunStatus.STARTED,
+    )
+
+
+def test_after_a_batch_that_emptied_the_queue_the_next_waits_for_the_run_in_flight(tmp_path):
+    # A live feed keeping up: a batch landed behind the run in flight would wait for it, and
+    # the messages after it for both; the next batch waits instead and takes them all.
+    h = Harness(tmp_path)  # SIS_MAX_RUNS_IN_FLIGHT: 2
+    _put(h, 2)
+    first = h.tick()
+    assert isinstance(first, dg.SensorResult)
+    key = first.run_requests[0].partition_key
+    assert h.zone.closed_by(key) == ClosedBy.DRAINED
+    assert h.zone.fence_token(key) is not None  # kept beside the lease's fields
+    run = _run_in_flight(h, key)
+    _put(h, 3)
+    held = h.tick()
+    assert isinstance(held, dg.SkipReason)
+    assert "emptied the queue" in (held.skip_message or "")
+    assert _queue(h).depth() == 3
+    h.instance.report_run_canceled(run)  # the run ended
+    assert isinstance(h.tick(), dg.SensorResult)
+    assert _queue(h).depth() == 0
+
+
+def test_in_a_backlog_batches_are_landed_ahead_of_the_run_in_flight(tmp_path):
+    h = Harness(tmp_path, {"SIS_BATCH_MAX_MESSAGES": "2"})  # SIS_MAX_RUNS_IN_FLIGHT: 2
+    _put(h, 7)
+    first = h.tick()
+    assert isinstance(first, dg.SensorResult)
+    _run_in_flight(h, first.run_requests[0].partition_key)
+    second = h.tick()  # one run in flight, and the last batch was full: land the next
+    assert isinstance(second, dg.SensorResult)
+    assert h.zone.closed_by(second.run_requests[0].partition_key) == ClosedBy.MESSAGES
+    _run_in_flight(h, second.run_requests[0].partition_key)
+    held = h.tick()
+    assert isinstance(held, dg.SkipReason)
+    assert "SIS_MAX_RUNS_IN_FLIGHT=2" in (held.skip_message or "")
+    assert _queue(h).depth() == 3
