@@ -46,8 +46,9 @@ class LandingZoneResource(dg.ConfigurableResource):
     max_runs_in_flight: int = Field(
         default=2,
         description="The sensor lands no new batch while this many batch runs are queued or "
-        "running (backpressure: batches grow instead of the run queue). When the last batch "
-        "emptied the queue, it lands none while any batch run is queued or running.",
+        "running (backpressure: batches grow instead of the run queue). Ahead of a batch run "
+        "in flight it lands one only in a backlog: when the last batch filled up to its "
+        "message or byte bound.",
     )
     get_wait_seconds: float = Field(
         default=DEFAULT_GET_WAIT_SECONDS,

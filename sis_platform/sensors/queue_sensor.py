@@ -73,14 +73,15 @@ def sportsdata_queue_sensor(
         # Backpressure: while enough batch runs wait or run, leave messages on the queue. The
         # next batch is then larger (up to its bounds), so batch size follows processing speed
         # instead of the run queue growing without bound behind a slow fold. Landing ahead of
-        # the run in flight pays only in a backlog; when the last batch emptied the queue (a
-        # live feed keeping up), a batch landed now would wait behind the run in flight anyway,
-        # and the messages after it behind both: the next batch waits for that run instead and
-        # takes them all at once.
+        # the run in flight pays only in a backlog (the last batch filled up to a bound). A
+        # live feed keeping up ends its batches by time or by running dry: a batch landed now
+        # would wait behind the run in flight, and the messages after it behind both, so the
+        # next batch waits for that run instead and takes them all at once.
         limit = landing.max_runs_in_flight
         last = zone.keys()[-1:]
-        drained = bool(last) and zone.closed_by(last[0]) == ClosedBy.DRAINED
-        if drained:
+        closed_by = zone.closed_by(last[0]) if last else None
+        live = closed_by in (ClosedBy.SECONDS, ClosedBy.DRAINED)
+        if live:
             limit = 1
         in_flight = context.instance.get_run_records(
             dg.RunsFilter(job_name=process_batch_job.name, statuses=IN_FLIGHT), limit=limit
@@ -89,9 +90,9 @@ def sportsdata_queue_sensor(
             return dg.SkipReason(
                 f"backpressure: {len(in_flight)} batch run(s) queued or running "
                 + (
-                    f"and batch {last[0]} emptied the queue (a batch landed now would wait "
-                    "for the run in flight)"
-                    if drained
+                    f"and batch {last[0]} was not full (it ended: {closed_by}), so a batch "
+                    "landed now would wait for the run in flight"
+                    if live
                     else f"(SIS_MAX_RUNS_IN_FLIGHT={limit})"
                 )
                 + "; messages wait on the queue and the next batch takes more of them"

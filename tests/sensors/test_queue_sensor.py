@@ -15,7 +15,7 @@ from sis_platform.consumer import BatchLimits, consume_batch
 from sis_platform.landing import ClosedBy
 from sis_platform.queues.base import ReceivedMessage, new_message_id
 from sis_platform.queues.embedded import EmbeddedQueue
-from tests.harness import Harness
+from tests.harness import Harness, received
 
 
 def _queue(h: Harness) -> EmbeddedQueue:
@@ -108,7 +108,7 @@ def test_the_sensor_process_never_starts_a_jvm(tmp_path):
     script = textwrap.dedent(
         f"""
         import pathlib, psutil
-        from tests.harness import Harness
+        from tests.harness import Harness, received
         h = Harness(pathlib.Path({str(tmp_path)!r}))
         with h.resources["queue"].open().producer() as p:
             p.put(b"<m/>")
@@ -202,7 +202,7 @@ def _run_in_flight(h: Harness, partition_key: str) -> dg.DagsterRun:
     )
 
 
-def test_after_a_batch_that_emptied_the_queue_the_next_waits_for_the_run_in_flight(tmp_path):
+def test_after_a_batch_that_was_not_full_the_next_waits_for_the_run_in_flight(tmp_path):
     # A live feed keeping up: a batch landed behind the run in flight would wait for it, and
     # the messages after it for both; the next batch waits instead and takes them all.
     h = Harness(tmp_path)  # SIS_MAX_RUNS_IN_FLIGHT: 2
@@ -216,7 +216,7 @@ def test_after_a_batch_that_emptied_the_queue_the_next_waits_for_the_run_in_flig
     _put(h, 3)
     held = h.tick()
     assert isinstance(held, dg.SkipReason)
-    assert "emptied the queue" in (held.skip_message or "")
+    assert "not full (it ended: drained)" in (held.skip_message or "")
     assert _queue(h).depth() == 3
     h.instance.report_run_canceled(run)  # the run ended
     assert isinstance(h.tick(), dg.SensorResult)
@@ -237,3 +237,15 @@ def test_in_a_backlog_batches_are_landed_ahead_of_the_run_in_flight(tmp_path):
     assert isinstance(held, dg.SkipReason)
     assert "SIS_MAX_RUNS_IN_FLIGHT=2" in (held.skip_message or "")
     assert _queue(h).depth() == 3
+
+
+def test_a_batch_ended_by_its_deadline_is_a_live_feed_too(tmp_path):
+    h = Harness(tmp_path)  # SIS_MAX_RUNS_IN_FLIGHT: 2
+    # Landed by a tick cut short before registering it: a live feed's batch, ended by time.
+    first = h.zone.land([received(b"<m/>")], closed_by=ClosedBy.SECONDS)
+    assert isinstance(h.tick(), dg.SensorResult)  # registered
+    _run_in_flight(h, first.key)
+    _put(h, 1)
+    held = h.tick()
+    assert isinstance(held, dg.SkipReason)
+    assert "not full (it ended: seconds)" in (held.skip_message or "")
