@@ -80,7 +80,7 @@ def sportsdata_queue_sensor(
         limit = landing.max_runs_in_flight
         last = zone.keys()[-1:]
         closed_by = zone.closed_by(last[0]) if last else None
-        live = closed_by in (ClosedBy.SECONDS, ClosedBy.DRAINED)
+        live = limit > 1 and closed_by in (ClosedBy.SECONDS, ClosedBy.DRAINED)
         if live:
             limit = 1
         in_flight = context.instance.get_run_records(

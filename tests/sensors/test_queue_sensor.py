@@ -139,26 +139,13 @@ def test_sensor_messages_keep_queue_metadata(tmp_path):
     assert isinstance(ReceivedMessage, type)
 
 
-def test_backpressure_leaves_messages_on_the_queue_while_runs_are_in_flight(tmp_path):
-    h = Harness(tmp_path, {"SIS_MAX_RUNS_IN_FLIGHT": "1"})
-    _put(h, 2)
-    first = h.tick()
-    assert isinstance(first, dg.SensorResult)
-    # The requested run is in progress, as the daemon would have launched it.
-    job = h.defs.resolve_job_def("process_batch")
-    run = h.instance.create_run_for_job(
-        job,
-        tags={"dagster/partition": first.run_requests[0].partition_key},
+def _run_in_flight(h: Harness, partition_key: str) -> dg.DagsterRun:
+    """The requested run in progress, as the daemon would have launched it."""
+    return h.instance.create_run_for_job(
+        h.defs.resolve_job_def("process_batch"),
+        tags={"dagster/partition": partition_key},
         status=dg.DagsterRunStatus.STARTED,
     )
-    _put(h, 3)
-    held = h.tick()
-    assert isinstance(held, dg.SkipReason)
-    assert "backpressure" in (held.skip_message or "")
-    assert _queue(h).depth() == 3
-    h.instance.report_run_canceled(run)  # the run ended
-    assert isinstance(h.tick(), dg.SensorResult)
-    assert _queue(h).depth() == 0
 
 
 @pytest.mark.parametrize(
@@ -193,19 +180,17 @@ def test_a_batch_cut_by_its_deadline_is_not_taken_for_a_drained_queue(tmp_path):
     assert (batch.messages, batch.closed_by) == (3, ClosedBy.SECONDS)
 
 
-def _run_in_flight(h: Harness, partition_key: str) -> dg.DagsterRun:
-    """The requested run in progress, as the daemon would have launched it."""
-    return h.instance.create_run_for_job(
-        h.defs.resolve_job_def("process_batch"),
-        tags={"dagster/partition": partition_key},
-        status=dg.DagsterRunStatus.STARTED,
-    )
-
-
-def test_after_a_batch_that_was_not_full_the_next_waits_for_the_run_in_flight(tmp_path):
-    # A live feed keeping up: a batch landed behind the run in flight would wait for it, and
-    # the messages after it for both; the next batch waits instead and takes them all.
-    h = Harness(tmp_path)  # SIS_MAX_RUNS_IN_FLIGHT: 2
+@pytest.mark.parametrize(
+    ("env", "why"),
+    [
+        ({"SIS_MAX_RUNS_IN_FLIGHT": "1"}, "(SIS_MAX_RUNS_IN_FLIGHT=1)"),
+        # A live feed keeping up: a batch landed behind the run in flight would wait for it,
+        # and the messages after it for both; the next batch waits instead and takes them all.
+        ({}, "batch 0000000001 was not full (it ended: drained)"),
+    ],
+)
+def test_backpressure_leaves_messages_on_the_queue_while_runs_are_in_flight(tmp_path, env, why):
+    h = Harness(tmp_path, env)
     _put(h, 2)
     first = h.tick()
     assert isinstance(first, dg.SensorResult)
@@ -216,7 +201,7 @@ def test_after_a_batch_that_was_not_full_the_next_waits_for_the_run_in_flight(tm
     _put(h, 3)
     held = h.tick()
     assert isinstance(held, dg.SkipReason)
-    assert "not full (it ended: drained)" in (held.skip_message or "")
+    assert why in (held.skip_message or "")
     assert _queue(h).depth() == 3
     h.instance.report_run_canceled(run)  # the run ended
     assert isinstance(h.tick(), dg.SensorResult)
