@@ -295,13 +295,19 @@ def run_inprocess(
             while True:
                 with changed:
                     changed.wait_for(lambda: len(h.requested) - state["ran"] < limit)
+                    ran = state["ran"]
                 t0 = time.monotonic()
                 result = h.tick()
                 timings["landing_s"] = timings.get("landing_s", 0.0) + time.monotonic() - t0
                 with changed:
                     changed.notify_all()
-                if isinstance(result, dg.SkipReason) and not queue.depth():
-                    return
+                if isinstance(result, dg.SkipReason):
+                    if not queue.depth():
+                        return
+                    # Held back by the sensor's own backpressure (the last batch was not full):
+                    # the next tick after the run in flight ends, not a tick a moment from now.
+                    with changed:
+                        changed.wait_for(lambda ran=ran: state["ran"] != ran)
         except BaseException as error:  # re-raised by the running thread
             state["error"] = error
         finally:
