@@ -24,6 +24,7 @@ from sis_platform.consumer import (
     DEFAULT_BATCH_MAX_SECONDS,
     DEFAULT_GET_WAIT_SECONDS,
 )
+from sis_platform.domain.limits import DEFAULT_LIMITS
 from sis_platform.lease import DEFAULT_LEASE_SECONDS
 from sis_platform.resources.platform import (
     DeltaLakeResource,
@@ -194,6 +195,37 @@ def shared_spark_session(remote: str, lake_path: str) -> str:
     return f"{url};session_id={session}" if "/;" in url else f"{url}/;session_id={session}"
 
 
+# Each resource bound (sis_platform.domain.limits) and the variable that sets it.
+LIMIT_VARIABLES = {
+    "max_message_bytes": "SIS_MAX_MESSAGE_BYTES",
+    "max_elements": "SIS_MAX_ELEMENTS",
+    "max_depth": "SIS_MAX_DEPTH",
+    "max_attributes": "SIS_MAX_ATTRIBUTES",
+    "max_children": "SIS_MAX_CHILDREN",
+    "max_ids": "SIS_MAX_IDS",
+    "max_patch_operations": "SIS_MAX_PATCH_OPERATIONS",
+    "max_selector_length": "SIS_MAX_SELECTOR_LENGTH",
+    "max_selector_steps": "SIS_MAX_SELECTOR_STEPS",
+    "item_budget_seconds": "SIS_ITEM_BUDGET_SECONDS",
+}
+
+
+def limits_settings(env: Mapping[str, str]) -> dict[str, Any]:
+    """The resource bounds the environment sets (defaults: DEFAULT_LIMITS); each must be
+    positive."""
+    settings: dict[str, Any] = {}
+    for name, variable in LIMIT_VARIABLES.items():
+        default = getattr(DEFAULT_LIMITS, name)
+        value: float = (
+            _float(env, variable, default) if isinstance(default, float)
+            else _int(env, variable, default)
+        )
+        if value <= 0:
+            raise ConfigurationError(f"{variable}={value:g} must be positive")
+        settings[name] = value
+    return settings
+
+
 def resources(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The resources for the profile the environment names."""
     env = os.environ if env is None else env
@@ -231,7 +263,7 @@ def resources(env: Mapping[str, str] | None = None) -> dict[str, Any]:
         ),
         "lake": DeltaLakeResource(base_path=lake_path),
         "processing": FeedProcessingResource(
-            max_message_bytes=_int(env, "SIS_MAX_MESSAGE_BYTES", 4 * 1024 * 1024),
+            **limits_settings(env),
             redelivery_limit=_int(env, "SIS_REDELIVERY_LIMIT", 5),
             quarantine_after=_int(env, "SIS_QUARANTINE_AFTER", 3),
             selector=env.get("SIS_SELECTOR") or None,

@@ -33,10 +33,11 @@ from typing import Literal
 
 from lxml import etree
 
+from sis_platform.domain.limits import DEFAULT_LIMITS
 from sis_platform.domain.reasons import Reason
 from sis_platform.domain.schema import validate_envelope
 
-DEFAULT_MAX_BYTES = 4 * 1024 * 1024
+DEFAULT_MAX_BYTES = DEFAULT_LIMITS.max_message_bytes
 
 ENVELOPE_ATTRIBUTES = frozenset({"category", "type", "id", "sent"})
 

@@ -10,6 +10,10 @@ class Reason(StrEnum):
     INVALID_ENVELOPE = "invalid-envelope"  # bad root attributes: category/type/id/sent
     IDS_MISMATCH = "ids-mismatch"  # master events do not match the listed ids
     TOO_LARGE = "too-large"
+    # Over a resource bound other than size (sis_platform.domain.limits): too many elements,
+    # ids or patch operations, an XPath selector too long or outside the supported subset's
+    # bounds, or an item that overran its time budget. Whole-message or item reason.
+    TOO_COMPLEX = "too-complex"
     REDELIVERY_LIMIT = "redelivery-limit"
 
     # Item reasons.
@@ -42,16 +46,17 @@ MESSAGE_REASONS = frozenset(
         Reason.INVALID_ENVELOPE,
         Reason.IDS_MISMATCH,
         Reason.TOO_LARGE,
+        Reason.TOO_COMPLEX,
         Reason.REDELIVERY_LIMIT,
     }
 )
 
-# A failed patch (any RFC 5261 error) or an invalid result marks the master stale.
-STALE_REASONS = frozenset(r for r in Reason if r not in MESSAGE_REASONS) - {
-    Reason.ORPHAN_UPDATE,
-    Reason.MASTER_STALE,
-    Reason.QUARANTINED,
-}
+# A failed patch (any RFC 5261 error), an invalid result, or an item over a bound (too-complex:
+# it was not applied, so the master missed an update) marks the master stale.
+STALE_REASONS = (
+    frozenset(r for r in Reason if r not in MESSAGE_REASONS)
+    - {Reason.ORPHAN_UPDATE, Reason.MASTER_STALE, Reason.QUARANTINED}
+) | {Reason.TOO_COMPLEX}
 
 
 class Outcome(StrEnum):

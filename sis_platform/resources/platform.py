@@ -14,7 +14,7 @@ from sis_platform.consumer import (
     DEFAULT_BATCH_MAX_SECONDS,
     DEFAULT_GET_WAIT_SECONDS,
 )
-from sis_platform.domain.messages import DEFAULT_MAX_BYTES
+from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
 from sis_platform.landing import LandingZone
 from sis_platform.lease import DEFAULT_LEASE_SECONDS, ConsumerLease, holder_id
 
@@ -85,10 +85,47 @@ class DeltaLakeResource(dg.ConfigurableResource):
 
 
 class FeedProcessingResource(dg.ConfigurableResource):
-    """How the feed is interpreted (SPORTSDATA.md): limits and the item selector."""
+    """How the feed is interpreted (SPORTSDATA.md): resource bounds, limits and the item
+    selector. The bounds are documented in sis_platform/domain/limits.py."""
 
     max_message_bytes: int = Field(
-        default=DEFAULT_MAX_BYTES, description="A body over this many bytes is invalid."
+        default=DEFAULT_LIMITS.max_message_bytes,
+        gt=0,
+        description="A body over this many bytes is moved aside at intake and dead-lettered "
+        "`too-large`.",
+    )
+    max_elements: int = Field(
+        default=DEFAULT_LIMITS.max_elements, gt=0,
+        description="Most elements in a message or a patched master (`too-complex` beyond).",
+    )
+    max_depth: int = Field(
+        default=DEFAULT_LIMITS.max_depth, gt=0, description="Deepest element nesting."
+    )
+    max_attributes: int = Field(
+        default=DEFAULT_LIMITS.max_attributes, gt=0, description="Most attributes on an element."
+    )
+    max_children: int = Field(
+        default=DEFAULT_LIMITS.max_children, gt=0, description="Most children of an element."
+    )
+    max_ids: int = Field(
+        default=DEFAULT_LIMITS.max_ids, gt=0, description="Most master ids in one message."
+    )
+    max_patch_operations: int = Field(
+        default=DEFAULT_LIMITS.max_patch_operations, gt=0,
+        description="Most patch operations in one update message.",
+    )
+    max_selector_length: int = Field(
+        default=DEFAULT_LIMITS.max_selector_length, gt=0,
+        description="Longest XPath selector (`sel`), in characters.",
+    )
+    max_selector_steps: int = Field(
+        default=DEFAULT_LIMITS.max_selector_steps, gt=0,
+        description="Most location steps plus predicates in one XPath selector.",
+    )
+    item_budget_seconds: float = Field(
+        default=DEFAULT_LIMITS.item_budget_seconds, gt=0,
+        description="Wall-clock seconds one item may take to fold; a worker over it is killed "
+        "and the item dead-lettered `too-complex`.",
     )
     redelivery_limit: int = Field(
         default=5, description="A message delivered more often than this is dead-lettered."
@@ -105,6 +142,21 @@ class FeedProcessingResource(dg.ConfigurableResource):
         "a crashed worker) is quarantined: its items are dead-lettered `quarantined` until a "
         "dead-letter replay after the fix, so it cannot block the other masters.",
     )
+
+    def limits(self) -> Limits:
+        """The resource bounds as one domain record."""
+        return Limits(
+            max_message_bytes=self.max_message_bytes,
+            max_elements=self.max_elements,
+            max_depth=self.max_depth,
+            max_attributes=self.max_attributes,
+            max_children=self.max_children,
+            max_ids=self.max_ids,
+            max_patch_operations=self.max_patch_operations,
+            max_selector_length=self.max_selector_length,
+            max_selector_steps=self.max_selector_steps,
+            item_budget_seconds=self.item_budget_seconds,
+        )
 
     def compiled_selector(self) -> Selector | None:
         from sis_platform.domain.selector import Selector

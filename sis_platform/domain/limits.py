@@ -1,0 +1,59 @@
+"""The resource bounds every message is held to (DESIGN.md invariant 6, "Bounded cost").
+
+Whatever its bytes, a message reaches an end state (applied, duplicate, filtered or
+dead-lettered) within bounded time and memory. Each bound below is enforced before the work it
+protects (a structural bound before RELAX NG validation, an id bound before splitting, the
+XPath bound before evaluation), so the cost of checking stays linear in the message. A message
+beyond a bound is dead-lettered `too-large` (its bytes) or `too-complex` (anything else), with
+a detail naming the bound and its configured value.
+
+Defaults are at least 10x what a realistic feed needs. Measured on the simulator's racing days
+(24,000 messages, `sis-feed`): largest body 27.6 KB, 14 ids in a message, 365 elements, depth
+5, 8 attributes on an element, 68 patch operations, an XPath selector of 57 characters with 5
+steps and 2 predicates, about 1 ms to fold one item. The feed contract (docs/feed.md) allows
+bodies "rarely up to 1 MB", so the element bounds leave room for such a message too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-message and per-item bounds. Every field is an `SIS_*` setting (docs/configuration.md).
+    """
+
+    # Body bytes (SIS_MAX_MESSAGE_BYTES). A larger message is moved aside at intake and never
+    # held in a batch; it is logged with its size and digest and dead-lettered `too-large`.
+    max_message_bytes: int = 4 * 1024 * 1024
+    # Elements in one message, or in one master document after a patch (SIS_MAX_ELEMENTS).
+    max_elements: int = 50_000
+    # Element nesting depth, the root being 1 (SIS_MAX_DEPTH).
+    max_depth: int = 64
+    # Attributes on one element (SIS_MAX_ATTRIBUTES): RELAX NG validation cost grows with the
+    # square of an element's attributes, so this bound is what keeps validation linear.
+    max_attributes: int = 100
+    # Children of one element (SIS_MAX_CHILDREN).
+    max_children: int = 5_000
+    # Master ids listed in one message (SIS_MAX_IDS).
+    max_ids: int = 200
+    # Patch operations in one update message (SIS_MAX_PATCH_OPERATIONS).
+    max_patch_operations: int = 1_000
+    # Characters in one XPath selector (`sel`), and location steps plus predicates in it
+    # (SIS_MAX_SELECTOR_LENGTH, SIS_MAX_SELECTOR_STEPS).
+    max_selector_length: int = 1_024
+    max_selector_steps: int = 64
+    # Wall-clock seconds one item may take to fold (SIS_ITEM_BUDGET_SECONDS). A worker that
+    # overruns it is killed and the item dead-lettered `too-complex`; no content is expected to
+    # get near it once the bounds above hold: it is the backstop for an evaluator bug.
+    item_budget_seconds: float = 10.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not value > 0:
+                raise ValueError(f"limit {f.name} must be positive, got {value!r}")
+
+
+DEFAULT_LIMITS = Limits()
