@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             steps: list[tuple[str, Callable[[], object]]] = [
                 # The same items again (same digest), so the fold step after it is unchanged.
                 ("message_items", lambda key=key: log_items(
-                    lake, key, max_bytes=processing.max_message_bytes,
+                    lake, key, limits=processing.limits(),
                     redelivery_limit=processing.redelivery_limit, run_id=None)),
                 ("fold step", lambda: fold_step(lake, max_batches=1)),
                 ("model refresh", lambda: refresh_model(lake)),

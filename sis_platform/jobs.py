@@ -60,7 +60,7 @@ def replay_op(
         lk,
         reasons=config.reasons,
         batch_keys=config.batches,
-        max_bytes=processing.max_message_bytes,
+        limits=processing.limits(),
         redelivery_limit=processing.redelivery_limit,
         selector=processing.selector,
         quarantine_after=processing.quarantine_after,

@@ -120,7 +120,7 @@ def message_items(
     lk = lake.lake(spark.spark_session)
     summary = log_items(
         lk, context.partition_key,
-        max_bytes=processing.max_message_bytes,
+        limits=processing.limits(),
         redelivery_limit=processing.redelivery_limit,
         run_id=context.run.run_id,
     )

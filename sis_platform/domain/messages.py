@@ -5,7 +5,8 @@
 the whole message is dead-lettered. Checks run cheapest first and each input is parsed once
 and validated once:
 
-1. `too-large`: the body is longer than `max_bytes` (default 4 MB), checked before parsing.
+1. `too-large`: the body is longer than `limits.max_message_bytes` (default 4 MB), checked
+   before parsing.
 2. `not-well-formed`: not XML, not UTF-8, or carrying a DOCTYPE. The parser never resolves
    entities, loads a DTD or touches the network, and keeps libxml2's size limits
    (huge_tree=False); any DOCTYPE is rejected outright since the feed never needs one and
@@ -33,7 +34,7 @@ from typing import Literal
 
 from lxml import etree
 
-from sis_platform.domain.limits import DEFAULT_LIMITS
+from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
 from sis_platform.domain.reasons import Reason
 from sis_platform.domain.schema import validate_envelope
 
@@ -100,11 +101,13 @@ def parse_xml(body: bytes) -> etree._Element:
     return etree.fromstring(body, _parser())
 
 
-def parse_message(body: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> ParsedMessage:
+def parse_message(body: bytes, *, limits: Limits = DEFAULT_LIMITS) -> ParsedMessage:
     """Parse and validate one message body; raises InvalidMessage (see the module docstring)."""
+    max_bytes = limits.max_message_bytes
     if len(body) > max_bytes:
         raise InvalidMessage(
-            Reason.TOO_LARGE, f"body is {len(body)} bytes, over the limit of {max_bytes}"
+            Reason.TOO_LARGE,
+            f"body is {len(body)} bytes, over the limit of {max_bytes} (SIS_MAX_MESSAGE_BYTES)",
         )
     try:
         root = parse_xml(body)

@@ -39,7 +39,8 @@ from sis_platform.domain.fold import (
     fold_master,
 )
 from sis_platform.domain.items import Item, split_message
-from sis_platform.domain.messages import DEFAULT_MAX_BYTES, InvalidMessage, parse_message
+from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
+from sis_platform.domain.messages import InvalidMessage, parse_message
 from sis_platform.domain.reasons import Outcome, Reason
 
 DEFAULT_REDELIVERY_LIMIT = 5
@@ -79,7 +80,7 @@ class MessageResult:
 def classify_message(
     message: LoggedMessage,
     *,
-    max_bytes: int = DEFAULT_MAX_BYTES,
+    limits: Limits = DEFAULT_LIMITS,
     redelivery_limit: int = DEFAULT_REDELIVERY_LIMIT,
 ) -> list[Item] | DeadLetter:
     """The items of a (deduplicated) message, or its dead letter (steps 2-4 above)."""
@@ -96,7 +97,7 @@ def classify_message(
             body=message.body,
         )
     try:
-        parsed = parse_message(message.body, max_bytes=max_bytes)
+        parsed = parse_message(message.body, limits=limits)
     except InvalidMessage as error:
         return DeadLetter(
             message_id=message.message_id,
@@ -148,11 +149,11 @@ class ReferencePipeline:
     def __init__(
         self,
         selector: ItemSelector | None = None,
-        max_bytes: int = DEFAULT_MAX_BYTES,
+        limits: Limits = DEFAULT_LIMITS,
         redelivery_limit: int = DEFAULT_REDELIVERY_LIMIT,
     ) -> None:
         self.selector = selector
-        self.max_bytes = max_bytes
+        self.limits = limits
         self.redelivery_limit = redelivery_limit
         # Masters that exist, are stale or are filtered (an orphan update leaves no entry).
         self.masters: dict[str, MasterState] = {}
@@ -182,7 +183,7 @@ class ReferencePipeline:
                 continue
             self._seen.add(message.message_id)
             classified = classify_message(
-                message, max_bytes=self.max_bytes, redelivery_limit=self.redelivery_limit
+                message, limits=self.limits, redelivery_limit=self.redelivery_limit
             )
             if isinstance(classified, DeadLetter):
                 results.append(((index, -1), message_result(classified)))

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sis_platform.domain.limits import Limits
 from sis_platform.lake.tables import BATCH_LOG, MESSAGE_ITEMS, RAW_MESSAGES
 from sis_platform.landing import batch_seq_of
 from sis_platform.spark.arrow import record_batch
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 
 
 def _classify_batches(
-    batches: Iterator[pa.RecordBatch], *, max_bytes: int, redelivery_limit: int
+    batches: Iterator[pa.RecordBatch], *, limits: Limits, redelivery_limit: int
 ) -> Iterator[pa.RecordBatch]:
     """Raw message rows to message_items rows, Arrow batches both ways (`mapInArrow`): no
     pandas frame per batch, and the bodies reach `classify_message` as the bytes Arrow holds."""
@@ -44,7 +45,7 @@ def _classify_batches(
             base = (key, batch_seq, msg_seq, message_id, delivery_count)
             outcome = classify_message(
                 LoggedMessage(message_id, body, delivery_count),
-                max_bytes=max_bytes,
+                limits=limits,
                 redelivery_limit=redelivery_limit,
             )
             if isinstance(outcome, DeadLetter):
@@ -61,14 +62,14 @@ def _classify_batches(
         yield record_batch(rows, schema)
 
 
-def classify_batch(raw: DataFrame, *, max_bytes: int, redelivery_limit: int) -> DataFrame:
+def classify_batch(raw: DataFrame, *, limits: Limits, redelivery_limit: int) -> DataFrame:
     """Raw message rows (one batch) to message_items rows."""
     from functools import partial
 
     return raw.select(
         "batch_key", "batch_seq", "msg_seq", "message_id", "delivery_count", "body"
     ).mapInArrow(
-        partial(_classify_batches, max_bytes=max_bytes, redelivery_limit=redelivery_limit),
+        partial(_classify_batches, limits=limits, redelivery_limit=redelivery_limit),
         schema=MESSAGE_ITEMS.schema(),
     )
 
@@ -131,7 +132,7 @@ def batch_condition(key: str) -> str:
 
 
 def log_items(
-    lake: Lake, key: str, *, max_bytes: int, redelivery_limit: int, run_id: str | None
+    lake: Lake, key: str, *, limits: Limits, redelivery_limit: int, run_id: str | None
 ) -> ItemsSummary:
     """(Re)write one batch's message_items from its raw_messages, then its batch_log row (in
     that order: the fold reads batch_log's version first, see spark/fold.py)."""
@@ -140,7 +141,7 @@ def log_items(
     lake.ensure(MESSAGE_ITEMS, BATCH_LOG)
     where = batch_condition(key)
     raw = lake.read(RAW_MESSAGES).where(where)
-    items = classify_batch(raw, max_bytes=max_bytes, redelivery_limit=redelivery_limit)
+    items = classify_batch(raw, limits=limits, redelivery_limit=redelivery_limit)
     lake.replace_where(MESSAGE_ITEMS, items, where)
 
     summary = items_summary(lake.read(MESSAGE_ITEMS).where(where))

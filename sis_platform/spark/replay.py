@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sis_platform.domain.limits import Limits
 from sis_platform.domain.reasons import Reason
 from sis_platform.lake.tables import DEAD_LETTERS
 from sis_platform.spark.fold import (
@@ -39,7 +40,7 @@ def replay_dead_letters(
     *,
     reasons: Sequence[str] = (),
     batch_keys: Sequence[str] = (),
-    max_bytes: int,
+    limits: Limits,
     redelivery_limit: int,
     selector: str | None,
     quarantine_after: int = 3,
@@ -66,7 +67,7 @@ def replay_dead_letters(
             rewind[str(r["master_id"])] = min(seq, rewind.get(str(r["master_id"]), seq))
     for key in keys:
         summary = log_items(
-            lake, key, max_bytes=max_bytes, redelivery_limit=redelivery_limit, run_id=run_id
+            lake, key, limits=limits, redelivery_limit=redelivery_limit, run_id=run_id
         )
         if on_relogged is not None:
             on_relogged(key, summary)

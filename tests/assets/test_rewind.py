@@ -16,6 +16,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from sis_platform.domain.limits import DEFAULT_LIMITS
 from sis_platform.lake.tables import DEAD_LETTERS, EVENTS, MASTER_VERSIONS
 from sis_platform.queues.base import new_message_id
 from sis_platform.trace import trace_message
@@ -165,7 +166,7 @@ def test_concurrent_backfill_of_every_batch_converges_to_one_serial_run(
     lake = h.lake(spark)
     with ThreadPoolExecutor(len(folded.keys)) as pool:
         list(pool.map(
-            lambda key: log_items(lake, key, max_bytes=4 * 1024 * 1024, redelivery_limit=10,
+            lambda key: log_items(lake, key, limits=DEFAULT_LIMITS, redelivery_limit=10,
                                   run_id=None),
             folded.keys,
         ))

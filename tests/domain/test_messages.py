@@ -5,6 +5,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
+from sis_platform.domain.limits import Limits
 from sis_platform.domain.messages import (
     DEFAULT_MAX_BYTES,
     InvalidMessage,
@@ -90,14 +91,15 @@ def test_default_limit_is_4_mb():
 
 def test_body_at_the_limit_is_accepted_and_one_byte_over_is_too_large():
     body = master(event())
-    assert parse_message(body, max_bytes=len(body)).ids == (ASCOT_1430,)
-    error = rejected(body, max_bytes=len(body) - 1)
+    assert parse_message(body, limits=Limits(max_message_bytes=len(body))).ids == (ASCOT_1430,)
+    error = rejected(body, limits=Limits(max_message_bytes=len(body) - 1))
     assert error.reason is Reason.TOO_LARGE
     assert str(len(body)) in error.detail
 
 
 def test_size_is_checked_before_parsing():
-    assert rejected(b"<not xml" * 10, max_bytes=10).reason is Reason.TOO_LARGE
+    error = rejected(b"<not xml" * 10, limits=Limits(max_message_bytes=10))
+    assert error.reason is Reason.TOO_LARGE
 
 
 def test_body_over_the_default_limit_is_too_large():

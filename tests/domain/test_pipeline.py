@@ -7,6 +7,7 @@ from lxml import etree
 
 from sis_platform.domain.fold import ItemResult, MasterState, PatchCache, fold_master
 from sis_platform.domain.items import Item
+from sis_platform.domain.limits import Limits
 from sis_platform.domain.pipeline import (
     DEFAULT_REDELIVERY_LIMIT,
     DeadLetter,
@@ -156,8 +157,8 @@ def test_invalid_message_is_dead_lettered_whole_with_its_body(body, reason):
 
 def test_too_large_boundary_follows_max_bytes():
     body = master(event())
-    at_limit = run(log(body), max_bytes=len(body))
-    over = run(log(body), max_bytes=len(body) - 1)
+    at_limit = run(log(body), limits=Limits(max_message_bytes=len(body)))
+    over = run(log(body), limits=Limits(max_message_bytes=len(body) - 1))
     assert at_limit.results[0].outcome is Outcome.APPLIED
     assert over.dead_letters[0].reason is Reason.TOO_LARGE
 
@@ -357,7 +358,7 @@ def test_classify_message_returns_items_or_a_dead_letter():
         (mid(7), 0, ASCOT_1430),
         (mid(7), 1, ASCOT_1500),
     ]
-    dead = classify_message(LoggedMessage(mid(8), b"x" * 11), max_bytes=10)
+    dead = classify_message(LoggedMessage(mid(8), b"x" * 11), limits=Limits(max_message_bytes=10))
     assert isinstance(dead, DeadLetter)
     assert (dead.reason, dead.master_id, dead.position) == (Reason.TOO_LARGE, None, None)
 

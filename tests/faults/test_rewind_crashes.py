@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from sis_platform.domain.limits import Limits
 from sis_platform.lake.tables import DEAD_LETTERS, FOLD_STEPS
 from sis_platform.simulator.generator import generate_feed
 from tests.faults.accounting import assert_log_accounts_for_every_message, logged_messages
@@ -44,7 +45,9 @@ def test_fold_killed_while_rewinding_converges_to_the_reference(tmp_path, reques
     assert lake.read(DEAD_LETTERS).where("reason = 'too-large'").count() == 5
     # The backfill with the fix deployed: both batches classified again.
     for key in (B1, B2):
-        log_items(lake, key, max_bytes=10 * limit, redelivery_limit=5, run_id=None)
+        log_items(
+            lake, key, limits=Limits(max_message_bytes=10 * limit), redelivery_limit=5, run_id=None
+        )
 
     for point, runs in REWIND_SEQUENCE:
         code = drive(tmp_path, "run", *runs, crash_at=point)
