@@ -48,11 +48,18 @@ DEFAULT_REDELIVERY_LIMIT = 5
 
 @dataclass(frozen=True)
 class LoggedMessage:
-    """One message as landed: MQ message id, body bytes, and JMSXDeliveryCount."""
+    """One message as landed: MQ message id, body bytes, and JMSXDeliveryCount.
+
+    A body over the size bound never enters a landing batch: intake moves it aside and logs the
+    message with an empty body, its real size in `body_size` and where its bytes are in
+    `body_location`; such a message is dead-lettered `too-large`.
+    """
 
     message_id: str
     body: bytes
     delivery_count: int = 1
+    body_size: int | None = None
+    body_location: str | None = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +100,19 @@ def classify_message(
             detail=(
                 f"delivered {message.delivery_count} times, "
                 f"over the redelivery limit of {redelivery_limit}"
+            ),
+            body=message.body,
+        )
+    if message.body_location is not None:
+        return DeadLetter(
+            message_id=message.message_id,
+            master_id=None,
+            position=None,
+            reason=Reason.TOO_LARGE,
+            detail=(
+                f"body is {message.body_size} bytes, over the limit of "
+                f"{limits.max_message_bytes} (SIS_MAX_MESSAGE_BYTES); moved aside at intake to "
+                f"{message.body_location}"
             ),
             body=message.body,
         )
