@@ -1,8 +1,8 @@
 """Loading the peer conformance vectors.
 
-The peer conformance vectors live outside the repository, in ../shared/conformance (a fresh
-clone in CI has shared/ beside it). A missing folder is an error, not a skip: those cases are
-part of the contract.
+The vectors are data kept in the repository, in tests/conformance/ (README.md there names each
+source suite, its licence and the fields of a case). A missing file is an error, not a skip:
+those cases are part of the contract the domain code is tested against.
 """
 
 from __future__ import annotations
@@ -11,15 +11,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-CONFORMANCE_DIR = REPO_ROOT.parent / "shared" / "conformance"
+CONFORMANCE_DIR = Path(__file__).resolve().parent / "conformance"
 
 
 def load_conformance(name: str) -> dict[str, Any]:
+    """The parsed JSON of tests/conformance/<name>; FileNotFoundError when it is absent."""
     path = CONFORMANCE_DIR / name
     if not path.is_file():
-        raise FileNotFoundError(
-            f"conformance vectors not found at {path}: the repository expects ../shared/ beside it"
-        )
+        raise FileNotFoundError(f"conformance vectors not found at {path}")
     with path.open(encoding="utf-8") as f:
         return json.load(f)
