@@ -43,7 +43,7 @@ from sis_platform.lake.tables import (
     MESSAGE_OUTCOMES,
     RAW_MESSAGES,
 )
-from sis_platform.spark.arrow import record_batch
+from sis_platform.spark.arrow import record_batches
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
@@ -307,10 +307,9 @@ def _fold_partition(
                     state = row
                 else:
                     items.append(row)
-            if out:
-                yield record_batch(out, schema)
+            yield from record_batches(out, schema)
         if master_id is not None:  # the partition's last master
-            yield record_batch(
+            yield from record_batches(
                 _fold_one(master_id, state, items, selector_text, marker, injected), schema
             )
     finally:

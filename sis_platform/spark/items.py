@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from sis_platform.domain.limits import Limits
 from sis_platform.lake.tables import BATCH_LOG, MESSAGE_ITEMS, RAW_MESSAGES
 from sis_platform.landing import batch_seq_of
-from sis_platform.spark.arrow import record_batch
+from sis_platform.spark.arrow import record_batches
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -59,7 +59,7 @@ def _classify_batches(
                         (*base, "item", item.position, item.master_id, item.category, item.type,
                          item.payload, None, None)
                     )
-        yield record_batch(rows, schema)
+        yield from record_batches(rows, schema)
 
 
 def classify_batch(raw: DataFrame, *, limits: Limits, redelivery_limit: int) -> DataFrame:
