@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ActiveMQ 5.17 (Debian package) for tests and CI: install it, run a private broker instance in a
 # directory, stop it. Service scripts do not work in containers, so the broker is started with
-# java directly (see /work/shared/DESIGN.md, "Facts about ActiveMQ").
+# java directly (docs/operations.md, "ActiveMQ").
 #
 #   scripts/activemq.sh install            apt-get install -y activemq if it is missing
 #   scripts/activemq.sh start DIR          instance config in DIR, broker in the background,
