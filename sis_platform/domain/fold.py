@@ -61,6 +61,7 @@ from typing import Protocol
 from lxml import etree
 
 from sis_platform.domain.items import Item, selectable_properties, serialize
+from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
 from sis_platform.domain.messages import parse_xml
 from sis_platform.domain.patchscope import PatchScope, patch_scope, validate_patched
 from sis_platform.domain.reasons import Outcome, Reason
@@ -134,10 +135,12 @@ class PatchCache:
 
     Keyed by the payload bytes: every item of one update message shares the same bytes, and
     bytes cache their hash, so a hit costs one dict lookup. A payload whose operations do not
-    compile caches its PatchError, so each of its items fails the same way.
+    compile caches its PatchError, so each of its items fails the same way. Selectors are held
+    to `limits` (a selector over them is the PatchError `too-complex`).
     """
 
-    def __init__(self, maxsize: int = 4096) -> None:
+    def __init__(self, limits: Limits = DEFAULT_LIMITS, maxsize: int = 4096) -> None:
+        self.limits = limits
         self.maxsize = maxsize
         self._entries: OrderedDict[bytes, CompiledUpdate | PatchError] = OrderedDict()
 
@@ -155,14 +158,13 @@ class PatchCache:
             raise entry
         return entry
 
-    @staticmethod
-    def _compile(payload: bytes) -> CompiledUpdate | PatchError:
+    def _compile(self, payload: bytes) -> CompiledUpdate | PatchError:
         operations = parse_xml(payload)
         try:
-            patch = Patch.from_element(operations)
+            patch = Patch.from_element(operations, self.limits)
         except PatchError as error:
             return error
-        return CompiledUpdate(patch, patch_scope(operations))
+        return CompiledUpdate(patch, patch_scope(operations, self.limits))
 
 
 def _result(

@@ -17,13 +17,15 @@ and attributes, and those children stay valid). Every vocabulary element is vali
 children (`market*`, `selection*`, `price?`, empty), which is what lets a shallow root be
 checked as a copy without its children.
 
-Which regions, and when the proof holds. The regions are only derived for selectors of one
-plain form, the form the provider uses and SPORTSDATA.md shows:
+Which regions, and when the proof holds. The regions are only derived for selectors whose
+parsed form (sis_platform.domain.xpath, the one selector parser) is plain, the form the
+provider uses and SPORTSDATA.md shows:
 
     /event(/name([@attr='literal'])*)*(/@name)?
 
-(no positions, functions, wildcards, axes or prefixes, and no default namespace in scope of
-the operation), and only when no operation changes an attribute that any selector's
+(child steps naming unprefixed elements, predicates comparing unprefixed attributes with
+literals; no positions, wildcards, other predicates or final steps, and no default namespace
+in scope of the operation), and only when no operation changes an attribute that any selector's
 predicates read (so `@id` keys cannot move under another operation's selector). Under those
 conditions a selector evaluated on the result finds the node the operation touched, unless a
 later operation removed or replaced it, in which case the selector finds nothing or a node
@@ -50,12 +52,20 @@ from typing import cast
 
 from lxml import etree
 
+from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
 from sis_platform.domain.schema import fragment_schema, validate_event
+from sis_platform.domain.xpath import (
+    NCNAME,
+    AttributeEquals,
+    AttributeStep,
+    ElementStep,
+    QName,
+    SelectorError,
+    parse_selector,
+    render_steps,
+)
 
-_NAME = r"[A-Za-z_][A-Za-z0-9_.\-]*"
-_PREDICATE = re.compile(rf"\[@({_NAME})=(?:'([^']*)'|\"([^\"]*)\")\]")
-_STEP = re.compile(rf"/(@?)({_NAME})((?:{_PREDICATE.pattern})*)")
-_ATTRIBUTE_TYPE = re.compile(rf"@({_NAME})")
+_ATTRIBUTE_TYPE = re.compile(rf"@({NCNAME})")
 
 # One location step: element name and the (attribute, value) pairs its predicates require.
 Step = tuple[str, tuple[tuple[str, str], ...]]
@@ -71,38 +81,48 @@ class PatchScope:
     deep: tuple[Path, ...]  # elements whose whole subtree may have changed
 
 
-# Selectors repeat across messages (the same market and selection ids in every race), so their
-# parses are memoized: a pure function of the string, bounded.
-@functools.lru_cache(maxsize=8192)
-def _parse_selector(selector: str) -> tuple[Path, str | None, frozenset[str]] | None:
+def _parse_selector(
+    selector: str, limits: Limits
+) -> tuple[Path, str | None, frozenset[str]] | None:
     """(element path, attribute name or None, attribute names its predicates read) of a plain
-    selector, or None for another form."""
-    steps: list[Step] = []
-    attribute: str | None = None
-    position = 0
-    for match in _STEP.finditer(selector):
-        if match.start() != position or attribute is not None:
-            return None
-        position = match.end()
-        at, name, predicates = match.group(1, 2, 3)
-        if at:
-            if predicates or not steps:
-                return None
-            attribute = name
-            continue
-        # findall gives "" for the quote style not used; either way the literal is the other.
-        pairs = tuple(
-            (key, single or double) for key, single, double in _PREDICATE.findall(predicates)
-        )
-        steps.append((name, pairs))
-    if position != len(selector) or not steps or steps[0][0] != "event":
+    selector, or None for another form (or a selector the patch engine refuses)."""
+    try:
+        # Cached by the parser: selectors repeat across messages.
+        parsed = parse_selector(selector, limits)
+    except SelectorError:
         return None
+    last = parsed.last
+    if parsed.id_values is not None or (last is not None and not isinstance(last, AttributeStep)):
+        return None
+    steps: list[Step] = []
+    for step in parsed.steps:
+        if step.name.prefix or step.name.local == "*":
+            return None
+        pairs: list[tuple[str, str]] = []
+        for predicate in step.predicates:
+            if not isinstance(predicate, AttributeEquals) or predicate.name.prefix:
+                return None
+            pairs.append((predicate.name.local, predicate.value))
+        steps.append((step.name.local, tuple(pairs)))
+    if not steps or steps[0][0] != "event":
+        return None
+    attribute: str | None = None
+    if last is not None:
+        if last.name.prefix:
+            return None
+        attribute = last.name.local
     keys = frozenset(key for _, pairs in steps for key, _ in pairs)
     return tuple(steps), attribute, keys
 
 
-def patch_scope(operations: etree._Element) -> PatchScope | None:
-    """The regions an update's operations can change, or None when that cannot be proved."""
+def patch_scope(
+    operations: etree._Element, limits: Limits = DEFAULT_LIMITS
+) -> PatchScope | None:
+    """The regions an update's operations can change, or None when that cannot be proved.
+
+    `limits` bound the selectors as the patch engine's do (a selector over them is refused
+    there, and here gives None).
+    """
     shallow: list[Path] = []
     deep: list[Path] = []
     changed_attributes: set[str] = set()
@@ -113,7 +133,7 @@ def patch_scope(operations: etree._Element) -> PatchScope | None:
             continue  # comments and processing instructions between operations
         if None in operation.nsmap:
             return None  # RFC 5261: unprefixed names in `sel` then mean that namespace
-        parsed = _parse_selector(operation.get("sel", ""))
+        parsed = _parse_selector(operation.get("sel", ""), limits)
         if parsed is None:
             return None
         path, attribute, read = parsed
@@ -166,22 +186,19 @@ def patch_scope(operations: etree._Element) -> PatchScope | None:
     )
 
 
-def _literal(value: str) -> str:
-    # An XPath 1.0 literal has no escapes; the parsed value came from one, so one quote kind
-    # is always free.
-    return f'"{value}"' if "'" in value else f"'{value}'"
-
-
 @functools.lru_cache(maxsize=8192)
 def _compiled(path: Path) -> etree.XPath:
-    # The same selector as the operation's (child steps by name, predicates by string equality
-    # of an attribute), compiled once per distinct path: they repeat across messages.
-    return etree.XPath(
-        "".join(
-            "/" + name + "".join(f"[@{key}={_literal(value)}]" for key, value in predicates)
-            for name, predicates in path
+    # The same selector as the operation's, rendered as the patch engine renders it (so the
+    # elements it reports as located are found by this string), compiled once per distinct
+    # path: they repeat across messages.
+    steps = tuple(
+        ElementStep(
+            QName("", name),
+            tuple(AttributeEquals(QName("", key), value) for key, value in predicates),
         )
+        for name, predicates in path
     )
+    return etree.XPath(render_steps(steps))
 
 
 def _resolve(

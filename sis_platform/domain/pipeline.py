@@ -182,7 +182,7 @@ class ReferencePipeline:
         self.results: list[ItemResult | MessageResult] = []
         self._seen: set[str] = set()
         self._landed = 0
-        self._patches = PatchCache()
+        self._patches = PatchCache(self.limits)
 
     def process(self, messages: Iterable[LoggedMessage]) -> None:
         """Process the next messages of the log, in landing order."""

@@ -7,15 +7,21 @@ document. Application is atomic: the first failing operation raises `PatchError`
 RFC 5261 section 5 error element name, and the input document is never modified.
 
 Decisions where RFC 5261 is silent or its peers disagree (each is cited where it is coded):
-- Selectors are XPath 1.0 location paths evaluated by libxml2, with RFC 5261 section 4.1/4.2
-  semantics on top: the context node is the document root node, the selector must locate
-  exactly one node (else `unlocated-node`), prefixes resolve against the namespace
-  declarations in scope on the operation element, and an unprefixed element name matches the
-  default namespace in scope on the operation element, if there is one (section 4.2.1; the
-  A.18 example depends on it; errata 3477). The RFC's restricted grammar is accepted as well
-  as general location paths (`//`, predicates with functions), but not variables or extension
-  functions. `id()` is not supported (`unsupported-id-function`), and addressing an `xml:id`
-  through it reports `unsupported-xml-id`.
+- Selectors are the location paths of RFC 5261's own grammar (section 8 schema), parsed by
+  sis_platform.domain.xpath before anything evaluates them: child steps by name with
+  position, attribute, child, `.` or `text()` equality predicates, ending in an element,
+  attribute, namespace, text, comment or processing-instruction step. General XPath (`//`,
+  other axes, functions, operators, unions, variables) is `invalid-attribute-value`, and a
+  selector over a bound of sis_platform.domain.limits is `too-complex`: evaluation then costs
+  at most the selector's steps times the document, whatever its bytes (DESIGN.md invariant 6).
+  The parsed path is rendered to an XPath 1.0 expression libxml2 evaluates, with RFC 5261
+  section 4.1/4.2 semantics on top: the context node is the document root node, the selector
+  must locate exactly one node (else `unlocated-node`), prefixes resolve against the
+  namespace declarations in scope on the operation element, and an unprefixed element name
+  matches the default namespace in scope on the operation element, if there is one (section
+  4.2.1; the A.18 example depends on it; errata 3477). `id()` is not supported
+  (`unsupported-id-function`), and addressing an `xml:id` through it reports
+  `unsupported-xml-id`.
 - Element, comment and processing-instruction replacement ignores whitespace-only text around
   the single replacement node (pretty-printed patches, A.6); text in `<add>` content is copied
   verbatim, whitespace included (section 4.3, A.5). A `<replace>`'s content is checked against
@@ -46,6 +52,23 @@ from functools import lru_cache
 from typing import Final, TypeAlias, cast
 
 from lxml import etree
+
+from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
+from sis_platform.domain.xpath import (
+    NCNAME,
+    AttributeEquals,
+    AttributeStep,
+    ChildEquals,
+    LocationPath,
+    NamespaceStep,
+    QName,
+    SelectorSyntaxError,
+    SelectorTooComplex,
+    literal,
+    parse_selector,
+    render_last,
+    render_steps,
+)
 
 __all__ = [
     "ERROR_NAMES",
@@ -90,18 +113,23 @@ ERROR_NAMES: Final[frozenset[str]] = frozenset(
     }
 )
 
+# Not an RFC 5261 error: a selector over a resource bound (sis_platform.domain.limits), reported
+# with the name of the item reason it becomes (sis_platform.domain.reasons.Reason.TOO_COMPLEX).
+TOO_COMPLEX: Final = "too-complex"
+
 XML_NAMESPACE: Final = "http://www.w3.org/XML/1998/namespace"
 XMLNS_NAMESPACE: Final = "http://www.w3.org/2000/xmlns/"
 
 
 class PatchError(Exception):
-    """An RFC 5261 patch failure: `error` is the section 5 error element name."""
+    """An RFC 5261 patch failure: `error` is the section 5 error element name, or `too-complex`
+    for a selector over a bound of sis_platform.domain.limits."""
 
     error: str
     detail: str
 
     def __init__(self, error: str, detail: str) -> None:
-        if error not in ERROR_NAMES:
+        if error not in ERROR_NAMES and error != TOO_COMPLEX:
             raise ValueError(f"not an RFC 5261 error element name: {error!r}")
         # Both in args, so the exception pickles (Spark ships exceptions between processes).
         super().__init__(error, detail)
@@ -141,33 +169,7 @@ def parse_patch(data: bytes | str) -> etree._Element:
 
 
 # ---------------------------------------------------------------------------------------------
-# Selectors: tokenizing and rewriting XPath 1.0 (XPath 1.0 section 3.7, lexical structure)
-
-_NCNAME = r"[^\W\d][\w.\-]*"
-_TOKEN_RE = re.compile(
-    rf"""
-    (?P<space>[ \t\r\n]+)
-  | (?P<literal>"[^"]*"|'[^']*')
-  | (?P<number>\d+(?:\.\d*)?|\.\d+)
-  | (?P<name>{_NCNAME}(?::(?:{_NCNAME}|\*))?)
-  | (?P<punct>//|::|\.\.|!=|<=|>=|[/()\[\]@,|+\-=<>.*$])
-    """,
-    re.VERBOSE,
-)
-_NODE_TYPES: Final = frozenset({"comment", "text", "processing-instruction", "node"})
-_OPERATOR_NAMES: Final = frozenset({"and", "or", "mod", "div"})
-_OPERATOR_PUNCT: Final = frozenset({"/", "//", "|", "+", "-", "=", "!=", "<", "<=", ">", ">="})
-# XPath 1.0 section 3.7: after these tokens a `*` or a name is an operand, not an operator.
-_OPERAND_FOLLOWS: Final = frozenset({"@", "::", "(", "[", ","})
-
-
-@dataclass(slots=True)
-class _Token:
-    kind: str  # space-free lexical class: literal, number, name, punct
-    text: str
-    start: int
-    end: int
-    role: str = ""  # nametest, nodetype, function, axis, operator or other
+# Selectors: the RFC 5261 subset (sis_platform.domain.xpath), compiled for libxml2
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,10 +177,11 @@ class _Selector:
     """A compiled `sel` value."""
 
     source: str
+    path: LocationPath
     expression: str  # what libxml2 evaluates (absolute, default namespace made explicit)
     xpath: etree.XPath
     namespace_prefix: str | None  # set for `.../namespace::prefix`: xpath locates the element
-    id_values: tuple[str, ...] | None  # set when the selector calls id()
+    id_values: tuple[str, ...] | None  # set when the selector starts with id()
     # For a plain attribute selector (see _plain_attribute): what xpath selects is attribute
     # `attribute` of the elements `elements` selects; `keys` are the attribute names read by
     # its predicates. None otherwise.
@@ -193,193 +196,111 @@ class _PlainAttribute:
     keys: frozenset[str]
 
 
-# `/name([@key='literal'])*` steps then `/@name`: the form of the provider's selectors. Every
-# step is a child step naming an unprefixed element and every predicate compares an unprefixed
-# attribute with a literal, so (without a default namespace in scope, RFC 5261 section 4.2.1)
-# the elements selected depend on nothing but element names and the values of those attributes.
-_PLAIN_NAME: Final = r"[A-Za-z_][A-Za-z0-9_.\-]*"
-_PLAIN_PREDICATE_RE: Final = re.compile(rf"\[@({_PLAIN_NAME})=(?:'[^']*'|\"[^\"]*\")\]")
-_PLAIN_ATTRIBUTE_RE: Final = re.compile(
-    rf"(?P<path>(?:/{_PLAIN_NAME}(?:{_PLAIN_PREDICATE_RE.pattern})*)+)/@(?P<name>{_PLAIN_NAME})\Z"
-)
+def _plain_attribute(path: LocationPath) -> _PlainAttribute | None:
+    """The plain form of an attribute selector, or None.
 
-
-def _plain_attribute(sel: str) -> _PlainAttribute | None:
-    match = _PLAIN_ATTRIBUTE_RE.match(sel)
-    if match is None:
+    Plain: child steps naming unprefixed elements, predicates comparing unprefixed attributes
+    with literals, then `@name`: the form of the provider's selectors. Without a default
+    namespace in scope (RFC 5261 section 4.2.1) the elements such a path selects depend on
+    nothing but element names and the values of those attributes.
+    """
+    last = path.last
+    if (
+        path.id_values is not None
+        or not path.steps
+        or not isinstance(last, AttributeStep)
+        or last.name.prefix
+    ):
         return None
-    element_path, attribute = match.group("path", "name")
-    keys = frozenset(_PLAIN_PREDICATE_RE.findall(element_path))
-    return _PlainAttribute(element_path, etree.XPath(element_path), attribute, keys)
+    keys: set[str] = set()
+    for step in path.steps:
+        if step.name.prefix or step.name.local == "*":
+            return None
+        for predicate in step.predicates:
+            if not isinstance(predicate, AttributeEquals) or predicate.name.prefix:
+                return None
+            keys.add(predicate.name.local)
+    element_path = render_steps(path.steps)
+    elements = etree.XPath(element_path)
+    return _PlainAttribute(element_path, elements, last.name.local, frozenset(keys))
 
 
 def _bad_sel(why: str) -> PatchError:
     return PatchError(INVALID_ATTRIBUTE_VALUE, f"sel is not a usable XPath selector: {why}")
 
 
-def _tokenize(sel: str) -> list[_Token]:
-    tokens: list[_Token] = []
-    pos = 0
-    while pos < len(sel):
-        match = _TOKEN_RE.match(sel, pos)
-        if match is None:
-            raise _bad_sel(f"unexpected {sel[pos]!r} at offset {pos}")
-        kind = match.lastgroup
-        assert kind is not None
-        if kind != "space":
-            tokens.append(_Token(kind, match.group(), match.start(), match.end()))
-        pos = match.end()
-    # Roles by the disambiguation rules of XPath 1.0 section 3.7.
-    previous: _Token | None = None
-    for index, token in enumerate(tokens):
-        following = tokens[index + 1] if index + 1 < len(tokens) else None
-        operand_expected = (
-            previous is None
-            or previous.role == "operator"
-            or (previous.kind == "punct" and previous.text in _OPERAND_FOLLOWS)
-        )
-        if token.kind == "name":
-            if not operand_expected:
-                if token.text not in _OPERATOR_NAMES:
-                    raise _bad_sel(f"unexpected name {token.text!r}")
-                token.role = "operator"
-            elif following is not None and following.text == "(":
-                token.role = "nodetype" if token.text in _NODE_TYPES else "function"
-            elif following is not None and following.text == "::":
-                token.role = "axis"
-            else:
-                token.role = "nametest"
-        elif token.kind == "punct" and token.text == "*":
-            token.role = "nametest" if operand_expected else "operator"
-        elif token.kind == "punct" and token.text == "$":
-            raise _bad_sel("variable references are not supported")
-        elif token.kind == "punct" and token.text in _OPERATOR_PUNCT:
-            token.role = "operator"
-        else:
-            token.role = "other"
-        previous = token
-    return tokens
-
-
-def _axis_of(tokens: list[_Token], index: int) -> str:
-    """The axis of the step whose node test is tokens[index]."""
-    if index >= 1 and tokens[index - 1].text == "@":
-        return "attribute"
-    if index >= 2 and tokens[index - 1].text == "::":
-        return tokens[index - 2].text
-    return "child"
-
-
-def _rewrite(
-    sel: str, tokens: list[_Token], namespaces: dict[str, str], default_prefix: str | None
-) -> tuple[str, tuple[str, ...] | None]:
-    """Make `tokens` (a slice of `sel`) an absolute expression libxml2 evaluates as RFC 5261 says.
-
-    Returns the expression and the literal arguments of id() if the selector calls it.
-    """
-    inserts: list[tuple[int, str]] = []
-    id_values: tuple[str, ...] | None = None
-    depth = 0
-    for index, token in enumerate(tokens):
-        previous = tokens[index - 1] if index else None
-        if token.text == "[":
-            depth += 1
-        elif token.text == "]":
-            depth -= 1
-        starts_step = token.role in ("nametest", "nodetype", "axis") or (
-            token.kind == "punct" and token.text in ("@", ".", "..")
-        )
-        continues_step = previous is not None and previous.text in ("/", "//", "@", "::")
-        if starts_step and not continues_step and depth == 0:
-            # RFC 5261 section 4.1: the context node is the document root node (a relative `doc`
-            # selects the root element), whereas lxml evaluates against the root element. Outside
-            # predicates every relative location path starts at that context, so anchor it at /.
-            inserts.append((token.start, "/"))
-        if token.role == "nametest" and token.text != "*":
-            prefix, _, _ = token.text.rpartition(":")
-            axis = _axis_of(tokens, index)
-            if prefix:
-                if prefix != "xml" and prefix not in namespaces:
-                    raise PatchError(
-                        INVALID_NAMESPACE_PREFIX,
-                        f"sel uses prefix {prefix!r}, which the patch document does not declare "
-                        "(RFC 5261 section 4.2.1)",
-                    )
-            elif default_prefix is not None and axis not in ("attribute", "namespace"):
-                # RFC 5261 section 4.2.1: unprefixed element names use the patch's default
-                # namespace (a departure from XPath 1.0, where they would mean no namespace).
-                inserts.append((token.start, f"{default_prefix}:"))
-        elif token.role == "function":
-            if ":" in token.text:
-                raise _bad_sel(f"extension function {token.text}() is not supported")
-            if token.text == "id":
-                id_values = _id_arguments(tokens, index)
-    pieces: list[str] = []
-    cursor = tokens[0].start if tokens else 0
-    end = tokens[-1].end if tokens else 0
-    for at, text in inserts:
-        pieces.append(sel[cursor:at])
-        pieces.append(text)
-        cursor = at
-    pieces.append(sel[cursor:end])
-    return "".join(pieces), id_values
-
-
-def _id_arguments(tokens: list[_Token], index: int) -> tuple[str, ...]:
-    if (
-        index + 3 < len(tokens)
-        and tokens[index + 2].kind == "literal"
-        and tokens[index + 3].text == ")"
-    ):
-        return tuple(tokens[index + 2].text[1:-1].split())
-    return ()
-
-
-def _compile_xpath(expression: str, namespaces: dict[str, str]) -> etree.XPath:
+def _parsed(sel: str, limits: Limits) -> LocationPath:
     try:
-        return etree.XPath(expression, namespaces=namespaces, regexp=False, smart_strings=True)
-    except etree.XPathSyntaxError as error:
+        return parse_selector(sel, limits)
+    except SelectorTooComplex as error:
+        raise PatchError(TOO_COMPLEX, str(error)) from None
+    except SelectorSyntaxError as error:
+        # RFC 5261 section 5: a selector the engine cannot use is an invalid attribute value.
         raise _bad_sel(str(error)) from None
 
 
+def _qnames(path: LocationPath) -> list[QName]:
+    """The names in `path` whose prefixes resolve in the patch document."""
+    names: list[QName] = []
+    for step in path.steps:
+        names.append(step.name)
+        names.extend(
+            p.name for p in step.predicates if isinstance(p, AttributeEquals | ChildEquals)
+        )
+    if isinstance(path.last, AttributeStep):
+        names.append(path.last.name)
+    return names
+
+
 @lru_cache(maxsize=4096)
-def _compile_selector(sel: str, in_scope: tuple[tuple[str, str], ...]) -> _Selector:
+def _compile_selector(
+    sel: str, in_scope: tuple[tuple[str, str], ...], limits: Limits = DEFAULT_LIMITS
+) -> _Selector:
     """Compile `sel` for an operation element whose in-scope namespaces are `in_scope`.
 
-    Cached on (selector, namespaces): an update applies to many masters and feeds repeat
-    selectors, while compiling is the expensive part of a selector.
+    Cached on (selector, namespaces, limits): an update applies to many masters and feeds
+    repeat selectors, while compiling is the expensive part of a selector. Only what the RFC
+    5261 subset accepts (sis_platform.domain.xpath) reaches libxml2, and it is rendered from
+    the parsed path, not passed through: each step selects among the children of the previous
+    step's nodes, so evaluation costs at most the step count times the document.
     """
+    path = _parsed(sel, limits)
     namespaces = {prefix: uri for prefix, uri in in_scope if prefix}
+    for name in _qnames(path):
+        if name.prefix and name.prefix != "xml" and name.prefix not in namespaces:
+            raise PatchError(
+                INVALID_NAMESPACE_PREFIX,
+                f"sel uses prefix {name.prefix!r}, which the patch document does not declare "
+                "(RFC 5261 section 4.2.1)",
+            )
     default_uri = next((uri for prefix, uri in in_scope if not prefix), "")
     default_prefix: str | None = None
     if default_uri:
+        # RFC 5261 section 4.2.1: unprefixed element names use the patch's default namespace
+        # (a departure from XPath 1.0, where they would mean no namespace).
         default_prefix = "rfc5261-default"
         while default_prefix in namespaces:
             default_prefix += "-"
         namespaces[default_prefix] = default_uri
-    tokens = _tokenize(sel)
-    if not tokens:
-        raise _bad_sel("it is empty")
-    namespace_prefix: str | None = None
-    if (
-        len(tokens) >= 5
-        and tokens[-4].text == "/"
-        and tokens[-3].role == "axis"
-        and tokens[-3].text == "namespace"
-        and tokens[-1].role == "nametest"
-        and ":" not in tokens[-1].text
-        and tokens[-1].text != "*"
-    ):
-        # lxml returns namespace nodes as (prefix, uri) tuples without their element, so a
-        # trailing namespace step (the only place RFC 5261's grammar allows one) is resolved
-        # by locating the element and reading its declarations.
-        namespace_prefix = tokens[-1].text
-        tokens = tokens[:-4]
-    expression, id_values = _rewrite(sel, tokens, namespaces, default_prefix)
-    xpath = _compile_xpath(expression, namespaces)
-    plain = _plain_attribute(sel) if default_prefix is None and namespace_prefix is None else None
-    return _Selector(sel, expression, xpath, namespace_prefix, id_values, plain)
-
+    last = path.last
+    namespace_prefix = last.prefix if isinstance(last, NamespaceStep) else None
+    # RFC 5261 section 4.1: the context node is the document root node, so every path is
+    # rendered absolute (lxml would evaluate a relative one from the root element). lxml
+    # returns namespace nodes without their element, so a trailing namespace step is resolved
+    # by locating the element and reading its declarations.
+    expression = render_steps(path.steps, default_prefix)
+    if last is not None and not isinstance(last, NamespaceStep):
+        expression += "/" + render_last(last)
+    if path.id_values is not None:
+        expression = f"id({literal(' '.join(path.id_values))}){expression}"
+    try:
+        xpath = etree.XPath(
+            expression or "/", namespaces=namespaces, regexp=False, smart_strings=True
+        )
+    except etree.XPathSyntaxError as error:  # a name libxml2 reads differently from XML
+        raise _bad_sel(str(error)) from None
+    plain = _plain_attribute(path) if default_prefix is None else None
+    return _Selector(sel, path, expression, xpath, namespace_prefix, path.id_values, plain)
 
 # ---------------------------------------------------------------------------------------------
 # Located targets
@@ -435,6 +356,8 @@ def _locate(selector: _Selector, tree: etree._ElementTree) -> _Target:
             UNSUPPORTED_ID_FUNCTION,
             "sel uses id(), which is not supported; select by path",
         )
+    if selector.namespace_prefix is not None and not selector.path.steps:
+        raise PatchError(UNLOCATED_NODE, "the document root node has no namespace nodes")
     try:
         result = selector.xpath(tree)
     except etree.XPathEvalError as error:
@@ -468,11 +391,6 @@ def _locate(selector: _Selector, tree: etree._ElementTree) -> _Target:
             return _Target("text", owner, "text")
         if node.is_tail:
             return _Target("text", owner, "tail")
-    if isinstance(node, tuple):
-        raise PatchError(
-            UNLOCATED_NODE,
-            "sel selects a namespace node; select one with a trailing '/namespace::prefix' step",
-        )
     raise PatchError(UNLOCATED_NODE, "sel does not select a patchable node")
 
 
@@ -1130,8 +1048,8 @@ _ALLOWED_ATTRIBUTES: Final = {
     "replace": frozenset({"sel"}),
     "remove": frozenset({"sel", "ws"}),
 }
-_TYPE_ATTRIBUTE_RE: Final = re.compile(rf"@({_NCNAME}(?::{_NCNAME})?)\Z")
-_TYPE_NAMESPACE_RE: Final = re.compile(rf"namespace::({_NCNAME})\Z")
+_TYPE_ATTRIBUTE_RE: Final = re.compile(rf"@({NCNAME}(?::{NCNAME})?)\Z")
+_TYPE_NAMESPACE_RE: Final = re.compile(rf"namespace::({NCNAME})\Z")
 
 
 def _in_scope(element: etree._Element) -> tuple[tuple[str, str], ...]:
@@ -1145,15 +1063,15 @@ def _in_scope(element: etree._Element) -> tuple[tuple[str, str], ...]:
 # nodes (most of a feed: attribute and text values). Feeds repeat operations (the same price,
 # the same status) across messages, and a hit costs a lookup instead of a compile.
 _OperationKey: TypeAlias = (
-    "tuple[str, tuple[tuple[str, str], ...], str | None, tuple[tuple[str, str], ...]]"
+    "tuple[str, tuple[tuple[str, str], ...], str | None, tuple[tuple[str, str], ...], Limits]"
 )
 _OPERATIONS: Final[OrderedDict[_OperationKey, _Operation]] = OrderedDict()
 _OPERATIONS_MAXSIZE: Final = 4096
 
 
-def _compiled_operation(element: etree._Element) -> _Operation:
+def _compiled_operation(element: etree._Element, limits: Limits) -> _Operation:
     if len(element):
-        return _compile_operation(element)
+        return _compile_operation(element, limits)
     # Everything _compile_operation reads of a childless element: its name, its attributes,
     # its text and the namespaces in scope on it. (Failures are not kept: they are rare and
     # raise with the element's own detail.)
@@ -1162,10 +1080,11 @@ def _compiled_operation(element: etree._Element) -> _Operation:
         tuple(element.attrib.items()),
         element.text,
         _in_scope(element),
+        limits,
     )
     operation = _OPERATIONS.get(key)
     if operation is None:
-        operation = _compile_operation(element)
+        operation = _compile_operation(element, limits)
         _OPERATIONS[key] = operation
         if len(_OPERATIONS) > _OPERATIONS_MAXSIZE:
             _OPERATIONS.popitem(last=False)
@@ -1177,7 +1096,7 @@ def _compiled_operation(element: etree._Element) -> _Operation:
     return operation
 
 
-def _compile_operation(element: etree._Element) -> _Operation:
+def _compile_operation(element: etree._Element, limits: Limits) -> _Operation:
     tag = element.tag
     # (A QName is only needed to take the namespace off; most patches have none.)
     name = etree.QName(element).localname if tag[0] == "{" else tag
@@ -1194,7 +1113,7 @@ def _compile_operation(element: etree._Element) -> _Operation:
     if sel is None or not sel.strip(_XML_SPACE):
         raise PatchError(INVALID_ATTRIBUTE_VALUE, f"<{name}> needs a non-empty sel attribute")
     in_scope = _in_scope(element)
-    selector = _compile_selector(sel, in_scope)
+    selector = _compile_selector(sel, in_scope, limits)
     items = _content(element)
     if name == "add":
         return _compile_add(element, selector, items, dict(in_scope))
@@ -1276,6 +1195,19 @@ def _compile_remove(
     return _Remove(selector, ws)
 
 
+# A `sel` is quoted in an error's detail up to this many characters: a dead letter's detail
+# names the selector without carrying a selector that was refused for its length.
+_SEL_QUOTED_MAX: Final = 200
+
+
+def _sel_for_detail(sel: str | None) -> str:
+    if sel is None:
+        return ">"
+    if len(sel) > _SEL_QUOTED_MAX:
+        return f" sel={sel[:_SEL_QUOTED_MAX]!r}...>"
+    return f" sel={sel!r}>"
+
+
 @lru_cache(maxsize=64)
 def _normalised_encoding(name: str | None) -> str | None:
     if not name:
@@ -1317,15 +1249,19 @@ class Patch:
         self._attributes_only = _attributes_only(operations)
 
     @classmethod
-    def from_element(cls, operations_parent: etree._Element) -> Patch:
+    def from_element(
+        cls, operations_parent: etree._Element, limits: Limits = DEFAULT_LIMITS
+    ) -> Patch:
         """Compile the operation elements under `operations_parent`; raises PatchError.
 
         Comments and processing instructions between operations are ignored; text that is not
         whitespace is `invalid-diff-format`, an element other than add/replace/remove or an
         attribute RFC 5261 does not define for it is `invalid-patch-directive`, and an invalid
-        attribute value is `invalid-attribute-value`. Whatever depends only on the operation
-        (attributes, selector syntax and prefixes, <add type> content) is checked here; what
-        depends on the located node is checked when applying.
+        attribute value (a `sel` outside the RFC 5261 selector grammar among them) is
+        `invalid-attribute-value`, and a `sel` over a bound of `limits` is `too-complex`.
+        Whatever depends only on the operation (attributes, selector syntax, bounds and
+        prefixes, <add type> content) is checked here; what depends on the located node is
+        checked when applying.
         """
         if not isinstance(operations_parent, etree._Element) or not isinstance(
             operations_parent.tag, str
@@ -1345,11 +1281,10 @@ class Patch:
                 continue  # comments and processing instructions
             index = len(operations) + 1
             try:
-                operations.append(_compiled_operation(child))
+                operations.append(_compiled_operation(child, limits))
             except PatchError as error:
                 where = f"operation {index} <{etree.QName(child).localname}"
-                sel = child.get("sel")
-                where += f" sel={sel!r}>" if sel is not None else ">"
+                where += _sel_for_detail(child.get("sel"))
                 raise PatchError(error.error, f"{where}: {error.detail}") from None
         encoding = _normalised_encoding(operations_parent.getroottree().docinfo.encoding)
         return cls(tuple(operations), encoding)

@@ -486,19 +486,22 @@ def test_unprefixed_selector_names_use_the_patch_default_namespace() -> None:
 
 
 def test_unprefixed_selector_names_without_default_namespace_match_no_namespace() -> None:
-    patch = '<diff><add sel="//bar" pos="prepend"><c/></add></diff>'
-    assert patched('<doc><bar><x xmlns="urn:t"><bar/></x></bar></doc>', patch) == (
-        '<doc><bar><c/><x xmlns="urn:t"><bar/></x></bar></doc>'
+    patch = '<diff><add sel="doc/*/bar" pos="prepend"><c/></add></diff>'
+    assert patched('<doc><a><bar/></a><x xmlns="urn:t"><bar/></x></doc>', patch) == (
+        '<doc><a><bar><c/></bar></a><x xmlns="urn:t"><bar/></x></doc>'
     )
 
 
-def test_selectors_may_use_general_xpath_location_paths() -> None:
+def test_selectors_may_use_every_predicate_of_the_rfc_5261_grammar() -> None:
+    doc = '<doc><b n="1">1<k>x</k></b><b n="2">2<k>y</k></b><b n="3">3</b><c/></doc>'
     patch = (
-        "<diff><replace sel=\"//*[local-name()='b'][@n=2]/text()\">x</replace>"
-        '<remove sel="/doc/b[last()]"/></diff>'
+        "<diff><replace sel=\"/doc/b[@n='2'][k='y']/text()[1]\">x</replace>"
+        "<remove sel=\"doc/b[.='1x']/k\"/>"
+        "<add sel=\"doc/b[text()='3']\" type='@m'>1</add>"
+        '<remove sel="doc/*[4]"/></diff>'
     )
-    assert patched('<doc><b n="1">1</b><b n="2">2</b><c/></doc>', patch) == (
-        '<doc><b n="1">1</b><c/></doc>'
+    assert patched(doc, patch) == (
+        '<doc><b n="1">1</b><b n="2">x<k>y</k></b><b n="3" m="1">3</b></doc>'
     )
 
 
@@ -788,7 +791,7 @@ def test_ws_on_a_node_without_whitespace_siblings_is_invalid_whitespace_directiv
         ("<doc><a/><a/></doc>", "doc/a"),
         ('<doc xmlns:p="urn:p"><a/></doc>', "doc/a/namespace::p"),
         ("<doc><a/></doc>", "doc/namespace::p"),
-        ("<doc><a/></doc>", "//namespace::xml"),
+        ("<doc><a/></doc>", "doc/namespace::xml"),
         ('<doc xmlns="urn:d"><a/></doc>', "doc/a"),
     ],
     ids=[
