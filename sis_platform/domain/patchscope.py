@@ -115,9 +115,7 @@ def _parse_selector(
     return tuple(steps), attribute, keys
 
 
-def patch_scope(
-    operations: etree._Element, limits: Limits = DEFAULT_LIMITS
-) -> PatchScope | None:
+def patch_scope(operations: etree._Element, limits: Limits = DEFAULT_LIMITS) -> PatchScope | None:
     """The regions an update's operations can change, or None when that cannot be proved.
 
     `limits` bound the selectors as the patch engine's do (a selector over them is refused

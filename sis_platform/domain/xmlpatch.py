@@ -302,6 +302,7 @@ def _compile_selector(
     plain = _plain_attribute(path) if default_prefix is None else None
     return _Selector(sel, path, expression, xpath, namespace_prefix, path.id_values, plain)
 
+
 # ---------------------------------------------------------------------------------------------
 # Located targets
 

@@ -303,7 +303,9 @@ class _Parser:
             return self._fail(f"a variable reference at offset {at}")
         if found in _OPERATOR_CHARS:
             return self._fail(f"operator {found!r} at offset {at}")
-        return SelectorSyntaxError(f"unexpected {found!r} at offset {at}, expected {wanted}")
+        return SelectorSyntaxError(
+            f"unexpected {found!r} at offset {at}, expected {wanted} (RFC 5261 selector subset)"
+        )
 
     def _ncname(self, what: str) -> str:
         self._skip_space()

@@ -77,7 +77,7 @@ def test_regions_inside_a_deep_region_are_checked_with_it():
         "<remove sel=\"/event/market[@id='WIN']\"/>",
         '<replace sel="/event/market[1]/@status">closed</replace>',
         '<replace sel="//price/@num">9</replace>',
-        "<replace sel=\"/event/market[count(//*)=1]/@status\">closed</replace>",
+        '<replace sel="/event/market[count(//*)=1]/@status">closed</replace>',
         "<replace sel=\"/event/market[@id='WIN']/selection[@id='7']/@id\">8</replace>",
         '<add sel="/event" type="@id">x</add>',
         '<add sel="/event" type="namespace::x">urn:x</add>',

@@ -7,8 +7,12 @@ import pickle
 import pytest
 from lxml import etree
 
-from sis_platform.domain.messages import parse_xml
+from sis_platform.domain.fold import PatchCache, fold_master
+from sis_platform.domain.items import split_message
+from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
+from sis_platform.domain.messages import parse_message, parse_xml
 from sis_platform.domain.pipeline import DeadLetter, LoggedMessage, classify_message
+from sis_platform.domain.reasons import Outcome, Reason
 from sis_platform.domain.xmlpatch import (
     ERROR_NAMES,
     Patch,
@@ -534,6 +538,133 @@ def test_a_shared_operation_is_reported_at_its_position_in_each_patch() -> None:
     assert failure(doc, f"<diff><remove sel='/doc/a/@n'/>{operation}</diff>").detail.startswith(
         "operation 2 <replace"
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Selectors are bounded (DESIGN.md invariant 6; sis_platform.domain.xpath, limits)
+
+RACE_DOC = MASTER.format(id="ASC-20261121-1430", name="Race 1")
+
+
+def nested_counts(depth: int) -> str:
+    inner = "count(//*)"
+    for _ in range(depth - 1):
+        inner = f"count(//*[{inner}])"
+    return f"/event[{inner}]/@going"
+
+
+@pytest.mark.parametrize(
+    "sel",
+    [
+        nested_counts(6),
+        "/event[count(//*[count(//*)])]/@going",
+        "/event" + "[./market[./selection[./price]]]" * 3 + "/@going",
+        "//*[@num]/@num",
+        "/event/market | " * 50 + "/event",
+        "/event[string-length(concat(@id, @id, @id, @id, @id, @id)) > 0]/@going",
+        "/event[translate(@going, 'abcdefghij', 'ABCDEFGHIJ')='GOOD']/@going",
+        "/event[$x]/@going",
+        "/event/market[1e308]/@status",
+    ],
+    ids=[
+        "nested-count",
+        "count-in-predicate",
+        "deep-predicates",
+        "descendant-scan",
+        "long-union",
+        "string-functions",
+        "translate",
+        "variable",
+        "huge-number",
+    ],
+)
+def test_selectors_outside_the_rfc_5261_grammar_are_refused_when_compiled(sel: str) -> None:
+    # Refused by Patch.from_element, before any document is seen: libxml2 never evaluates them.
+    with pytest.raises(PatchError) as raised:
+        compile_patch(f'<diff><replace sel="{sel}">soft</replace></diff>')
+    assert raised.value.error == "invalid-attribute-value"
+    assert "RFC 5261 selector subset" in raised.value.detail
+
+
+def test_selector_at_the_length_limit_applies_and_one_longer_is_too_complex() -> None:
+    sel = "/event/@going"
+    limits = Limits(max_selector_length=len(sel))
+    operations = parse_patch(f'<diff><replace sel="{sel}">soft</replace></diff>'.encode())
+    patch = Patch.from_element(operations, limits)
+    assert patch.apply(document(RACE_DOC)).getroot().get("going") == "soft"
+    with pytest.raises(PatchError) as raised:
+        Patch.from_element(operations, Limits(max_selector_length=len(sel) - 1))
+    assert (raised.value.error, raised.value.detail) == (
+        "too-complex",
+        "operation 1 <replace sel='/event/@going'>: sel is 13 characters, over the limit of 12 "
+        "(SIS_MAX_SELECTOR_LENGTH)",
+    )
+
+
+def test_selector_at_the_steps_limit_applies_and_one_more_predicate_is_too_complex() -> None:
+    sel = "/event/market[@id='WIN']/selection[@id='7']/price/@num"  # 5 steps, 2 predicates
+    operations = parse_patch(f'<diff><replace sel="{sel}">9</replace></diff>'.encode())
+    patch = Patch.from_element(operations, Limits(max_selector_steps=7))
+    price = patch.apply(document(RACE_DOC)).getroot().find("market/selection[2]/price")
+    assert price is not None and price.get("num") == "9"
+    with pytest.raises(PatchError) as raised:
+        Patch.from_element(operations, Limits(max_selector_steps=6))
+    assert raised.value.error == "too-complex"
+    assert raised.value.detail.endswith(
+        "sel has 7 or more location steps and predicates, over the limit of 6 "
+        "(SIS_MAX_SELECTOR_STEPS)"
+    )
+
+
+def test_a_selector_refused_for_its_length_is_quoted_shortened_in_the_detail() -> None:
+    sel = "/event" + "/market" * 1000
+    with pytest.raises(PatchError) as raised:
+        compile_patch(f'<diff><remove sel="{sel}"/></diff>')
+    assert raised.value.error == "too-complex"
+    assert f"sel is {len(sel)} characters" in raised.value.detail
+    assert len(raised.value.detail) < 400
+
+
+def test_compiled_operations_are_not_shared_across_limits() -> None:
+    operations = parse_patch(b'<diff><replace sel="/event/@going">soft</replace></diff>')
+    assert len(Patch.from_element(operations)) == 1
+    with pytest.raises(PatchError) as raised:
+        Patch.from_element(operations, Limits(max_selector_steps=1))
+    assert raised.value.error == "too-complex"
+
+
+def test_patch_error_accepts_too_complex_the_item_reason_for_a_bound() -> None:
+    assert PatchError("too-complex", "why").error == Reason.TOO_COMPLEX
+
+
+@pytest.mark.parametrize(
+    ("sel", "limits", "reason"),
+    [
+        (nested_counts(6), DEFAULT_LIMITS, Reason.INVALID_ATTRIBUTE_VALUE),
+        ("/event/@going", Limits(max_selector_length=5), Reason.TOO_COMPLEX),
+    ],
+    ids=["count-attack", "over-a-bound"],
+)
+def test_an_update_with_a_refused_selector_is_dead_lettered_and_the_master_goes_stale(
+    sel: str, limits: Limits, reason: Reason
+) -> None:
+    master_id = "ASC-20261121-1430"
+    body = (
+        f'<sportsdata category="master" type="new" id="{master_id}" '
+        f'sent="2026-11-21T12:00:00Z">{RACE_DOC}</sportsdata>'
+    ).encode()
+    master = split_message(f"ID:{1:048x}", parse_message(body))
+    update = split_message(
+        f"ID:{2:048x}",
+        parse_message(
+            f'<sportsdata category="update" id="{master_id}" sent="2026-11-21T12:00:01Z">'
+            f'<replace sel="{sel}">soft</replace></sportsdata>'.encode()
+        ),
+    )
+    result = fold_master(master_id, None, master + update, patches=PatchCache(limits))
+    refused = result.results[-1]
+    assert (refused.outcome, refused.reason) == (Outcome.DEAD_LETTERED, reason)
+    assert result.state.stale and result.state.version == 1
 
 
 # ---------------------------------------------------------------------------------------------
