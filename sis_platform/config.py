@@ -26,6 +26,7 @@ from sis_platform.consumer import (
 )
 from sis_platform.domain.limits import DEFAULT_LIMITS
 from sis_platform.lease import DEFAULT_LEASE_SECONDS
+from sis_platform.queues.base import DEFAULT_BACKOUT_THRESHOLD
 from sis_platform.resources.platform import (
     DeltaLakeResource,
     FeedProcessingResource,
@@ -102,14 +103,23 @@ def sensor_interval_seconds(env: Mapping[str, str] | None = None) -> int:
 
 
 def queue_resource(env: Mapping[str, str], profile: str) -> QueueSourceResource:
+    """The configured queue source. The backout settings apply to every source: a message
+    backed out SIS_BACKOUT_THRESHOLD times (default 10; 0 turns it off) is moved to
+    SIS_BACKOUT_QUEUE instead of being delivered again (on IBM MQ the queue's own BOTHRESH and
+    BOQNAME come first)."""
     default_source = {"activemq": "stomp", "ibmmq": "ibmmq"}.get(profile, "embedded")
     source = _get(env, "SIS_SOURCE", default_source)
+    backout_threshold = _backout_threshold(env)
+    backout_queue = env.get("SIS_BACKOUT_QUEUE", "").strip() or None
     if source == "embedded":
+        queue = _get(env, "SIS_QUEUE_NAME", "SPORTSDATA")
+        if backout_queue == queue:
+            raise ConfigurationError(f"SIS_BACKOUT_QUEUE={backout_queue!r} is the queue itself")
         return EmbeddedQueueResource(
             path=_get(env, "SIS_QUEUE_DIR", str(data_dir(env) / "queue")),
-            queue=_get(env, "SIS_QUEUE_NAME", "SPORTSDATA"),
-            backout_threshold=_int(env, "SIS_BACKOUT_THRESHOLD", 0),
-            backout_queue=env.get("SIS_BACKOUT_QUEUE") or None,
+            queue=queue,
+            backout_threshold=backout_threshold,
+            backout_queue=backout_queue,
         )
     if source == "stomp":
         return StompQueueResource(
@@ -120,10 +130,25 @@ def queue_resource(env: Mapping[str, str], profile: str) -> QueueSourceResource:
             password=dg.EnvVar("SIS_STOMP_PASSWORD") if env.get("SIS_STOMP_PASSWORD") else None,
             selector=env.get("SIS_STOMP_SELECTOR") or None,
             prefetch=_int(env, "SIS_STOMP_PREFETCH", 10),
-            backout_threshold=_int(env, "SIS_BACKOUT_THRESHOLD", 0),
-            backout_queue=env.get("SIS_BACKOUT_QUEUE") or None,
+            backout_threshold=backout_threshold,
+            backout_queue=backout_queue,
+            redelivery_counts=_get(
+                env,
+                "SIS_STOMP_REDELIVERY_COUNTS",
+                str(data_dir(env) / "stomp" / "redeliveries.db"),
+            ),
         )
     if source == "ibmmq":
+        max_message_bytes = _int(
+            env, LIMIT_VARIABLES["max_message_bytes"], DEFAULT_LIMITS.max_message_bytes
+        )
+        max_get_bytes = _int(env, "SIS_IBMMQ_MAX_GET_BYTES", 2 * max_message_bytes)
+        if max_get_bytes < max_message_bytes:
+            # A body the platform accepts must never be turned away by the source.
+            raise ConfigurationError(
+                f"SIS_IBMMQ_MAX_GET_BYTES={max_get_bytes} must be at least "
+                f"SIS_MAX_MESSAGE_BYTES={max_message_bytes}"
+            )
         return IbmMqQueueResource(
             queue_manager=_required(env, "SIS_IBMMQ_QMGR", profile),
             channel=_required(env, "SIS_IBMMQ_CHANNEL", profile),
@@ -137,8 +162,27 @@ def queue_resource(env: Mapping[str, str], profile: str) -> QueueSourceResource:
             client_reconnect=_choice(
                 env, "SIS_IBMMQ_RECONNECT", ("disabled", "as_def", "any", "qmgr")
             ),
+            backout_threshold=backout_threshold,
+            backout_queue=backout_queue,
+            max_get_bytes=max_get_bytes,
         )
     raise ConfigurationError(f"SIS_SOURCE={source!r}: expected embedded, stomp or ibmmq")
+
+
+def _backout_threshold(env: Mapping[str, str]) -> int:
+    """SIS_BACKOUT_THRESHOLD: 0 (off) or more backouts than SIS_REDELIVERY_LIMIT allows
+    deliveries, so that a message coming back is landed and dead-lettered by the fold, with
+    its record in the message log, before the source moves it aside unlogged."""
+    threshold = _int(env, "SIS_BACKOUT_THRESHOLD", DEFAULT_BACKOUT_THRESHOLD)
+    redelivery_limit = _int(
+        env, "SIS_REDELIVERY_LIMIT", FeedProcessingResource.model_fields["redelivery_limit"].default
+    )
+    if threshold < 0 or 0 < threshold <= redelivery_limit:
+        raise ConfigurationError(
+            f"SIS_BACKOUT_THRESHOLD={threshold} must be above SIS_REDELIVERY_LIMIT="
+            f"{redelivery_limit} (default {DEFAULT_BACKOUT_THRESHOLD}), or 0 to turn it off"
+        )
+    return threshold
 
 
 def _class_archive(env: Mapping[str, str]) -> str | None:

@@ -19,6 +19,21 @@ from datetime import datetime
 from types import TracebackType
 from typing import Self
 
+from sis_platform.domain.limits import DEFAULT_LIMITS
+
+# Backouts after which a source moves a message to its backout queue instead of returning it
+# (MQ BOTHRESH), unless configured otherwise; 0 turns the threshold off. It must stay above the
+# feed contract's redelivery limit (SIS_REDELIVERY_LIMIT, 5): a message that keeps coming back
+# is then normally landed with its delivery count and dead-lettered by the fold first, so the
+# message log accounts for it; the threshold catches only what never reaches the log (a message
+# that kills intake before it is landed, e.g. by exhausting the consumer's memory).
+DEFAULT_BACKOUT_THRESHOLD = 10
+
+# The largest message a source gets whole (the IBM MQ source's MQGET buffer): twice the
+# platform's largest accepted body, so a body somewhat over that bound still reaches intake and
+# is logged and dead-lettered `too-large`; a larger one is moved to the backout queue unread.
+DEFAULT_MAX_GET_BYTES = 2 * DEFAULT_LIMITS.max_message_bytes
+
 
 @dataclass(frozen=True)
 class ReceivedMessage:

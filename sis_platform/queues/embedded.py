@@ -13,9 +13,12 @@ backout) and every state change is one SQLite transaction:
   we can test for, not a timeout we guess. Opening a session and every get (a waiting get
   also twice a second) reinstate a dead session's messages with backout count + 1, as the
   queue manager does when a connection breaks with a unit of work open.
-- Backout threshold (MQ BOTHRESH, 0 = off) and backout queue (BOQNAME): a get that meets a
+- Backout threshold (MQ BOTHRESH; DEFAULT_BACKOUT_THRESHOLD, 10, unless configured; 0 turns
+  it off) and backout queue (BOQNAME, `<queue>.BACKOUT` unless configured): a get that meets a
   message whose backout count has reached the threshold moves it to the backout queue inside
-  the unit of work, as the IBM MQ JMS client does, instead of returning it.
+  the unit of work, as the IBM MQ JMS client does, instead of returning it. A consumer that
+  dies with a message in its unit counts as a backout, so a message that kills its consumer
+  stops coming back after the threshold.
 
 Waiting: SQLite has no cross-process notification, so a waiting `get` polls
 `PRAGMA data_version` (it changes when another connection commits; reading it touches only the
@@ -38,6 +41,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from sis_platform.queues.base import (
+    DEFAULT_BACKOUT_THRESHOLD,
     QueueProducer,
     QueueSession,
     QueueSource,
@@ -255,7 +259,7 @@ class EmbeddedQueue(QueueSource):
         self,
         path: Path,
         queue: str = "SPORTSDATA",
-        backout_threshold: int = 0,
+        backout_threshold: int = DEFAULT_BACKOUT_THRESHOLD,
         backout_queue: str | None = None,
     ) -> None:
         if not queue:
@@ -274,11 +278,11 @@ class EmbeddedQueue(QueueSource):
     @property
     def description(self) -> str:
         threshold = (
-            f", backout threshold {self.backout_threshold} -> {self.backout_queue}"
+            f"backout threshold {self.backout_threshold} -> {self.backout_queue}"
             if self.backout_threshold
-            else ""
+            else "no backout threshold"
         )
-        return f"embedded queue {self.queue} in {self.path}{threshold}"
+        return f"embedded queue {self.queue} in {self.path}, {threshold}"
 
     def connect(self) -> EmbeddedSession:
         return EmbeddedSession(self)
@@ -287,8 +291,9 @@ class EmbeddedQueue(QueueSource):
         return EmbeddedProducer(self.path, self.queue)
 
     def backout_source(self) -> EmbeddedQueue:
-        """The backout queue as a source of its own (to drain or inspect it)."""
-        return EmbeddedQueue(self.path, queue=self.backout_queue)
+        """The backout queue as a source of its own (to drain or inspect it); it has no
+        backout threshold of its own."""
+        return EmbeddedQueue(self.path, queue=self.backout_queue, backout_threshold=0)
 
     def depth(self, include_in_flight: bool = True) -> int:
         """Messages on the queue. Like MQ CURDEPTH, messages got in an uncommitted unit of work

@@ -10,16 +10,28 @@ What the queue manager does and what this module does (DESIGN.md "Sources"):
 - The queue manager counts backouts but does not act on BOTHRESH/BOQNAME: that is the
   getting application's job (IBM's JMS client does it too). This module reads both with MQINQ
   when it opens the queue and moves a message whose BackoutCount >= BOTHRESH to BOQNAME inside
-  the unit of work, instead of returning it.
-  * BOQNAME blank, or refusing the message (2085 not defined, 2053 full, 2051 put inhibited,
-    2035 not authorized): the message goes to the queue manager's dead-letter queue behind an
-    MQDLH (reason 2362 MQRC_BACKOUT_THRESHOLD_REACHED), as IBM's JMS client does.
+  the unit of work, instead of returning it. A queue without a threshold (BOTHRESH 0, MQ's
+  default, or an alias that has none) gets the platform's (`backout_threshold`,
+  DEFAULT_BACKOUT_THRESHOLD = 10 unless configured; 0 turns it off), so a message that kills
+  its consumer stops coming back there too; a blank BOQNAME is replaced by `backout_queue`.
+  * No backout queue, or one refusing the message (2085 not defined, 2053 full, 2051 put
+    inhibited, 2035 not authorized): the message goes to the queue manager's dead-letter queue
+    behind an MQDLH (reason 2362 MQRC_BACKOUT_THRESHOLD_REACHED), as IBM's JMS client does.
   * Neither queue usable (not defined, put fails): the message is delivered as usual, with an
     error logged each time. The platform's own redelivery limit then dead-letters it, so it is
     neither lost nor silently stuck.
   * The move belongs to the caller's unit of work: commit makes it final, backout undoes it
     (the message returns with BackoutCount + 1 and is moved again by the next get). The
     consumer commits even a unit in which get() returned nothing, which makes such moves final.
+- Bounded gets: MQGET is given a buffer of `max_get_bytes` (default DEFAULT_MAX_GET_BYTES,
+  twice the platform's largest accepted body), never "whatever the message needs" (pymqi's
+  default re-gets a longer message with a buffer of its full length). A longer message fails
+  with 2080 MQRC_TRUNCATED_MSG_FAILED and stays on the queue; the MQMD and its length come
+  back with the error. It is then got once more, matched by MsgId, only to be moved like a
+  message over the backout threshold (same targets, MQDLH reason 2080), with an error naming
+  its id and size; it is never returned. That one get needs a buffer of its length, which the
+  queue manager bounds (the queue's and channel's MAXMSGL: 4 MiB by default, 100 MiB at most).
+  If no queue takes it, it is delivered, and intake dead-letters it `too-large`.
 - MQRC 2033 (MQRC_NO_MSG_AVAILABLE) is an empty queue, not an error.
 - Connection-level reasons (2009 MQRC_CONNECTION_BROKEN, 2059 MQRC_Q_MGR_NOT_AVAILABLE, 2538
   MQRC_HOST_NOT_AVAILABLE, 2161/2162 queue manager quiescing/stopping, 2202/2203 connection
@@ -48,6 +60,8 @@ from typing import Any, Literal
 from xml.etree import ElementTree
 
 from sis_platform.queues.base import (
+    DEFAULT_BACKOUT_THRESHOLD,
+    DEFAULT_MAX_GET_BYTES,
     QueueProducer,
     QueueSession,
     QueueSource,
@@ -64,6 +78,7 @@ Opening = Literal["input", "output", "nothing"]
 MQRC_BACKED_OUT = 2003
 MQRC_NO_MSG_AVAILABLE = 2033
 MQRC_SELECTOR_ERROR = 2067
+MQRC_TRUNCATED_MSG_FAILED = 2080
 MQRC_BACKOUT_THRESHOLD_REACHED = 2362
 
 # The queue manager cannot be reached now or is going away: retry later (transient).
@@ -172,7 +187,9 @@ class IbmMqQueue(QueueSource):
     default), longer than a sensor tick should ever take.
 
     `max_wait_ms` caps the MQGET WaitInterval, so one get() never waits longer than that even
-    when asked to. Connecting makes up to `reconnect_attempts` attempts, the retries spaced by
+    when asked to. `max_get_bytes` is the largest message got whole; `backout_threshold` and
+    `backout_queue` apply where the queue has no BOTHRESH / BOQNAME (module docstring).
+    Connecting makes up to `reconnect_attempts` attempts, the retries spaced by
     `backoff_delay` (doubling from `reconnect_initial_delay` up to `reconnect_max_delay`).
 
     `sleep`, `jitter` and `clock` are injectable so tests never wait; `pymqi_module` replaces
@@ -192,6 +209,9 @@ class IbmMqQueue(QueueSource):
         certificate_label: str | None = None,
         *,
         max_wait_ms: int = 60_000,
+        max_get_bytes: int = DEFAULT_MAX_GET_BYTES,
+        backout_threshold: int = DEFAULT_BACKOUT_THRESHOLD,
+        backout_queue: str | None = None,
         client_reconnect: ClientReconnect = "disabled",
         reconnect_attempts: int = 4,
         reconnect_initial_delay: float = 0.5,
@@ -215,6 +235,12 @@ class IbmMqQueue(QueueSource):
             raise ValueError("reconnect_attempts must be at least 1")
         if max_wait_ms < 0:
             raise ValueError("max_wait_ms must not be negative")
+        if max_get_bytes < 1:
+            raise ValueError("max_get_bytes must be at least 1")
+        if backout_threshold < 0:
+            raise ValueError("backout_threshold must not be negative")
+        if backout_queue is not None and backout_queue.strip() == queue.strip():
+            raise ValueError("backout_queue must differ from queue")
         self.queue_manager = queue_manager
         self.channel = channel
         self.conn_name = conn_name
@@ -225,6 +251,9 @@ class IbmMqQueue(QueueSource):
         self.key_repository = key_repository or None
         self.certificate_label = certificate_label or None
         self.max_wait_ms = max_wait_ms
+        self.max_get_bytes = max_get_bytes
+        self.backout_threshold = backout_threshold
+        self.backout_queue = backout_queue.strip() if backout_queue else None
         self.client_reconnect: ClientReconnect = client_reconnect
         self.reconnect_attempts = reconnect_attempts
         self.reconnect_initial_delay = reconnect_initial_delay
@@ -399,6 +428,24 @@ def _padded(name: str, length: int) -> bytes:
     return name.encode("ascii")[:length].ljust(length, b" ")
 
 
+class _Oversize(Exception):  # noqa: N818  (a signal between two methods, not an error)
+    """MQGET refused a message longer than the get buffer (2080); it is still on the queue."""
+
+    def __init__(self, md: Any, length: int) -> None:
+        super().__init__(f"message of {length} bytes")
+        self.md = md
+        self.length = length
+
+
+@dataclass(frozen=True)
+class _MoveReason:
+    """Why a got message is moved aside instead of returned."""
+
+    text: str  # for the log lines, e.g. "BackoutCount 10 >= backout threshold 10"
+    dead_letter_reason: int  # the MQDLH Reason when it goes to the dead-letter queue
+    otherwise: str  # what becomes of it if no queue takes it
+
+
 class _Connection:
     """One client connection (MQCONNX) with the source's queue open.
 
@@ -481,29 +528,15 @@ class _Connection:
             | cmqc.MQOO_SAVE_ALL_CONTEXT
             | cmqc.MQOO_FAIL_IF_QUIESCING,
         )
-        try:
-            self.backout_threshold = int(self.queue.inquire(cmqc.MQIA_BACKOUT_THRESHOLD))
-            self.backout_queue = _mq_name(self.queue.inquire(cmqc.MQCA_BACKOUT_REQ_Q_NAME))
-        except self.pymqi.MQMIError as exc:
-            if source.is_transient(exc):
-                raise
-            if _reason(exc) != MQRC_SELECTOR_ERROR:
-                raise source.error("MQINQ", f"queue {source.queue}", exc) from exc
-            # 2067: the queue has no such attributes (an alias or remote queue definition).
-            log.warning(
-                "%s: the queue has no BOTHRESH/BOQNAME (alias or remote definition?): "
-                "this source enforces no backout threshold; the platform's redelivery "
-                "limit still applies",
-                source.description,
-            )
-            return
-        if self.backout_threshold <= 0:
-            log.info(
-                "%s: BOTHRESH is 0: no backout threshold; the platform's redelivery limit applies",
-                source.description,
-            )
-            return
-        # The dead-letter queue is the fallback when BOQNAME is blank or refuses the message.
+        queue_threshold, queue_backout_queue = self._inquire_backout_attributes()
+        if queue_threshold > 0:
+            self.backout_threshold, origin = queue_threshold, "BOTHRESH"
+        else:
+            self.backout_threshold = source.backout_threshold
+            origin = "the platform's threshold: the queue has none"
+        self.backout_queue = queue_backout_queue or source.backout_queue or ""
+        # The dead-letter queue is the fallback when there is no backout queue or it refuses a
+        # message; over-size messages need it too, whatever the threshold.
         try:
             self.dead_letter_queue = _mq_name(self.qmgr.inquire(cmqc.MQCA_DEAD_LETTER_Q_NAME))
         except self.pymqi.MQMIError as exc:
@@ -515,31 +548,88 @@ class _Connection:
                 source.reason_name(_reason(exc)),
                 _reason(exc),
             )
-        if self.backout_queue:
+        if self.backout_threshold <= 0:
+            log.warning(
+                "%s: no backout threshold (BOTHRESH 0 and SIS_BACKOUT_THRESHOLD 0): a message "
+                "that kills its consumer before it is landed comes back for ever",
+                source.description,
+            )
+        elif self.backout_queue:
             log.info(
-                "%s: messages backed out %d times are moved to %s",
+                "%s: messages backed out %d times (%s) are moved to %s",
                 source.description,
                 self.backout_threshold,
+                origin,
                 self.backout_queue,
             )
         elif self.dead_letter_queue:
             log.warning(
-                "%s: BOTHRESH is %d but BOQNAME is blank: such messages go to the "
+                "%s: backout threshold %d (%s) but BOQNAME is blank: such messages go to the "
                 "dead-letter queue %s; define BOQNAME on the queue",
                 source.description,
                 self.backout_threshold,
+                origin,
                 self.dead_letter_queue,
             )
         else:
             log.error(
-                "%s: BOTHRESH is %d but neither BOQNAME nor a dead-letter queue is defined: "
-                "messages over the threshold keep being delivered and the platform's "
+                "%s: backout threshold %d (%s) but neither BOQNAME nor a dead-letter queue is "
+                "defined: messages over the threshold keep being delivered and the platform's "
                 "redelivery limit must dead-letter them; define BOQNAME on the queue",
                 source.description,
                 self.backout_threshold,
+                origin,
             )
 
+    def _inquire_backout_attributes(self) -> tuple[int, str]:
+        """The queue's BOTHRESH and BOQNAME; (0, "") where it has none."""
+        cmqc, source = self.cmqc, self.source
+        try:
+            threshold = int(self.queue.inquire(cmqc.MQIA_BACKOUT_THRESHOLD))
+            backout_queue = _mq_name(self.queue.inquire(cmqc.MQCA_BACKOUT_REQ_Q_NAME))
+        except self.pymqi.MQMIError as exc:
+            if source.is_transient(exc):
+                raise
+            if _reason(exc) != MQRC_SELECTOR_ERROR:
+                raise source.error("MQINQ", f"queue {source.queue}", exc) from exc
+            # 2067: the queue has no such attributes (an alias or remote queue definition).
+            log.warning(
+                "%s: the queue has no BOTHRESH/BOQNAME (alias or remote definition?): the "
+                "platform's backout threshold applies",
+                source.description,
+            )
+            return 0, ""
+        return max(0, threshold), backout_queue
+
     def get(self, wait_ms: int) -> tuple[Any, bytes]:
+        """The next message under syncpoint, got whole if it is at most `max_get_bytes`;
+        a longer one raises _Oversize and stays on the queue."""
+        md, gmo = self._get_options(wait_ms)
+        try:
+            body = self.queue.get(self.source.max_get_bytes, md, gmo)
+        except self.pymqi.MQMIError as exc:
+            if _reason(exc) != MQRC_TRUNCATED_MSG_FAILED:
+                raise
+            # pymqi has filled the MQMD in and says the full length (MQGET's DataLength).
+            raise _Oversize(md, int(getattr(exc, "original_length", 0) or 0)) from exc
+        return md, bytes(body)
+
+    def get_oversize(self, oversize: _Oversize) -> tuple[Any, bytes] | None:
+        """Get the message `oversize` describes, whole, only to move it (None if another
+        consumer took it meanwhile). Matched by MsgId: the head of the queue may have changed.
+        Its buffer is its own length, which the queue manager's MAXMSGL bounds."""
+        md, gmo = self._get_options(0)
+        md.MsgId = oversize.md.MsgId
+        gmo.MatchOptions = self.cmqc.MQMO_MATCH_MSG_ID
+        try:
+            body = self.queue.get(max(1, oversize.length), md, gmo)
+        except self.pymqi.MQMIError as exc:
+            if _reason(exc) == MQRC_NO_MSG_AVAILABLE:
+                return None
+            raise
+        return md, bytes(body)
+
+    def _get_options(self, wait_ms: int) -> tuple[Any, Any]:
         cmqc = self.cmqc
         # A fresh MQMD per get: MQGET fills MsgId/CorrelId in, and a reused MQMD would make
         # the next get match only that message id.
@@ -557,11 +647,7 @@ class _Connection:
         gmo.Version = cmqc.MQGMO_VERSION_4
         gmo.MatchOptions = cmqc.MQMO_NONE
         gmo.WaitInterval = wait_ms
-        # No maximum length: pymqi then re-gets a message longer than its first buffer
-        # (MQRC 2080) instead of failing on it, so an oversized message reaches the platform,
-        # which dead-letters it, rather than blocking the queue head.
-        body = self.queue.get(None, md, gmo)
-        return md, bytes(body)
+        return md, gmo
 
     def _output(self, name: str) -> Any:
         queue = self._outputs.get(name)
@@ -589,14 +675,14 @@ class _Connection:
         """Put the message as got (same MQMD, so same MsgId) on BOQNAME, in the unit."""
         self._put_passing_context(self.backout_queue, raw, md)
 
-    def move_to_dead_letter_queue(self, md: Any, raw: bytes) -> None:
+    def move_to_dead_letter_queue(self, md: Any, raw: bytes, reason: int) -> None:
         """Put the message on the DLQ behind an MQDLH saying why and where it came from."""
         cmqc, source = self.cmqc, self.source
         now = source.now()
         header = _DLH.pack(
             cmqc.MQDLH_STRUC_ID,
             cmqc.MQDLH_VERSION_1,
-            MQRC_BACKOUT_THRESHOLD_REACHED,
+            reason,
             _padded(source.queue, _MQ_NAME_LENGTH),
             _padded(source.queue_manager, _MQ_NAME_LENGTH),
             md.Encoding,
@@ -682,9 +768,31 @@ class _Session(QueueSession):
             conn = self._connection()
             wait_ms = int(max(0.0, deadline - source._clock()) * 1000)
             try:
-                md, raw = conn.get(min(wait_ms, source.max_wait_ms))
-                if 0 < conn.backout_threshold <= md.BackoutCount and self._move(conn, md, raw):
-                    continue
+                try:
+                    md, raw = conn.get(min(wait_ms, source.max_wait_ms))
+                except _Oversize as oversize:
+                    got = conn.get_oversize(oversize)
+                    if got is None:
+                        continue  # another consumer took it meanwhile
+                    md, raw = got
+                    why = _MoveReason(
+                        f"{len(raw)} bytes, over the get limit of {source.max_get_bytes} "
+                        "(SIS_IBMMQ_MAX_GET_BYTES)",
+                        MQRC_TRUNCATED_MSG_FAILED,
+                        "intake must dead-letter it too-large",
+                    )
+                    if self._move(conn, md, raw, why):
+                        continue
+                else:
+                    if 0 < conn.backout_threshold <= md.BackoutCount:
+                        why = _MoveReason(
+                            f"BackoutCount {md.BackoutCount} >= backout threshold "
+                            f"{conn.backout_threshold}",
+                            MQRC_BACKOUT_THRESHOLD_REACHED,
+                            "the platform's redelivery limit must dead-letter it",
+                        )
+                        if self._move(conn, md, raw, why):
+                            continue
             except source.pymqi.MQMIError as exc:
                 if _reason(exc) == MQRC_NO_MSG_AVAILABLE:
                     return None
@@ -710,48 +818,45 @@ class _Session(QueueSession):
             self._delivered += 1
             return to_received_message(md, raw, source.pymqi.CMQC)
 
-    def _move(self, conn: _Connection, md: Any, raw: bytes) -> bool:
-        """Move an over-threshold message out of the way; False if it must be delivered."""
+    def _move(self, conn: _Connection, md: Any, raw: bytes, why: _MoveReason) -> bool:
+        """Move a message out of the way (to the backout queue, else the dead-letter queue),
+        in the unit of work; False if no queue took it and it must be delivered."""
         source = self._source
         message_id = "ID:" + bytes(md.MsgId).hex()
-        targets: list[tuple[str, Callable[[Any, bytes], None]]] = []
+        targets: list[tuple[str, Callable[[], None]]] = []
         if conn.backout_queue:
-            targets.append((conn.backout_queue, conn.move_to_backout_queue))
+            targets.append((conn.backout_queue, lambda: conn.move_to_backout_queue(md, raw)))
         if conn.dead_letter_queue:
-            targets.append((conn.dead_letter_queue, conn.move_to_dead_letter_queue))
+            targets.append(
+                (
+                    conn.dead_letter_queue,
+                    lambda: conn.move_to_dead_letter_queue(md, raw, why.dead_letter_reason),
+                )
+            )
         for name, move in targets:
             try:
-                move(md, raw)
+                move()
             except (source.pymqi.MQMIError, IbmMqError) as exc:  # MQOPEN or MQPUT refused
                 if source.is_transient(exc):
                     raise
                 log.error(
-                    "%s: cannot move %s (BackoutCount %d >= BOTHRESH %d) to %s: %s (%d)",
+                    "%s: cannot move %s (%s) to %s: %s (%d)",
                     source.description,
                     message_id,
-                    md.BackoutCount,
-                    conn.backout_threshold,
+                    why.text,
                     name,
                     source.reason_name(_reason(exc)),
                     _reason(exc),
                 )
                 continue
-            log.warning(
-                "%s: moved %s to %s: BackoutCount %d >= BOTHRESH %d",
-                source.description,
-                message_id,
-                name,
-                md.BackoutCount,
-                conn.backout_threshold,
-            )
+            log.warning("%s: moved %s to %s: %s", source.description, message_id, name, why.text)
             return True
         log.error(
-            "%s: delivering %s although BackoutCount %d >= BOTHRESH %d: no backout or "
-            "dead-letter queue took it; the platform's redelivery limit must dead-letter it",
+            "%s: delivering %s although %s: no backout or dead-letter queue took it; %s",
             source.description,
             message_id,
-            md.BackoutCount,
-            conn.backout_threshold,
+            why.text,
+            why.otherwise,
         )
         return False
 

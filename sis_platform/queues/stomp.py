@@ -29,14 +29,24 @@ exercised by tests/queues against a real broker):
   the dead-letter queue (ActiveMQ.DLQ by default), and it is refused inside a transaction
   ("Poison ack cannot be transacted", which also marks the transaction rollback-only). We never
   send NACK.
-- Delivery count: ActiveMQ's MESSAGE frames carry `redelivered:true` but no delivery count
-  (no JMSXDeliveryCount, no redelivery counter), and the flag is not persisted across a broker
-  restart unless the broker sets `persistJMSRedelivered="true"`. `delivery_count` is therefore
-  2 for a redelivered message (a lower bound) and exact only for backouts this `StompQueue`
-  object saw itself (it counts them per broker message id). ActiveMQ itself never gives up on
-  a message that keeps coming back through disconnects (no broker-side redelivery limit for
-  STOMP consumers), so the backout threshold is applied here.
-- Backout threshold / backout queue: a get that meets a message whose known backout count
+- Delivery count: ActiveMQ counts redeliveries itself (it raises a message's redelivery
+  counter when a consumer goes away with it unacked), but its MESSAGE frames carry only
+  `redelivered:true` (FrameTranslator copies the JMS headers and properties; the counter and
+  JMSXDeliveryCount are neither), and the flag survives a broker restart only with the
+  destination policy `persistJMSRedelivered="true"` (scripts/activemq.sh sets it). Nor does
+  the broker act on its counter for a consumer that disconnects, crashes or unsubscribes: its
+  `redeliveryPlugin` (`maximumRedeliveries`, then the DLQ) intercepts only poison acks (NACK,
+  which we cannot send, see above) and expiry, and its redeliveries go back through the
+  scheduler to the tail of the queue, out of order. So the count is kept here: each time a
+  get hands out a message flagged redelivered, it first records one more redelivery of its
+  broker message id in `RedeliveryCounts` (deliveries.py), a small SQLite file when
+  `redelivery_counts` names one (the platform's configuration always does), and
+  `delivery_count` is 1 + the redeliveries recorded. The file outlives the process, so a
+  message that kills its consumer is counted across restarts. A message the broker only
+  prefetched for a consumer that went away comes back flagged too, and is counted once more
+  than it was handed out; without the file (memory only) a new process sees 2, a lower bound.
+- Backout threshold / backout queue (DEFAULT_BACKOUT_THRESHOLD, 10, unless configured; 0 turns
+  it off; default queue ActiveMQ.DLQ): a get that meets a message whose backout count
   (delivery_count - 1) has reached the threshold does not return it: it is ACKed in the unit
   like any other message and remembered; `commit()` first SENDs a copy to `backout_queue`
   (persistent, confirmed by receipt) and then commits, which acks the original. A backout
@@ -68,16 +78,18 @@ import random
 import threading
 import time
 import uuid
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import stomp
 import stomp.exception
 
 from sis_platform.queues.base import (
+    DEFAULT_BACKOUT_THRESHOLD,
     QueueProducer,
     QueueSession,
     QueueSource,
@@ -85,6 +97,7 @@ from sis_platform.queues.base import (
     SourceUnavailable,
     new_message_id,
 )
+from sis_platform.queues.deliveries import RedeliveryCounts
 
 log = logging.getLogger(__name__)
 
@@ -317,34 +330,6 @@ class _Link(stomp.ConnectionListener):
             pass
 
 
-class _BackoutCounts:
-    """Backouts this source object has seen, per broker message id (ActiveMQ only says
-    whether a message was redelivered, not how often). Bounded: forgetting an entry only
-    lowers a count to the broker's lower bound."""
-
-    def __init__(self, limit: int = 100_000) -> None:
-        self._limit = limit
-        self._counts: OrderedDict[str, int] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: str) -> int:
-        with self._lock:
-            return self._counts.get(key, 0)
-
-    def add(self, keys: list[str]) -> None:
-        with self._lock:
-            for key in keys:
-                self._counts[key] = self._counts.get(key, 0) + 1
-                self._counts.move_to_end(key)
-            while len(self._counts) > self._limit:
-                self._counts.popitem(last=False)
-
-    def forget(self, keys: list[str]) -> None:
-        with self._lock:
-            for key in keys:
-                self._counts.pop(key, None)
-
-
 def _put_time(headers: Mapping[str, str]) -> datetime:
     try:
         return datetime.fromtimestamp(int(headers["timestamp"]) / 1000, tz=UTC)
@@ -364,8 +349,9 @@ def _body(frame: Any) -> bytes:
 class StompQueue(QueueSource):
     """A queue on a STOMP broker. Cheap to construct; connects in `connect()`/`producer()`.
 
-    Keep one instance per process where you can (e.g. cache it in the resource): delivery
-    counts above 2 are only known for backouts the instance itself saw.
+    `redelivery_counts` is the file that keeps delivery counts across processes (see the
+    module docstring); without one they live in this object, so keep one instance per process
+    (the resource caches it).
     """
 
     def __init__(
@@ -379,8 +365,9 @@ class StompQueue(QueueSource):
         selector: str | None = None,
         *,
         prefetch: int = 10,
-        backout_threshold: int = 0,
+        backout_threshold: int = DEFAULT_BACKOUT_THRESHOLD,
         backout_queue: str | None = None,
+        redelivery_counts: Path | None = None,
         vhost: str | None = None,
         connect_timeout: float = 10.0,
         receipt_timeout: float = 30.0,
@@ -414,7 +401,7 @@ class StompQueue(QueueSource):
             connect_timeout=connect_timeout,
             receipt_timeout=receipt_timeout,
         )
-        self._backouts = _BackoutCounts()
+        self._redeliveries = RedeliveryCounts(redelivery_counts)
 
     @property
     def description(self) -> str:
@@ -424,6 +411,8 @@ class StompQueue(QueueSource):
             extras.append(f"selector {self.selector!r}")
         if self.backout_threshold:
             extras.append(f"backout threshold {self.backout_threshold} -> {self.backout_queue}")
+        else:
+            extras.append("no backout threshold")
         suffix = f" ({', '.join(extras)})" if extras else ""
         return f"stomp://{who}{self._endpoint}{self.destination}{suffix}"
 
@@ -434,7 +423,8 @@ class StompQueue(QueueSource):
         return StompProducer(self)
 
     def backout_source(self) -> StompQueue:
-        """The backout queue as a source of its own (to drain or inspect it)."""
+        """The backout queue as a source of its own (to drain or inspect it); it has no
+        backout threshold of its own."""
         ep = self._endpoint
         return StompQueue(
             ep.host,
@@ -443,6 +433,7 @@ class StompQueue(QueueSource):
             ep.user,
             ep.password,
             ep.heartbeats,
+            backout_threshold=0,
             vhost=ep.vhost,
             connect_timeout=ep.connect_timeout,
             receipt_timeout=ep.receipt_timeout,
@@ -468,7 +459,7 @@ class StompQueue(QueueSource):
                     raise SourceUnavailable(f"browsing {dest} on {self._endpoint} timed out")
                 if frame.headers.get("browser") == "end":
                     return found
-                found.append(self._message(frame, count_backouts=False))
+                found.append(self._message(frame, record=False))
         except _LinkLost as e:
             raise SourceUnavailable(f"browsing {dest} on {self._endpoint}: {e}") from e
         finally:
@@ -509,16 +500,20 @@ class StompQueue(QueueSource):
             f"{self.description} unavailable after {self.connect_attempts} attempt(s): {last}"
         )
 
-    def _message(self, frame: Any, count_backouts: bool = True) -> ReceivedMessage:
+    def _message(self, frame: Any, *, record: bool) -> ReceivedMessage:
+        """The message a frame carries. `record`: it is being handed out, so a redelivery is
+        counted (durably, before the caller sees it); a browse only looks the count up."""
         headers: Mapping[str, str] = frame.headers
         broker_id = headers.get("message-id", "")
-        redelivered = headers.get("redelivered") == "true"
-        seen = self._backouts.get(broker_id) if count_backouts else 0
+        redeliveries = 0
+        if headers.get("redelivered") == "true":
+            counts = self._redeliveries
+            redeliveries = counts.record(broker_id) if record else max(1, counts.count(broker_id))
         return ReceivedMessage(
             message_id=headers.get(ID_PROPERTY) or broker_id,
             body=_body(frame),
             put_time=_put_time(headers),
-            delivery_count=max(2 if redelivered else 1, 1 + seen),
+            delivery_count=1 + redeliveries,
             properties={k: v for k, v in headers.items() if k not in _FRAME_HEADERS},
         )
 
@@ -527,6 +522,7 @@ class StompQueue(QueueSource):
 class _Got:
     broker_id: str
     ack_id: str
+    counted: bool  # handed out redelivered, so it has an entry in the redelivery counts
 
 
 @dataclass
@@ -567,8 +563,8 @@ class StompSession(QueueSession):
                     frame = link.next_message(deadline, self._subscription)
                     if frame is None:
                         return None
-                    message = self._source._message(frame)
-                    self._take(link, frame)
+                    message = self._source._message(frame, record=True)
+                    self._take(link, frame, counted=message.redelivered)
                     threshold = self._source.backout_threshold
                     if threshold and message.delivery_count - 1 >= threshold:
                         self._move_to_backout(frame, message)
@@ -596,14 +592,19 @@ class StompSession(QueueSession):
             except (_LinkLost, _BrokerError) as e:
                 # Outcome in doubt (or rolled back): drop the connection so the broker rolls
                 # back whatever is left and redelivers; the landed copies become duplicates.
-                self._end_unit(backed_out=True)
+                self._end_unit()
                 self._drop_link()
                 raise SourceUnavailable(
                     f"commit of {len(unit)} message(s) on {source.description} not"
                     f" confirmed ({e}); they may be redelivered"
                 ) from e
-            source._backouts.forget([g.broker_id for g in unit])
-            self._end_unit(backed_out=False)
+            self._end_unit()
+            # Gone from the broker: their counts are of no further use. The commit has
+            # happened, so failing to forget them is only logged (the bound evicts them later).
+            try:
+                source._redeliveries.forget(g.broker_id for g in unit if g.counted)
+            except SourceUnavailable as e:
+                log.warning("%s: %s", source.description, e)
 
     def backout(self) -> None:
         with self._lock:
@@ -612,7 +613,7 @@ class StompSession(QueueSession):
             if self._tx is None:
                 return
             tx = self._tx
-            self._end_unit(backed_out=True)
+            self._end_unit()
             link = self._link
             if link is None or link.lost:
                 return  # the broker already rolled the unit back when the connection went
@@ -629,7 +630,7 @@ class StompSession(QueueSession):
                 return
             self._closed = True
             if self._tx is not None:
-                self._end_unit(backed_out=True)
+                self._end_unit()
             self._drop_link()
 
     # -- internals ---------------------------------------------------------------------------
@@ -675,7 +676,7 @@ class StompSession(QueueSession):
         reason = link.lost_reason if link is not None else "not connected"
         if self._tx is not None:
             n = len(self._unit)
-            self._end_unit(backed_out=True)
+            self._end_unit()
             self._unit_lost = True
             self._drop_link()
             raise SourceUnavailable(
@@ -688,7 +689,7 @@ class StompSession(QueueSession):
         assert self._link is not None
         return self._link
 
-    def _take(self, link: _Link, frame: Any) -> None:
+    def _take(self, link: _Link, frame: Any, counted: bool) -> None:
         """ACK inside the unit's transaction (begun with the unit's first message): with a
         `client` subscription that only opens the prefetch window; COMMIT makes it an ack."""
         if self._tx is None:
@@ -696,7 +697,11 @@ class StompSession(QueueSession):
             self._tx = tx
             link.send(lambda: link.conn.begin(tx))
         tx = self._tx
-        got = _Got(broker_id=frame.headers.get("message-id", ""), ack_id=frame.headers["ack"])
+        got = _Got(
+            broker_id=frame.headers.get("message-id", ""),
+            ack_id=frame.headers["ack"],
+            counted=counted,
+        )
         self._unit.append(got)
         link.send(lambda: link.conn.ack(got.ack_id, transaction=tx))
 
@@ -723,9 +728,7 @@ class StompSession(QueueSession):
         # Already ACKed in the unit by _take; the copy is sent by commit().
         self._moves.append(_Move(body=message.body, headers=headers))
 
-    def _end_unit(self, backed_out: bool) -> None:
-        if backed_out and self._unit:
-            self._source._backouts.add([g.broker_id for g in self._unit])
+    def _end_unit(self) -> None:
         self._unit = []
         self._moves = []
         self._tx = None

@@ -6,8 +6,13 @@ Sensors annotate `QueueSourceResource`; which implementation is bound is decided
 
 `open()` returns one source object per process and configuration. Dagster builds fresh
 resource objects for every sensor tick, but a source may keep state that must outlive a tick:
-`StompQueue` counts backouts itself, because ActiveMQ over STOMP only says "redelivered"
-(see sis_platform/queues/stomp.py), so a new object per tick would forget them.
+`StompQueue` counts redeliveries itself, because ActiveMQ over STOMP only says "redelivered"
+(see sis_platform/queues/stomp.py); it keeps them in a file when configured to (the platform's
+configuration always is), and otherwise in the object.
+
+Every source has a backout threshold (DEFAULT_BACKOUT_THRESHOLD, 10, unless configured; 0
+turns it off): a message backed out that many times, e.g. one that kills intake before it is
+landed, is moved to the backout queue instead of being delivered again.
 """
 
 from __future__ import annotations
@@ -23,7 +28,18 @@ from typing import Literal
 import dagster as dg
 from pydantic import Field
 
-from sis_platform.queues.base import QueueSource
+from sis_platform.queues.base import (
+    DEFAULT_BACKOUT_THRESHOLD,
+    DEFAULT_MAX_GET_BYTES,
+    QueueSource,
+)
+
+_THRESHOLD = (
+    "Backouts after which a message is moved to the backout queue instead of being delivered "
+    "again (MQ BOTHRESH; 0 = off). Keep it above the redelivery limit, so that a message "
+    "coming back is normally landed and dead-lettered, with its record in the message log, "
+    "first; the threshold catches what never reaches the log (a message that kills intake)."
+)
 
 _SOURCES: dict[str, QueueSource] = {}
 _SOURCES_LOCK = threading.Lock()
@@ -59,11 +75,10 @@ class EmbeddedQueueResource(QueueSourceResource):
 
     path: str = Field(description="Folder holding the queue's database.")
     queue: str = Field(default="SPORTSDATA", description="Queue name inside the folder.")
-    backout_threshold: int = Field(
-        default=0, description="MQ BOTHRESH: deliveries before a message moves to the backout "
-        "queue (0 = off; the platform's redelivery limit still applies)."
+    backout_threshold: int = Field(default=DEFAULT_BACKOUT_THRESHOLD, ge=0, description=_THRESHOLD)
+    backout_queue: str | None = Field(
+        default=None, description="MQ BOQNAME: where such messages go (default: <queue>.BACKOUT)."
     )
-    backout_queue: str | None = Field(default=None, description="MQ BOQNAME.")
 
     def build(self) -> QueueSource:
         from sis_platform.queues.embedded import EmbeddedQueue
@@ -94,11 +109,15 @@ class StompQueueResource(QueueSourceResource):
         description="Messages the broker pushes ahead of our gets. Keep it small: those not "
         "got by the end of a tick come back flagged redelivered.",
     )
-    backout_threshold: int = Field(
-        default=0, description="Backouts before a message moves to the backout queue (0 = off)."
-    )
+    backout_threshold: int = Field(default=DEFAULT_BACKOUT_THRESHOLD, ge=0, description=_THRESHOLD)
     backout_queue: str | None = Field(
         default=None, description="Where such messages go (default: ActiveMQ.DLQ)."
+    )
+    redelivery_counts: str | None = Field(
+        default=None,
+        description="File (SQLite) where the source counts the redeliveries it hands out, "
+        "since ActiveMQ over STOMP only flags them; it outlives the process, so a message that "
+        "kills its consumer still reaches the backout threshold. None: counted in memory only.",
     )
 
     def build(self) -> QueueSource:
@@ -114,6 +133,7 @@ class StompQueueResource(QueueSourceResource):
             prefetch=self.prefetch,
             backout_threshold=self.backout_threshold,
             backout_queue=self.backout_queue,
+            redelivery_counts=Path(self.redelivery_counts) if self.redelivery_counts else None,
         )
 
 
@@ -136,6 +156,23 @@ class IbmMqQueueResource(QueueSourceResource):
         description="MQ client auto-reconnect. 'disabled' leaves reconnecting to the source "
         "(bounded, logged); MQ's own can block a call for up to 30 minutes.",
     )
+    backout_threshold: int = Field(
+        default=DEFAULT_BACKOUT_THRESHOLD,
+        ge=0,
+        description="Applied when the queue has no BOTHRESH of its own (BOTHRESH 0): " + _THRESHOLD,
+    )
+    backout_queue: str | None = Field(
+        default=None,
+        description="Used when the queue has no BOQNAME; without either, such messages go to "
+        "the queue manager's dead-letter queue.",
+    )
+    max_get_bytes: int = Field(
+        default=DEFAULT_MAX_GET_BYTES,
+        gt=0,
+        description="Largest message got whole (the MQGET buffer). A larger one is moved to the "
+        "backout queue in the unit of work and never returned (default: twice the platform's "
+        "largest accepted body, so an over-size body still reaches the message log).",
+    )
 
     def build(self) -> QueueSource:
         from sis_platform.queues.ibmmq import IbmMqQueue
@@ -151,4 +188,7 @@ class IbmMqQueueResource(QueueSourceResource):
             key_repository=self.key_repository,
             certificate_label=self.certificate_label,
             client_reconnect=self.client_reconnect,
+            backout_threshold=self.backout_threshold,
+            backout_queue=self.backout_queue,
+            max_get_bytes=self.max_get_bytes,
         )

@@ -722,14 +722,27 @@ class FakeQueueManagerServer:
                 message = self._first_match(opened.queue, md, gmo)
         if message is None:
             raise _fail(CMQC.MQRC_NO_MSG_AVAILABLE)
+        self._describe(md, message)
         if max_length is not None and len(message.body) > max_length:
-            raise _fail(CMQC.MQRC_TRUNCATED_MSG_FAILED, CMQC.MQCC_WARNING)
+            # As pymqi does when given a maximum length: the MQMD is filled in, the message
+            # stays on the queue, and the error carries the first bytes and the full length.
+            raise MQMIError(
+                CMQC.MQCC_WARNING,
+                CMQC.MQRC_TRUNCATED_MSG_FAILED,
+                message=message.body[:max_length],
+                original_length=len(message.body),
+            )
         queue = self._base(opened.queue)
         queue.messages.remove(message)
         if gmo.Options & CMQC.MQGMO_SYNCPOINT:
             conn.unit.append(("get", queue.name, message))
         if opened.options & CMQC.MQOO_SAVE_ALL_CONTEXT:
             opened.saved_context = message
+        return message.body
+
+    @staticmethod
+    def _describe(md: MD, message: StoredMessage) -> None:
+        """Fill in the MQMD as MQGET returns it."""
         md.set(
             MsgId=message.msg_id,
             CorrelId=message.correl_id,
@@ -745,7 +758,6 @@ class FakeQueueManagerServer:
             PutApplName=message.put_appl_name,
             UserIdentifier=message.user_identifier,
         )
-        return message.body
 
     @_locked
     def put(self, conn: _Connection, handle: int, body: bytes, md: MD, pmo: PMO) -> None:

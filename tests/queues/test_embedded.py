@@ -14,7 +14,12 @@ from typing import Any
 
 import pytest
 
-from sis_platform.queues.base import ReceivedMessage, SourceUnavailable, new_message_id
+from sis_platform.queues.base import (
+    DEFAULT_BACKOUT_THRESHOLD,
+    ReceivedMessage,
+    SourceUnavailable,
+    new_message_id,
+)
 from sis_platform.queues.embedded import DATABASE_NAME, EmbeddedQueue
 
 SPAWN = multiprocessing.get_context("spawn")
@@ -254,6 +259,43 @@ def test_backout_queue_defaults_and_can_be_drained(tmp_path: Path) -> None:
     assert [(m.message_id, m.delivery_count) for m in moved] == [(put_id, 2)]
     with queue.backout_source().connect() as session:
         assert session.get().message_id == put_id  # type: ignore[union-attr]
+        session.commit()
+    assert queue.browse_backout() == []
+
+
+def test_message_backed_out_past_the_default_threshold_is_moved_and_the_next_delivered(
+    tmp_path: Path,
+) -> None:
+    queue = EmbeddedQueue(tmp_path)  # every setting at its default
+    assert (queue.backout_threshold, queue.backout_queue) == (10, "SPORTSDATA.BACKOUT")
+    with queue.producer() as producer:
+        poison, good = producer.put(b"kills intake"), producer.put(b"good")
+    with queue.connect() as session:
+        for delivery in range(1, DEFAULT_BACKOUT_THRESHOLD + 1):
+            m = session.get()
+            assert m is not None and (m.message_id, m.delivery_count) == (poison, delivery)
+            session.backout()
+        m = session.get()
+        assert m is not None and m.message_id == good
+        session.commit()
+    assert [(m.message_id, m.body) for m in queue.browse_backout()] == [
+        (poison, b"kills intake")
+    ]
+    assert queue.depth() == 0
+
+
+def test_backout_threshold_zero_turns_the_move_off(tmp_path: Path) -> None:
+    queue = EmbeddedQueue(tmp_path, backout_threshold=0)
+    assert "no backout threshold" in queue.description
+    with queue.producer() as producer:
+        poison = producer.put(b"kills intake")
+    with queue.connect() as session:
+        for _ in range(DEFAULT_BACKOUT_THRESHOLD + 2):
+            m = session.get()
+            assert m is not None and m.message_id == poison
+            session.backout()
+        m = session.get()
+        assert m is not None and m.delivery_count == DEFAULT_BACKOUT_THRESHOLD + 3
         session.commit()
     assert queue.browse_backout() == []
 

@@ -28,7 +28,9 @@ def test_embedded_url_with_options(tmp_path: Path) -> None:
 def test_embedded_url_defaults(tmp_path: Path) -> None:
     source = open_source(f"embedded://{tmp_path}")
     assert isinstance(source, EmbeddedQueue)
-    assert (source.queue, source.backout_threshold) == ("SPORTSDATA", 0)
+    assert (source.queue, source.backout_threshold) == ("SPORTSDATA", 10)
+    off = open_source(f"embedded://{tmp_path}?backout_threshold=0")
+    assert isinstance(off, EmbeddedQueue) and off.backout_threshold == 0
 
 
 def test_stomp_url_with_credentials_and_options() -> None:

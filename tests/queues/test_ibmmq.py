@@ -13,7 +13,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from sis_platform.queues.base import SourceUnavailable
+from sis_platform.queues.base import (
+    DEFAULT_BACKOUT_THRESHOLD,
+    DEFAULT_MAX_GET_BYTES,
+    SourceUnavailable,
+)
 from sis_platform.queues.ibmmq import (
     IbmMqClientMissing,
     IbmMqError,
@@ -136,7 +140,7 @@ def test_get_uses_syncpoint_wait_fail_if_quiescing_without_convert_and_a_fresh_m
         assert not get.options & CMQC.MQGMO_CONVERT
         assert get.md_msg_id in (b"", CMQC.MQMI_NONE)  # not the previous message's id
         assert get.md_correl_id in (b"", CMQC.MQCI_NONE)
-        assert get.max_length is None  # long messages are re-got, never left blocking
+        assert get.max_length == DEFAULT_MAX_GET_BYTES  # a bounded buffer, never "any size"
     assert (first.wait_interval, second.wait_interval) == (1500, 0)
 
 
@@ -363,14 +367,51 @@ def test_without_boqname_or_dead_letter_queue_the_message_is_delivered_and_logge
     assert "redelivery limit must dead-letter it" in caplog.text
 
 
-def test_bothresh_zero_never_moves(server: FakeQueueManagerServer) -> None:
+def test_bothresh_zero_applies_the_platform_default_threshold_and_the_next_is_delivered(
+    server: FakeQueueManagerServer,
+) -> None:
+    server.define_queue(QUEUE)  # MQ's defaults: BOTHRESH(0), BOQNAME blank
+    poison = server.put_message(QUEUE, b"<kills-intake/>")
+    good = server.put_message(QUEUE, b"<good/>")
+    with make_source(server, backout_queue=BOQ).connect() as session:
+        for delivery in range(1, DEFAULT_BACKOUT_THRESHOLD + 1):
+            message = session.get()
+            assert message is not None
+            assert (message.message_id, message.delivery_count) == (poison.message_id, delivery)
+            session.backout()
+        message = session.get()
+        assert message is not None and message.message_id == good.message_id
+        session.commit()
+    assert ids(server, BOQ) == [poison.message_id]
+    assert server.messages(QUEUE) == []
+
+
+def test_the_queues_own_bothresh_and_boqname_come_before_the_platforms(
+    server: FakeQueueManagerServer,
+) -> None:
+    server.define_queue("OTHER.BACKOUT")
+    poison = server.put_message(QUEUE, b"<poison/>", backout_count=3)  # BOTHRESH(3) BOQNAME(BOQ)
+    source = make_source(server, backout_threshold=20, backout_queue="OTHER.BACKOUT")
+    with source.connect() as session:
+        assert session.get() is None
+        session.commit()
+    assert ids(server, BOQ) == [poison.message_id]
+    assert server.messages("OTHER.BACKOUT") == []
+
+
+def test_platform_threshold_zero_with_bothresh_zero_never_moves_and_warns(
+    server: FakeQueueManagerServer, caplog: pytest.LogCaptureFixture
+) -> None:
     server.define_queue(QUEUE, backout_threshold=0, backout_queue=BOQ)
     server.put_message(QUEUE, b"<m/>", backout_count=50)
-    with make_source(server).connect() as session:
+    with caplog.at_level(logging.WARNING), make_source(
+        server, backout_threshold=0
+    ).connect() as session:
         message = session.get()
         session.commit()
     assert message is not None and message.delivery_count == 51
     assert server.messages(BOQ) == []
+    assert "no backout threshold" in caplog.text
 
 
 def test_alias_queue_without_bothresh_delivers_and_warns(
@@ -384,6 +425,83 @@ def test_alias_queue_without_bothresh_delivers_and_warns(
         session.commit()
     assert message is not None and message.delivery_count == 10
     assert "no BOTHRESH/BOQNAME" in caplog.text
+
+
+# -- bounded gets ------------------------------------------------------------------------
+
+
+def test_message_over_max_get_bytes_is_moved_whole_unreturned_and_the_next_delivered(
+    server: FakeQueueManagerServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    big = server.put_message(QUEUE, b"<big>" + b"x" * 5000 + b"</big>")
+    good = server.put_message(QUEUE, b"<good/>")
+    with caplog.at_level(logging.WARNING), make_source(
+        server, max_get_bytes=1024
+    ).connect() as session:
+        message = session.get()
+        assert message is not None and message.message_id == good.message_id
+        assert server.messages(BOQ) == []  # moved in the unit of work
+        session.commit()
+    (moved,) = server.messages(BOQ)
+    assert (moved.message_id, moved.body) == (big.message_id, big.body)
+    assert (moved.put_date, moved.put_time) == (big.put_date, big.put_time)
+    assert server.messages(QUEUE) == []
+    assert f"moved {big.message_id} to {BOQ}: 5011 bytes, over the get limit of 1024" in (
+        caplog.text
+    )
+    # The get buffer is the bound; the one larger get is matched to that message by MsgId.
+    first, whole, _next = server.gets
+    assert first.max_length == 1024
+    assert (whole.max_length, whole.md_msg_id) == (5011, big.msg_id)
+    assert whole.match_options & CMQC.MQMO_MATCH_MSG_ID
+
+
+def test_message_of_exactly_max_get_bytes_is_delivered(server: FakeQueueManagerServer) -> None:
+    put = server.put_message(QUEUE, b"y" * 1024)
+    with make_source(server, max_get_bytes=1024).connect() as session:
+        message = session.get()
+        session.commit()
+    assert message is not None and (message.message_id, message.body) == (put.message_id, put.body)
+
+
+def test_backout_undoes_the_move_of_an_over_size_message(server: FakeQueueManagerServer) -> None:
+    big = server.put_message(QUEUE, b"z" * 2048)
+    with make_source(server, max_get_bytes=1024).connect() as session:
+        assert session.get() is None
+        session.backout()
+    assert server.messages(BOQ) == []
+    assert ids(server) == [big.message_id]
+    assert server.messages(QUEUE)[0].backout_count == 1
+
+
+def test_over_size_message_without_boqname_goes_to_the_dead_letter_queue_reason_2080(
+    server: FakeQueueManagerServer,
+) -> None:
+    server.define_queue(QUEUE)  # no BOTHRESH, no BOQNAME
+    big = server.put_message(QUEUE, b"w" * 2048)
+    with make_source(server, max_get_bytes=1024).connect() as session:
+        assert session.get() is None
+        session.commit()
+    (dead,) = server.messages(DLQ)
+    header = read_dead_letter_header(dead.body)
+    assert header["Reason"] == CMQC.MQRC_TRUNCATED_MSG_FAILED
+    assert (dead.message_id, header["data"]) == (big.message_id, big.body)
+
+
+def test_over_size_message_no_queue_takes_is_delivered_whole_with_an_error(
+    server: FakeQueueManagerServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    server.dead_letter_queue = ""
+    server.define_queue(QUEUE)
+    big = server.put_message(QUEUE, b"v" * 2048)
+    with caplog.at_level(logging.ERROR), make_source(
+        server, max_get_bytes=1024
+    ).connect() as session:
+        message = session.get()
+        session.commit()
+    assert message is not None and message.body == big.body
+    assert f"delivering {big.message_id} although 2048 bytes, over the get limit" in caplog.text
+    assert "intake must dead-letter it too-large" in caplog.text
 
 
 # -- connecting -------------------------------------------------------------------------

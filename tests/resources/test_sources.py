@@ -9,7 +9,7 @@ import dagster as dg
 import pytest
 
 from sis_platform import config
-from sis_platform.queues.base import QueueSource
+from sis_platform.queues.base import DEFAULT_BACKOUT_THRESHOLD, DEFAULT_MAX_GET_BYTES, QueueSource
 from sis_platform.queues.embedded import EmbeddedQueue
 from sis_platform.queues.ibmmq import IbmMqQueue
 from sis_platform.queues.stomp import StompQueue
@@ -84,7 +84,7 @@ def test_stomp_settings_reach_the_source(tmp_path):
         "SIS_STOMP_DESTINATION": "/queue/FEED",
         "SIS_STOMP_SELECTOR": "sport = 'horse-racing'",
         "SIS_STOMP_PREFETCH": "3",
-        "SIS_BACKOUT_THRESHOLD": "4",
+        "SIS_BACKOUT_THRESHOLD": "12",
         "SIS_BACKOUT_QUEUE": "FEED.BACKOUT",
     }
     source = config.resources(env)["queue"].build()
@@ -92,15 +92,48 @@ def test_stomp_settings_reach_the_source(tmp_path):
     assert source.destination == "/queue/FEED"
     assert source.selector == "sport = 'horse-racing'"
     assert source.prefetch == 3
-    assert (source.backout_threshold, source.backout_queue) == (4, "/queue/FEED.BACKOUT")
+    assert (source.backout_threshold, source.backout_queue) == (12, "/queue/FEED.BACKOUT")
     assert source.description == (
         "stomp://127.0.0.1:61999/queue/FEED (selector \"sport = 'horse-racing'\", "
-        "backout threshold 4 -> /queue/FEED.BACKOUT)"
+        "backout threshold 12 -> /queue/FEED.BACKOUT)"
     )
     defaults = config.resources({"SIS_DATA_DIR": str(tmp_path), "SIS_PROFILE": "activemq"})
     plain = defaults["queue"].build()
     assert isinstance(plain, StompQueue)
-    assert (plain.selector, plain.prefetch, plain.backout_threshold) == (None, 10, 0)
+    assert (plain.selector, plain.prefetch) == (None, 10)
+    assert (plain.backout_threshold, plain.backout_queue) == (10, "/queue/ActiveMQ.DLQ")
+    # Redeliveries are counted in a file under the data folder, so they outlive the process.
+    assert plain._redeliveries.path == tmp_path / "stomp" / "redeliveries.db"
+
+
+def test_every_source_has_the_default_backout_threshold_and_zero_turns_it_off(tmp_path):
+    for env in ({}, {"SIS_PROFILE": "activemq"}, IBMMQ):
+        base = {"SIS_DATA_DIR": str(tmp_path), **env}
+        assert config.resources(base)["queue"].build().backout_threshold == 10
+        off = config.resources({**base, "SIS_BACKOUT_THRESHOLD": "0"})["queue"].build()
+        assert off.backout_threshold == 0
+    assert DEFAULT_BACKOUT_THRESHOLD == 10
+    embedded = config.resources({"SIS_DATA_DIR": str(tmp_path)})["queue"].build()
+    assert isinstance(embedded, EmbeddedQueue)
+    assert embedded.backout_queue == "SPORTSDATA.BACKOUT"
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"SIS_BACKOUT_THRESHOLD": "-1"}, "SIS_BACKOUT_THRESHOLD=-1 must be above"),
+        ({"SIS_BACKOUT_THRESHOLD": "5"}, "SIS_BACKOUT_THRESHOLD=5 must be above SIS_REDELIVERY"),
+        (
+            {"SIS_BACKOUT_THRESHOLD": "10", "SIS_REDELIVERY_LIMIT": "10"},
+            "must be above SIS_REDELIVERY_LIMIT=10",
+        ),
+        ({"SIS_BACKOUT_THRESHOLD": "ten"}, "SIS_BACKOUT_THRESHOLD='ten' is not a whole number"),
+        ({"SIS_BACKOUT_QUEUE": "SPORTSDATA"}, "SIS_BACKOUT_QUEUE='SPORTSDATA' is the queue"),
+    ],
+)
+def test_bad_backout_settings_fail_at_start_naming_the_variable(tmp_path, settings, message):
+    with pytest.raises(config.ConfigurationError, match=message):
+        config.resources({"SIS_DATA_DIR": str(tmp_path), **settings})
 
 
 IBMMQ = {
@@ -128,5 +161,28 @@ def test_ibmmq_certificate_label_and_reconnect_reach_the_source(tmp_path):
     plain = config.resources({"SIS_DATA_DIR": str(tmp_path), **IBMMQ})["queue"].build()
     assert isinstance(plain, IbmMqQueue)
     assert (plain.certificate_label, plain.client_reconnect) == (None, "disabled")
+    assert (plain.backout_threshold, plain.backout_queue) == (10, None)
+    assert plain.max_get_bytes == DEFAULT_MAX_GET_BYTES == 8 * 1024 * 1024
     with pytest.raises(config.ConfigurationError, match="SIS_IBMMQ_RECONNECT='always'"):
         config.resources({"SIS_DATA_DIR": str(tmp_path), **IBMMQ, "SIS_IBMMQ_RECONNECT": "always"})
+
+
+def test_ibmmq_backout_and_get_limit_settings_reach_the_source(tmp_path):
+    env = {
+        "SIS_DATA_DIR": str(tmp_path),
+        **IBMMQ,
+        "SIS_BACKOUT_THRESHOLD": "7",
+        "SIS_BACKOUT_QUEUE": "SPORTSDATA.BACKOUT",
+        "SIS_MAX_MESSAGE_BYTES": "1000000",
+    }
+    source = config.resources(env)["queue"].build()
+    assert isinstance(source, IbmMqQueue)
+    assert (source.backout_threshold, source.backout_queue) == (7, "SPORTSDATA.BACKOUT")
+    assert source.max_get_bytes == 2_000_000  # twice SIS_MAX_MESSAGE_BYTES unless set
+    explicit = config.resources({**env, "SIS_IBMMQ_MAX_GET_BYTES": "3000000"})
+    assert explicit["queue"].build().max_get_bytes == 3_000_000
+    with pytest.raises(
+        config.ConfigurationError,
+        match="SIS_IBMMQ_MAX_GET_BYTES=999999 must be at least SIS_MAX_MESSAGE_BYTES=1000000",
+    ):
+        config.resources({**env, "SIS_IBMMQ_MAX_GET_BYTES": "999999"})
