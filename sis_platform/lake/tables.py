@@ -45,6 +45,7 @@ FOLD_FAILURES = Table("fold_failures")
 EVENTS = Table("events", replaced_in_place=True)
 MARKETS = Table("markets", replaced_in_place=True)
 SELECTIONS = Table("selections", replaced_in_place=True)
+MODEL_FAILURES = Table("model_failures")
 MODEL_STEPS = Table("model_steps")
 
 # Tables the fold appends to, each row tagged with the fold step that wrote it: an uncommitted
@@ -258,7 +259,7 @@ def _markets() -> StructType:
             T.StructField("market_id", T.StringType(), False),
             T.StructField("type", T.StringType(), True),
             T.StructField("status", T.StringType(), True),
-            T.StructField("places", T.IntegerType(), True),
+            T.StructField("places", T.LongType(), True),
             T.StructField("fold_step", T.LongType(), False),
         ]
     )
@@ -272,16 +273,38 @@ def _selections() -> StructType:
             T.StructField("master_id", T.StringType(), False),
             T.StructField("market_id", T.StringType(), False),
             T.StructField("selection_id", T.StringType(), False),
-            T.StructField("number", T.IntegerType(), True),
+            # The schema bounds number, price num and den to signed 64-bit (maxInclusive
+            # 9223372036854775807): LongType holds every valid value.
+            T.StructField("number", T.LongType(), True),
             T.StructField("name", T.StringType(), True),
             T.StructField("status", T.StringType(), True),
             T.StructField("jockey", T.StringType(), True),
             T.StructField("trainer", T.StringType(), True),
-            T.StructField("price_num", T.IntegerType(), True),
-            T.StructField("price_den", T.IntegerType(), True),
-            T.StructField("price_decimal", T.DoubleType(), True),
+            T.StructField("price_num", T.LongType(), True),
+            T.StructField("price_den", T.LongType(), True),
+            # num/den + 1, exact to 6 places (spark/model.py): at most 2^63, 19 digits before
+            # the point, where a double keeps 15 to 17 significant digits in all.
+            T.StructField("price_decimal", T.DecimalType(38, 6), True),
             T.StructField("price_at", T.StringType(), True),
             T.StructField("fold_step", T.LongType(), False),
+        ]
+    )
+
+
+def _model_failures() -> StructType:
+    # One row per master whose model rows a refresh could not build (spark/model.py): the
+    # interpreter raised, or a value does not fit its column. The master has no rows in
+    # events, markets and selections as of that refresh (model_step).
+    from pyspark.sql import types as T
+
+    return T.StructType(
+        [
+            T.StructField("master_id", T.StringType(), False),
+            T.StructField("version", T.IntegerType(), False),
+            T.StructField("fold_step", T.LongType(), False),
+            T.StructField("model_step", T.LongType(), False),
+            T.StructField("error", T.StringType(), False),
+            T.StructField("failed_at", T.TimestampType(), False),
         ]
     )
 
@@ -311,5 +334,6 @@ _SCHEMAS = {
     "events": _events,
     "markets": _markets,
     "selections": _selections,
+    "model_failures": _model_failures,
     "model_steps": _model_steps,
 }
