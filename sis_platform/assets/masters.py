@@ -19,6 +19,7 @@ from sis_platform.lake.tables import (
     MASTER_DOCUMENTS,
     MASTER_VERSIONS,
     MESSAGE_OUTCOMES,
+    MODEL_FAILURES,
     SELECTIONS,
 )
 from sis_platform.resources.platform import DeltaLakeResource, FeedProcessingResource
@@ -153,12 +154,27 @@ def fold_masters(
 def interpreted_model(
     context: dg.AssetExecutionContext, spark: LazyPySparkResource, lake: DeltaLakeResource
 ) -> Iterator[dg.MaterializeResult]:
-    """The interpreted model that Opportunity Management reads."""
+    """The interpreted model that Opportunity Management reads. A master whose document cannot
+    be interpreted is left out (no rows) and listed in the model_failures table; the count is
+    the `masters_failed` metadata."""
     from sis_platform.spark.model import refresh_model
 
     lk = lake.lake(spark.spark_session)
     r = refresh_model(lk)
+    if r.upgraded:
+        context.log.warning(
+            f"model table(s) {', '.join(r.upgraded)} recreated with this version's schema: the "
+            "model was rebuilt from every master"
+        )
     context.log.info(f"model refreshed to fold step {r.fold_step}: {r.masters} master(s)")
+    if r.failed:
+        # One master's failure does not fail the others (spark/model.py): it is reported here
+        # and kept in model_failures, and the master has no model rows until it folds again.
+        context.log.warning(
+            f"{r.failed} master(s) could not be interpreted and have no model rows (see "
+            f"{lk.path(MODEL_FAILURES)}): {', '.join(r.failed_masters)}"
+            + (" ..." if r.failed > len(r.failed_masters) else "")
+        )
     for name, table, rows in (
         ("events", EVENTS, r.events),
         ("markets", MARKETS, r.markets),
@@ -169,7 +185,9 @@ def interpreted_model(
             metadata={
                 "fold_step": r.fold_step,
                 "masters_refreshed": r.masters,
+                "masters_failed": r.failed,
                 "rows_refreshed": rows,
                 "table": dg.MetadataValue.path(lk.path(table)),
+                "failures_table": dg.MetadataValue.path(lk.path(MODEL_FAILURES)),
             },
         )
