@@ -91,7 +91,12 @@ def read_backout_embedded(source: QueueSource) -> list[ReceivedMessage]:
 
 def spec_stomp(ctx: Context) -> Spec:
     broker = ctx.fixture("activemq")
-    return {"host": broker.host, "port": broker.stomp_port}
+    return {
+        "host": broker.host,
+        "port": broker.stomp_port,
+        # As the platform runs it: redeliveries counted in a file every process shares.
+        "redelivery_counts": str(ctx.tmp_path / "stomp" / "redeliveries.db"),
+    }
 
 
 def open_stomp(spec: Spec, queue: str, backout_threshold: int) -> QueueSource:
@@ -101,6 +106,7 @@ def open_stomp(spec: Spec, queue: str, backout_threshold: int) -> QueueSource:
         f"/queue/{queue}",
         backout_threshold=backout_threshold,
         backout_queue=f"{queue}.BACKOUT",
+        redelivery_counts=Path(spec["redelivery_counts"]),
         # Small prefetch: the suite's units are larger than it, which must still work.
         prefetch=4,
         # Fail fast in outage tests: the backoff itself is not under test here.
@@ -321,9 +327,9 @@ SOURCES: list[SourceKind] = [
         read_backout=read_backout_stomp,
         marks=(pytest.mark.broker,),
         # ActiveMQ's STOMP frames carry `redelivered:true` but no count (see
-        # sis_platform/queues/stomp.py); counts above 2 are known only to the source object
-        # that saw the backouts.
-        exact_delivery_count_after_reopen=False,
+        # sis_platform/queues/stomp.py): the source counts redeliveries in a file, so a new
+        # source object (another process) knows them too.
+        exact_delivery_count_after_reopen=True,
         prefetch_may_mark_redelivered=True,
         outage=outage_stomp,
     ),

@@ -3,6 +3,7 @@ checked on the wire with plain stomp.py, plus StompQueue specifics."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import queue as stdlib_queue
 import signal
@@ -10,16 +11,24 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import stomp
 
-from sis_platform.queues.base import SourceUnavailable
-from sis_platform.queues.stomp import ACTIVEMQ_DLQ, ID_PROPERTY, StompQueue
+from sis_platform.queues.base import DEFAULT_BACKOUT_THRESHOLD, SourceUnavailable
+from sis_platform.queues.deliveries import RedeliveryCounts
+from sis_platform.queues.stomp import (
+    ACTIVEMQ_DLQ,
+    BACKOUT_COUNT_PROPERTY,
+    ID_PROPERTY,
+    StompQueue,
+)
 from tests.queues.broker import Broker
 
 WAIT = 10.0
+SPAWN = multiprocessing.get_context("spawn")
 
 
 class Wire(stomp.ConnectionListener):
@@ -119,6 +128,90 @@ def test_activemq_nack_dead_letters_at_once_and_is_refused_in_a_transaction(
     assert dead.body == b"poison"
     assert dead.headers["original-destination"] == dest
     wire.conn.ack(dead.headers["ack"])
+
+
+@pytest.mark.broker
+def test_activemq_redelivers_to_consumers_that_go_away_for_ever_flagged_but_uncounted(
+    wire: Wire, name: str
+) -> None:
+    """Why the source counts: ActiveMQ's redelivery limit (redeliveryPlugin,
+    maximumRedeliveries) acts on poison acks only, never on a consumer that disconnects or
+    unsubscribes with the message unacked, and the frame says only `redelivered`."""
+    dest = f"/queue/{name}"
+    wire.conn.send(dest, b"poison", headers={"persistent": "true"})
+    for n in range(2 * DEFAULT_BACKOUT_THRESHOLD):
+        wire.conn.subscribe(dest, id=f"s{n}", ack="client-individual")
+        frame = wire.next(f"s{n}")
+        assert frame.body == b"poison"
+        assert frame.headers.get("redelivered") == ("true" if n else None)
+        assert not {"redelivery-count", "JMSXDeliveryCount"} & set(frame.headers)
+        wire.conn.unsubscribe(f"s{n}")
+    wire.conn.subscribe(dest, id="last", ack="client-individual")
+    wire.conn.ack(wire.next("last").headers["ack"])
+
+
+def get_one_and_die(host: str, port: int, destination: str, counts: str, pipe: Any) -> None:
+    """A consumer with the platform's defaults that gets one message and is then killed
+    (SIGKILL, no backout, no close): intake dying on a message before it is landed."""
+    source = StompQueue(host, port, destination, redelivery_counts=Path(counts))
+    session = source.connect()
+    message = session.get(WAIT)
+    pipe.send(None if message is None else (message.message_id, message.delivery_count))
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@pytest.mark.broker
+@pytest.mark.faults
+def test_message_that_kills_its_consumer_reaches_the_default_threshold_and_the_next_is_delivered(
+    activemq: Broker, name: str, tmp_path: Path
+) -> None:
+    counts = tmp_path / "stomp" / "redeliveries.db"
+    src = source(activemq, name, redelivery_counts=counts)  # every other setting: defaults
+    assert (src.backout_threshold, src.backout_queue) == (10, ACTIVEMQ_DLQ)
+    with src.producer() as producer:
+        poison, good = producer.put(b"<kills-intake/>"), producer.put(b"<good/>")
+    seen = []
+    for _ in range(DEFAULT_BACKOUT_THRESHOLD):
+        parent_end, child_end = SPAWN.Pipe()
+        child = SPAWN.Process(
+            target=get_one_and_die,
+            args=(activemq.host, activemq.stomp_port, name, str(counts), child_end),
+        )
+        child.start()
+        assert parent_end.poll(60), "the consumer process did not report"
+        seen.append(parent_end.recv())
+        child.join(30)
+        assert child.exitcode == -signal.SIGKILL
+    assert seen == [(poison, n) for n in range(1, DEFAULT_BACKOUT_THRESHOLD + 1)]
+    # A new process (a new source object, the same counts file): the 11th delivery is moved.
+    with source(activemq, name, redelivery_counts=counts).connect() as session:
+        m = session.get(WAIT)
+        # The killed consumers had it prefetched, so it comes back flagged, and is counted
+        # once: the documented cost of the broker's prefetch (stomp.py).
+        assert m is not None and (m.message_id, m.delivery_count) == (good, 2)
+        session.commit()
+        assert session.get(0.5) is None
+    [moved] = [m for m in src.browse(ACTIVEMQ_DLQ) if m.message_id == poison]
+    assert moved.body == b"<kills-intake/>"
+    assert moved.properties[BACKOUT_COUNT_PROPERTY] == str(DEFAULT_BACKOUT_THRESHOLD)
+    assert RedeliveryCounts(counts).entries() == 0  # both committed: nothing left to count
+
+
+@pytest.mark.broker
+def test_backout_threshold_zero_turns_the_move_off(activemq: Broker, name: str) -> None:
+    src = source(activemq, name, backout_threshold=0, backout_queue=f"{name}.BACKOUT")
+    assert "no backout threshold" in src.description
+    with src.producer() as producer:
+        poison = producer.put(b"poison")
+    with src.connect() as session:
+        for delivery in range(1, DEFAULT_BACKOUT_THRESHOLD + 3):
+            m = session.get(WAIT)
+            assert m is not None and (m.message_id, m.delivery_count) == (poison, delivery)
+            session.backout()
+        m = session.get(WAIT)
+        assert m is not None and m.message_id == poison
+        session.commit()
+    assert src.browse_backout() == []
 
 
 @pytest.mark.broker
