@@ -1,33 +1,50 @@
 """Parsing and validating one Sportsdata message body (SPORTSDATA.md, "The message",
-"The document", "Invalid items and poison messages").
+"The document", "Invalid items and poison messages"; DESIGN.md invariant 6, "Bounded cost").
 
 `parse_message` either returns a `ParsedMessage` or raises `InvalidMessage` with the reason
-the whole message is dead-lettered. Checks run cheapest first and each input is parsed once
-and validated once:
+the whole message is dead-lettered. Checks run cheapest first, each bound before the work it
+protects, and the body is parsed once and validated once:
 
-1. `too-large`: the body is longer than `limits.max_message_bytes` (default 4 MB), checked
+1. `too-large`: the body is longer than `limits.max_message_bytes` (default 4 MiB), checked
    before parsing.
-2. `not-well-formed`: not XML, not UTF-8, or carrying a DOCTYPE. The parser never resolves
-   entities, loads a DTD or touches the network, and keeps libxml2's size limits
-   (huge_tree=False); any DOCTYPE is rejected outright since the feed never needs one and
-   internal-subset entities are the classic expansion attack.
-3. `schema-invalid` when the root is not an unqualified `sportsdata` element.
-4. `invalid-envelope`: the root attributes (SPORTSDATA.md table): unknown attribute,
+2. `not-well-formed`: the body contains `<!DOCTYPE` or `<!ENTITY` (any case), found by a byte
+   scan before lxml sees it. The feed has no DTD; a DOCTYPE is never legitimate, and its
+   declarations are how a body reaches the file system (an external parameter entity naming a
+   FIFO or a device hangs libxml2 even with DTD loading off) or expands without bound. The scan
+   sees what the parser sees: the parser decodes every body as UTF-8 whatever its XML
+   declaration says, so markup is ASCII bytes in the body; a UTF-8 BOM is skipped like any
+   byte, and UTF-16 or UTF-32 input fails to parse at its first byte (a BOM or a NUL).
+3. `not-well-formed`: not XML or not UTF-8 (so a Latin-1 body is rejected rather than silently
+   re-decoded), or a reference to an entity that is not one of XML's five predefined ones. The
+   parser never resolves entities, loads a DTD or touches the network, keeps libxml2's size
+   limits (huge_tree=False), and refuses every external access through its resolver, as
+   defence in depth behind step 2.
+4. `too-complex`, counted while parsing and aborting at the first bound crossed, so no tree
+   larger than the bounds is built and RELAX NG never sees a message beyond them: more than
+   `max_elements` nodes (elements, comments and processing instructions), an element deeper
+   than `max_depth` (the root is 1), an element with more than `max_attributes` attributes or
+   more than `max_children` child nodes (text aside).
+5. `schema-invalid` when the root is not an unqualified `sportsdata` element.
+6. `invalid-envelope`: the root attributes (SPORTSDATA.md table): unknown attribute,
    category not master/update, type missing on a master or present on an update, id list
    empty, an id not matching `[A-Za-z0-9_.:-]{1,64}`, an id twice, `sent` not an xs:dateTime.
-   These are checked in code before the schema so the reason names the envelope.
-5. `schema-invalid`: anything else the RELAX NG rejects (events, patch operations).
-6. `ids-mismatch` (master only): exactly one `event` per listed id, `@id` equal to it,
+   These are checked in code before the schema so the reason names the envelope. Among them,
+   more than `max_ids` ids is `too-complex` (counted before any id is checked or split).
+7. `too-complex`: an update with more than `max_patch_operations` operations.
+8. `schema-invalid`: anything else the RELAX NG rejects (events, patch operations, an integer
+   beyond a signed 64-bit long).
+9. `ids-mismatch` (master only): exactly one `event` per listed id, `@id` equal to it,
    which RELAX NG cannot express.
 
-The body is decoded as UTF-8 whatever its XML declaration says (the feed is UTF-8 by
-contract), so a Latin-1 body is `not-well-formed` rather than silently re-decoded.
+A `too-complex` detail names the bound, its value and its setting, e.g. "412 ids, over the
+limit of 200 (SIS_MAX_IDS)" (`limit_detail`).
 """
 
 from __future__ import annotations
 
 import functools
 import re
+import threading
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -80,25 +97,146 @@ class ParsedMessage:
     root: etree._Element
 
 
+class ExternalAccessRefused(Exception):
+    """The parser was asked to read an external resource (a DTD, an entity): never allowed."""
+
+
+class _RefuseExternalAccess(etree.Resolver):
+    """Refuses every external resource libxml2 asks for. Behind the DOCTYPE scan, this is what
+    keeps the file system and the network out of reach if a declaration ever got through."""
+
+    def resolve(self, system_url: str | None, public_id: str | None, context: object) -> None:
+        raise ExternalAccessRefused(f"external resource {system_url or public_id!r} refused")
+
+
+_PARSER_OPTIONS: dict[str, object] = {
+    "encoding": "utf-8",
+    "resolve_entities": False,
+    "no_network": True,
+    "load_dtd": False,
+    "dtd_validation": False,
+    "huge_tree": False,
+    "collect_ids": False,
+}
+
+
 @functools.cache
 def _parser() -> etree.XMLParser:
-    return etree.XMLParser(
-        encoding="utf-8",
-        resolve_entities=False,
-        no_network=True,
-        load_dtd=False,
-        dtd_validation=False,
-        huge_tree=False,
-        collect_ids=False,
-    )
+    parser = etree.XMLParser(**_PARSER_OPTIONS)  # type: ignore[arg-type]
+    parser.resolvers.add(_RefuseExternalAccess())
+    return parser
 
 
 def parse_xml(body: bytes) -> etree._Element:
-    """Parse trusted-or-not UTF-8 XML with the hardened parser; raises etree.XMLSyntaxError.
+    """Parse UTF-8 XML with the hardened parser; raises etree.XMLSyntaxError, or
+    ExternalAccessRefused when the document asks for an external resource.
 
-    Also used for payloads this package produced itself (split events, patched masters).
+    For payloads this package produced itself (split events, patched masters); a message body
+    goes through `parse_message`, which scans and bounds it first.
     """
     return etree.fromstring(body, _parser())
+
+
+# `<!DOCTYPE` and `<!ENTITY` in any case: XML only knows the upper-case keywords, but a false
+# positive costs nothing here (the feed never carries either, even in a comment).
+_DECLARATION = re.compile(rb"<!(?i:doctype|entity)")
+
+# Bytes fed to the pull parser at a time: the bounds are checked between chunks, so at most one
+# chunk's nodes are built beyond a bound before parsing stops.
+_FEED_CHUNK = 64 * 1024
+
+# lxml reports elements as start/end, and comments and processing instructions as one event.
+_EVENTS = ("start", "end", "comment", "pi")
+
+
+def limit_detail(what: str, bound: str, limits: Limits) -> str:
+    """The detail of a `too-complex` dead letter: what was found, the bound's value and its
+    setting, e.g. "412 ids, over the limit of 200 (SIS_MAX_IDS)"."""
+    return f"{what}, over the limit of {getattr(limits, bound)} (SIS_{bound.upper()})"
+
+
+def _too_complex(what: str, bound: str, limits: Limits) -> InvalidMessage:
+    return InvalidMessage(Reason.TOO_COMPLEX, limit_detail(what, bound, limits))
+
+
+def _name(node: etree._Element) -> str:
+    tag = node.tag
+    name = tag if isinstance(tag, str) else "node"
+    return name if len(name) <= 64 else name[:61] + "..."
+
+
+# One pull parser per thread, reused message after message (building one costs about as much as
+# parsing a typical message). It is dropped after any message it did not finish, so no event or
+# half-built document of that message can reach the next.
+_pull = threading.local()
+
+
+def _pull_parser() -> etree.XMLPullParser:
+    parser: etree.XMLPullParser | None = getattr(_pull, "parser", None)
+    if parser is None:
+        parser = etree.XMLPullParser(events=_EVENTS, **_PARSER_OPTIONS)  # type: ignore[arg-type]
+        parser.resolvers.add(_RefuseExternalAccess())
+        _pull.parser = parser
+    return parser
+
+
+def _parse_bounded(body: bytes, limits: Limits) -> etree._Element:
+    """Parse `body`, counting nodes, depth, attributes and children as lxml builds the tree, and
+    stop at the first bound crossed (step 4 of the module docstring)."""
+    parser = _pull_parser()
+    try:
+        return _count_while_parsing(parser, body, limits)
+    except BaseException:
+        _pull.parser = None
+        raise
+
+
+def _count_while_parsing(
+    parser: etree.XMLPullParser, body: bytes, limits: Limits
+) -> etree._Element:
+    max_elements = limits.max_elements
+    max_depth = limits.max_depth
+    max_attributes = limits.max_attributes
+    max_children = limits.max_children
+    nodes = 0
+    # Children seen so far of each open element, outermost first; the first entry is the
+    # document's own (a comment before the root), which no bound applies to.
+    children = [0]
+    for offset in range(0, max(len(body), 1), _FEED_CHUNK):
+        parser.feed(body[offset : offset + _FEED_CHUNK])
+        for event, node in parser.read_events():
+            if event == "end":
+                children.pop()
+                continue
+            nodes += 1
+            if nodes > max_elements:
+                raise _too_complex(f"at least {nodes} elements", "max_elements", limits)
+            depth = len(children)  # of this node: the root is 1
+            children[-1] += 1
+            if children[-1] > max_children and depth > 1:
+                parent = node.getparent()
+                where = "an element" if parent is None else f"<{_name(parent)}>"
+                raise _too_complex(
+                    f"{where} with at least {children[-1]} children", "max_children", limits
+                )
+            if event != "start":
+                continue
+            if depth > max_depth:
+                raise _too_complex(
+                    f"<{_name(node)}> at depth {depth} (line {node.sourceline})",
+                    "max_depth",
+                    limits,
+                )
+            attributes = len(node.attrib)
+            if attributes > max_attributes:
+                raise _too_complex(
+                    f"<{_name(node)}> with {attributes} attributes (line {node.sourceline})",
+                    "max_attributes",
+                    limits,
+                )
+            children.append(0)
+    root: etree._Element = parser.close()
+    return root
 
 
 def parse_message(body: bytes, *, limits: Limits = DEFAULT_LIMITS) -> ParsedMessage:
@@ -109,9 +247,18 @@ def parse_message(body: bytes, *, limits: Limits = DEFAULT_LIMITS) -> ParsedMess
             Reason.TOO_LARGE,
             f"body is {len(body)} bytes, over the limit of {max_bytes} (SIS_MAX_MESSAGE_BYTES)",
         )
+    declaration = _DECLARATION.search(body)
+    if declaration is not None:
+        raise InvalidMessage(
+            Reason.NOT_WELL_FORMED,
+            f"{declaration[0].decode('ascii')!r} at byte {declaration.start()}: a DOCTYPE or "
+            "entity declaration is not allowed (the feed has no DTD)",
+        )
     try:
-        root = parse_xml(body)
+        root = _parse_bounded(body, limits)
     except etree.XMLSyntaxError as error:
+        raise InvalidMessage(Reason.NOT_WELL_FORMED, str(error)) from None
+    except ExternalAccessRefused as error:
         raise InvalidMessage(Reason.NOT_WELL_FORMED, str(error)) from None
     except ValueError as error:  # e.g. lxml refusing input it cannot decode at all
         raise InvalidMessage(Reason.NOT_WELL_FORMED, str(error)) from None
@@ -122,7 +269,14 @@ def parse_message(body: bytes, *, limits: Limits = DEFAULT_LIMITS) -> ParsedMess
             Reason.SCHEMA_INVALID, f"root element is {root.tag!r}, expected 'sportsdata'"
         )
 
-    category, type_, ids, sent = _envelope(root)
+    category, type_, ids, sent = _envelope(root, limits)
+
+    if category == "update":
+        operations = sum(1 for _ in root.iterchildren(tag=etree.Element))
+        if operations > limits.max_patch_operations:
+            raise _too_complex(
+                f"{operations} patch operations", "max_patch_operations", limits
+            )
 
     schema_error = validate_envelope(root)
     if schema_error is not None:
@@ -134,7 +288,7 @@ def parse_message(body: bytes, *, limits: Limits = DEFAULT_LIMITS) -> ParsedMess
 
 
 def _envelope(
-    root: etree._Element,
+    root: etree._Element, limits: Limits
 ) -> tuple[
     Literal["master", "update"], Literal["new", "refresh"] | None, tuple[str, ...], datetime | None
 ]:
@@ -172,21 +326,24 @@ def _envelope(
             f"@category is {raw_category!r}, expected 'master' or 'update'",
         )
 
-    ids = parse_id_list(attributes.get("id"))
+    ids = parse_id_list(attributes.get("id"), limits=limits)
 
     raw_sent = attributes.get("sent")
     sent = None if raw_sent is None else parse_datetime(raw_sent)
     return category, type_, ids, sent
 
 
-def parse_id_list(value: str | None) -> tuple[str, ...]:
-    """The master ids of an `id` attribute, in order; raises InvalidMessage(invalid-envelope)."""
+def parse_id_list(value: str | None, *, limits: Limits = DEFAULT_LIMITS) -> tuple[str, ...]:
+    """The master ids of an `id` attribute, in order; raises InvalidMessage: invalid-envelope,
+    or too-complex for more than `limits.max_ids` ids (counted before any id is checked)."""
     if value is None:
         raise InvalidMessage(Reason.INVALID_ENVELOPE, "@id is missing")
     stripped = value.strip(_XML_SPACE)
     if not stripped:
         raise InvalidMessage(Reason.INVALID_ENVELOPE, "@id lists no master id")
     ids = tuple(_XML_SPACE_RUN.split(stripped))
+    if len(ids) > limits.max_ids:
+        raise _too_complex(f"{len(ids)} ids", "max_ids", limits)
     seen: set[str] = set()
     for master_id in ids:
         if not _ID.fullmatch(master_id):
