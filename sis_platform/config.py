@@ -247,6 +247,7 @@ LIMIT_VARIABLES = {
     "max_attributes": "SIS_MAX_ATTRIBUTES",
     "max_children": "SIS_MAX_CHILDREN",
     "max_ids": "SIS_MAX_IDS",
+    "max_split_bytes": "SIS_MAX_SPLIT_BYTES",
     "max_patch_operations": "SIS_MAX_PATCH_OPERATIONS",
     "max_selector_length": "SIS_MAX_SELECTOR_LENGTH",
     "max_selector_steps": "SIS_MAX_SELECTOR_STEPS",

@@ -23,6 +23,10 @@ messages"), and the decisions taken where the contract is silent:
   (decision: the id is the key, a patch may not move a document to another key), is
   dead-lettered `invalid-result`. Either way the master is unchanged and marked stale: it has
   missed an update, so later updates would apply to the wrong base.
+- A result over a structural bound of `limits` (more than `max_elements` nodes, deeper than
+  `max_depth`, an element with more than `max_attributes` attributes or `max_children`
+  children) is dead-lettered `too-complex` the same way, before it is validated: each update
+  is bounded by its message's bounds, but many updates could grow a master without end.
 - Each applied item advances the version by one (the first version is 1) and produces one
   `MasterVersion` with the full document.
 
@@ -46,9 +50,13 @@ Performance: within one call the current document is kept parsed across the grou
 serialized once per produced version; master payloads are only parsed when something needs
 the tree. A patched result is validated only where the update can have changed it
 (sis_platform.domain.patchscope proves which parts; the outcome is the same as validating the
-whole event). Compiled updates are cached per message payload in a `PatchCache`, which the
-caller should keep across calls (one update message applies to several masters, in several
-groups).
+whole event). The structural bounds are checked the same way: the fold keeps an upper bound
+of the master's node count (a document of n bytes has at most n/4 nodes, `<a/>` being the
+smallest), adds the nodes of each changed region, and walks only the changed regions; it
+walks the whole master only when the scope is not proved or the running bound passes
+`max_elements` (the walk then gives the exact count). Compiled updates are cached per message
+payload in a `PatchCache`, which the caller should keep across calls (one update message
+applies to several masters, in several groups).
 """
 
 from __future__ import annotations
@@ -62,13 +70,28 @@ from lxml import etree
 
 from sis_platform.domain.items import Item, selectable_properties, serialize
 from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
-from sis_platform.domain.messages import parse_xml
-from sis_platform.domain.patchscope import PatchScope, patch_scope, validate_patched
+from sis_platform.domain.messages import (
+    InvalidMessage,
+    count_nodes,
+    limit_detail,
+    parse_xml,
+    subtree_events,
+)
+from sis_platform.domain.patchscope import (
+    PatchScope,
+    patch_scope,
+    region_elements,
+    validate_patched,
+)
 from sis_platform.domain.reasons import Outcome, Reason
 from sis_platform.domain.xmlpatch import Patch, PatchError
 
 WARNING_NEW_FOR_EXISTING = "new-for-existing"
 WARNING_REFRESH_FOR_MISSING = "refresh-for-missing"
+
+# The fewest bytes a node takes in a serialized document (`<a/>`), so a document of n bytes has
+# at most n // 4 nodes: the fold's first bound on a master's size, before any walk.
+_MIN_NODE_BYTES = 4
 
 
 class ItemSelector(Protocol):
@@ -195,14 +218,16 @@ def fold_master(
     *,
     selector: ItemSelector | None = None,
     patches: PatchCache | None = None,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> MasterFoldResult:
-    """Apply `items` (all for `master_id`, in feed order) to `state` (None: no state yet)."""
+    """Apply `items` (all for `master_id`, in feed order) to `state` (None: no state yet);
+    a patched master over a structural bound of `limits` is dead-lettered `too-complex`."""
     if state is None:
         state = MasterState(master_id=master_id, version=0, document=None)
     elif state.master_id != master_id:
         raise ValueError(f"state is for {state.master_id!r}, not {master_id!r}")
     if patches is None:
-        patches = PatchCache()
+        patches = PatchCache(limits)
 
     version = state.version
     document = state.document
@@ -210,6 +235,8 @@ def fold_master(
     filtered = state.filtered
     # The parsed form of `document`, built on first need and then kept across the group.
     tree: etree._ElementTree | None = None
+    # At least the number of nodes in `document` (exact after a walk of the whole master).
+    nodes_at_most = 0 if document is None else len(document) // _MIN_NODE_BYTES
     versions: list[MasterVersion] = []
     results: list[ItemResult] = []
 
@@ -235,6 +262,7 @@ def fold_master(
                 warning = WARNING_REFRESH_FOR_MISSING
             version += 1
             document = item.payload
+            nodes_at_most = len(document) // _MIN_NODE_BYTES
             tree = event_tree
             stale = False
             filtered = False
@@ -302,6 +330,14 @@ def fold_master(
                 )
             )
             continue
+        bounded = _bounded_result(patched, update.scope, located, nodes_at_most, limits)
+        if isinstance(bounded, str):
+            tree = None
+            stale = True
+            results.append(
+                _result(item, Outcome.DEAD_LETTERED, reason=Reason.TOO_COMPLEX, detail=bounded)
+            )
+            continue
         invalid = _invalid_result(master_id, patched, update.scope, located)
         if invalid is not None:
             tree = None
@@ -313,6 +349,7 @@ def fold_master(
         version += 1
         tree = patched
         document = serialize(patched)
+        nodes_at_most = bounded
         versions.append(
             MasterVersion(
                 master_id=master_id,
@@ -327,6 +364,59 @@ def fold_master(
 
     final = replace(state, version=version, document=document, stale=stale, filtered=filtered)
     return MasterFoldResult(state=final, versions=versions, results=results)
+
+
+def _bounded_result(
+    patched: etree._ElementTree,
+    scope: PatchScope | None,
+    located: dict[str, list[etree._Element]],
+    nodes_at_most: int,
+    limits: Limits,
+) -> int | str:
+    """A new upper bound of the patched master's node count when it is within the structural
+    bounds, else the too-complex detail. `nodes_at_most` bounds the master before the patch."""
+    try:
+        grown = None if scope is None else _scoped_growth(patched, scope, located, limits)
+        if grown is not None and nodes_at_most + grown <= limits.max_elements:
+            return nodes_at_most + grown
+        return count_nodes(subtree_events(patched.getroot()), limits)
+    except InvalidMessage as error:
+        return f"the patched master has {error.detail}"
+
+
+def _scoped_growth(
+    patched: etree._ElementTree,
+    scope: PatchScope,
+    located: dict[str, list[etree._Element]],
+    limits: Limits,
+) -> int | None:
+    """The nodes now in the patch's deep regions (each walked against the bounds; raises
+    InvalidMessage), after checking the attributes of its shallow regions; None when a region
+    does not resolve to one element (the scope's proof does not hold: walk the whole).
+
+    Only these parts can have changed (patchscope), so the master stays within `max_depth`,
+    `max_attributes` and `max_children` exactly when they do; its node count grew by at most
+    the regions' nodes now (whatever they held before is still counted: an upper bound).
+    """
+    for path in scope.shallow:
+        found = region_elements(patched, path, located)
+        if len(found) != 1:
+            return None
+        attributes = len(found[0].attrib)
+        if attributes > limits.max_attributes:
+            raise InvalidMessage(
+                Reason.TOO_COMPLEX,
+                limit_detail(
+                    f"<{found[0].tag}> with {attributes} attributes", "max_attributes", limits
+                ),
+            )
+    grown = 0
+    for path in scope.deep:
+        found = region_elements(patched, path, located)
+        if len(found) != 1:
+            return None
+        grown += count_nodes(subtree_events(found[0]), limits, depth=len(path))
+    return grown
 
 
 def _invalid_result(

@@ -7,9 +7,12 @@ cross into Spark unchanged:
 
 - a master item's payload is its `event` serialized as a standalone document (no XML
   declaration, UTF-8, no namespace declarations inherited from the envelope, no tail);
-- an update item's payload is the serialized `sportsdata` element whose children are the patch
-  operations: one bytes object shared by every item of the message, so the patch engine can
-  compile it once (fold.PatchCache) and apply it to each master.
+- an update item's payload is the message's root without its `id` list, whose children are
+  the patch operations: what every item of the message applies, and nothing else. It is one
+  bytes object shared by every item of the message, so the patch engine can compile it once
+  (fold.PatchCache) and apply it to each master; rows that leave the process (Spark) each carry
+  a copy, so a message whose items would carry more than `limits.max_split_bytes` together is
+  dead-lettered `too-complex` instead of split.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ from dataclasses import dataclass
 
 from lxml import etree
 
-from sis_platform.domain.messages import ParsedMessage
+from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
+from sis_platform.domain.messages import InvalidMessage, ParsedMessage, limit_detail
+from sis_platform.domain.reasons import Reason
 
 
 @dataclass(frozen=True)
@@ -48,32 +53,48 @@ def standalone_event(event: etree._Element) -> bytes:
     return etree.tostring(event, encoding="utf-8", with_tail=False)
 
 
-def split_message(message_id: str, message: ParsedMessage) -> list[Item]:
-    """One item per listed id, in id order (the order the ids are listed in the message)."""
+def operations_payload(root: etree._Element) -> bytes:
+    """An update message's root serialized without its `id` list: the patch operations under
+    the envelope element that carries their namespace context (RFC 5261 resolves `sel`
+    prefixes against the operation's in-scope declarations)."""
+    operations = copy.deepcopy(root)
+    operations.attrib.pop("id", None)
+    return serialize(operations)
+
+
+def split_message(
+    message_id: str, message: ParsedMessage, *, limits: Limits = DEFAULT_LIMITS
+) -> list[Item]:
+    """One item per listed id, in id order (the order the ids are listed in the message).
+
+    Raises InvalidMessage(too-complex) when the items would carry more than
+    `limits.max_split_bytes` bytes together.
+    """
     if message.category == "master":
         events = {event.get("id"): event for event in message.root.iterchildren("event")}
-        return [
-            Item(
-                message_id=message_id,
-                position=position,
-                master_id=master_id,
-                category="master",
-                type=message.type,
-                payload=standalone_event(events[master_id]),
-            )
-            for position, master_id in enumerate(message.ids)
-        ]
-    payload = serialize(message.root)
+        payloads = [standalone_event(events[master_id]) for master_id in message.ids]
+        total = sum(len(payload) for payload in payloads)
+        what = f"its {len(payloads)} master items would carry {total} bytes"
+    else:
+        payload = operations_payload(message.root)
+        payloads = [payload] * len(message.ids)
+        total = len(payload) * len(payloads)
+        what = (
+            f"its {len(payloads)} items would carry {total} bytes "
+            f"({len(payloads)} ids x {len(payload)} bytes of operations)"
+        )
+    if total > limits.max_split_bytes:
+        raise InvalidMessage(Reason.TOO_COMPLEX, limit_detail(what, "max_split_bytes", limits))
     return [
         Item(
             message_id=message_id,
             position=position,
             master_id=master_id,
-            category="update",
-            type=None,
+            category=message.category,
+            type=message.type,
             payload=payload,
         )
-        for position, master_id in enumerate(message.ids)
+        for position, (master_id, payload) in enumerate(zip(message.ids, payloads, strict=True))
     ]
 
 

@@ -38,6 +38,11 @@ class Limits:
     max_children: int = 5_000
     # Master ids listed in one message (SIS_MAX_IDS).
     max_ids: int = 200
+    # Bytes all the items of one message would carry together (SIS_MAX_SPLIT_BYTES): an update's
+    # operations are copied into every item row (one per id) when items leave the process, so
+    # ids x operation bytes is what splitting costs. The feed's largest is 14 ids x 27.6 KB,
+    # under 0.4 MB; 200 ids x 4 MiB would be 800 MiB.
+    max_split_bytes: int = 64 * 1024 * 1024
     # Patch operations in one update message (SIS_MAX_PATCH_OPERATIONS).
     max_patch_operations: int = 1_000
     # Characters in one XPath selector (`sel`), and location steps plus predicates in it

@@ -45,6 +45,7 @@ from __future__ import annotations
 import functools
 import re
 import threading
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -165,6 +166,10 @@ def _name(node: etree._Element) -> str:
     return name if len(name) <= 64 else name[:61] + "..."
 
 
+def _line(node: etree._Element) -> str:
+    return "" if node.sourceline is None else f" (line {node.sourceline})"
+
+
 # One pull parser per thread, reused message after message (building one costs about as much as
 # parsing a typical message). It is dropped after any message it did not finish, so no event or
 # half-built document of that message can reach the next.
@@ -194,49 +199,70 @@ def _parse_bounded(body: bytes, limits: Limits) -> etree._Element:
 def _count_while_parsing(
     parser: etree.XMLPullParser, body: bytes, limits: Limits
 ) -> etree._Element:
+    def events() -> Iterator[tuple[str, etree._Element]]:
+        for offset in range(0, max(len(body), 1), _FEED_CHUNK):
+            parser.feed(body[offset : offset + _FEED_CHUNK])
+            yield from parser.read_events()
+
+    count_nodes(events(), limits)
+    root: etree._Element = parser.close()
+    return root
+
+
+def subtree_events(element: etree._Element) -> Iterator[tuple[str, etree._Element]]:
+    """The events `count_nodes` reads, for a subtree already built (an element and all below)."""
+    events: Iterator[tuple[str, etree._Element]] = etree.iterwalk(element, events=_EVENTS)
+    return events
+
+
+def count_nodes(
+    events: Iterable[tuple[str, etree._Element]], limits: Limits, *, depth: int = 1
+) -> int:
+    """The nodes (elements, comments, processing instructions) in a stream of lxml events
+    ("start", "end", "comment", "pi") over one document or subtree whose first node is at
+    `depth`; raises InvalidMessage(too-complex) at the first structural bound crossed: more
+    than `max_elements` nodes, a node deeper than `max_depth`, an element with more than
+    `max_attributes` attributes or `max_children` child nodes. The stream is consumed only up
+    to that point, so a parser feeding it stops there too."""
     max_elements = limits.max_elements
     max_depth = limits.max_depth
     max_attributes = limits.max_attributes
     max_children = limits.max_children
     nodes = 0
-    # Children seen so far of each open element, outermost first; the first entry is the
-    # document's own (a comment before the root), which no bound applies to.
-    children = [0]
-    for offset in range(0, max(len(body), 1), _FEED_CHUNK):
-        parser.feed(body[offset : offset + _FEED_CHUNK])
-        for event, node in parser.read_events():
-            if event == "end":
-                children.pop()
-                continue
-            nodes += 1
-            if nodes > max_elements:
-                raise _too_complex(f"at least {nodes} elements", "max_elements", limits)
-            depth = len(children)  # of this node: the root is 1
-            children[-1] += 1
-            if children[-1] > max_children and depth > 1:
-                parent = node.getparent()
-                where = "an element" if parent is None else f"<{_name(parent)}>"
-                raise _too_complex(
-                    f"{where} with at least {children[-1]} children", "max_children", limits
-                )
-            if event != "start":
-                continue
-            if depth > max_depth:
-                raise _too_complex(
-                    f"<{_name(node)}> at depth {depth} (line {node.sourceline})",
-                    "max_depth",
-                    limits,
-                )
-            attributes = len(node.attrib)
-            if attributes > max_attributes:
-                raise _too_complex(
-                    f"<{_name(node)}> with {attributes} attributes (line {node.sourceline})",
-                    "max_attributes",
-                    limits,
-                )
-            children.append(0)
-    root: etree._Element = parser.close()
-    return root
+    # Children seen so far of each open element, outermost first, above a placeholder per
+    # level above the first node (for a document: one, the document's own children, which no
+    # bound applies to). The depth of a node is the length of this stack when it starts.
+    children = [0] * depth
+    for event, node in events:
+        if event == "end":
+            children.pop()
+            continue
+        nodes += 1
+        if nodes > max_elements:
+            raise _too_complex(f"at least {nodes} elements", "max_elements", limits)
+        level = len(children)
+        children[-1] += 1
+        if children[-1] > max_children and level > 1:
+            parent = node.getparent()
+            where = "an element" if parent is None else f"<{_name(parent)}>"
+            raise _too_complex(
+                f"{where} with at least {children[-1]} children", "max_children", limits
+            )
+        if event != "start":
+            continue
+        if level > max_depth:
+            raise _too_complex(
+                f"<{_name(node)}> at depth {level}{_line(node)}", "max_depth", limits
+            )
+        attributes = len(node.attrib)
+        if attributes > max_attributes:
+            raise _too_complex(
+                f"<{_name(node)}> with {attributes} attributes{_line(node)}",
+                "max_attributes",
+                limits,
+            )
+        children.append(0)
+    return nodes
 
 
 def parse_message(body: bytes, *, limits: Limits = DEFAULT_LIMITS) -> ParsedMessage:

@@ -244,3 +244,11 @@ def validate_patched(
         if not _valid_in_place(element):
             return validate_event(patched)
     return None
+
+
+def region_elements(
+    patched: etree._ElementTree, path: Path, located: Mapping[str, list[etree._Element]]
+) -> list[etree._Element]:
+    """The elements a scope path selects in `patched` (one, when the scope's proof holds), for
+    other per-region checks of a patched master (fold: its structural bounds)."""
+    return _resolve(patched, path, located)

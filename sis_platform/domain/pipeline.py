@@ -6,8 +6,8 @@ Per message, in this order:
 1. A message id already seen earlier in the log is a `duplicate`: recorded, nothing else
    (whatever became of the first copy, even a dead letter; an update is never applied twice).
 2. Delivered more than `redelivery_limit` times: dead-lettered `redelivery-limit`.
-3. Invalid as a whole (messages.parse_message): dead-lettered with its reason; the dead letter
-   has no master id or position.
+3. Invalid as a whole (messages.parse_message), or too costly to split (items.split_message,
+   `too-complex`): dead-lettered with its reason; the dead letter has no master id or position.
 4. Otherwise split into items, and each item folded into its master (fold.fold_master); the
    items of a message are applied in id order, each master independently.
 
@@ -118,6 +118,7 @@ def classify_message(
         )
     try:
         parsed = parse_message(message.body, limits=limits)
+        return split_message(message.message_id, parsed, limits=limits)
     except InvalidMessage as error:
         return DeadLetter(
             message_id=message.message_id,
@@ -127,7 +128,6 @@ def classify_message(
             detail=error.detail,
             body=message.body,
         )
-    return split_message(message.message_id, parsed)
 
 
 def message_result(dead_letter: DeadLetter) -> MessageResult:
@@ -221,6 +221,7 @@ class ReferencePipeline:
                 items,
                 selector=self.selector,
                 patches=self._patches,
+                limits=self.limits,
             )
             state = folded.state
             if state.exists or state.stale or state.filtered:

@@ -110,6 +110,11 @@ class FeedProcessingResource(dg.ConfigurableResource):
     max_ids: int = Field(
         default=DEFAULT_LIMITS.max_ids, gt=0, description="Most master ids in one message."
     )
+    max_split_bytes: int = Field(
+        default=DEFAULT_LIMITS.max_split_bytes, gt=0,
+        description="Most bytes the items of one message carry together (ids x an update's "
+        "operation bytes); `too-complex` beyond.",
+    )
     max_patch_operations: int = Field(
         default=DEFAULT_LIMITS.max_patch_operations, gt=0,
         description="Most patch operations in one update message.",
@@ -152,6 +157,7 @@ class FeedProcessingResource(dg.ConfigurableResource):
             max_attributes=self.max_attributes,
             max_children=self.max_children,
             max_ids=self.max_ids,
+            max_split_bytes=self.max_split_bytes,
             max_patch_operations=self.max_patch_operations,
             max_selector_length=self.max_selector_length,
             max_selector_steps=self.max_selector_steps,
