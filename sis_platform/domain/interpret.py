@@ -2,15 +2,24 @@
 
 This is what Opportunity Management reads. Prices are fractional odds (SPORTSDATA.md); the
 decimal price (num/den + 1) is added because that is what downstream pricing compares.
+
+Integers are read as xs:integer's lexical form (XML Schema Part 2, 3.3.13), which is what the
+schema accepted: XML whitespace around, an optional sign, then decimal digits, leading zeros
+allowed (`" +007 "` is 7). The schema bounds them to a signed 64-bit long, the model's type.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-from lxml import etree
+from sis_platform.domain.messages import parse_xml
 
-_PARSER = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False)
+# xs:integer after whitespace collapsing; only ASCII digits (Python's int() also takes other
+# scripts' digits and underscores, which XML Schema does not).
+_XS_INTEGER = re.compile(r"[ \t\r\n]*([+-]?[0-9]+)[ \t\r\n]*")
+_LONG_MIN = -(2**63)
+_LONG_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -57,13 +66,21 @@ class Interpretation:
     selections: list[SelectionRow]
 
 
-def _int(value: str | None) -> int | None:
-    return int(value) if value is not None and value.strip().lstrip("-").isdigit() else None
+def xs_integer(value: str | None) -> int | None:
+    """An xs:integer attribute value as an int; None when absent, not an xs:integer, or outside
+    a signed 64-bit long (which a schema-valid document never holds)."""
+    if value is None:
+        return None
+    match = _XS_INTEGER.fullmatch(value)
+    if match is None:
+        return None
+    number = int(match[1])
+    return number if _LONG_MIN <= number <= _LONG_MAX else None
 
 
 def interpret(master_id: str, document: bytes) -> Interpretation:
     """Rows for one master document (a valid `event` element, as the fold guarantees)."""
-    root = etree.fromstring(document, _PARSER)
+    root = parse_xml(document)
     get = root.get
     event = EventRow(
         master_id, get("sport"), get("country"), get("course"), get("name"), get("start"),
@@ -75,15 +92,15 @@ def interpret(master_id: str, document: bytes) -> Interpretation:
         market_id = market.get("id", "")
         markets.append(
             MarketRow(master_id, market_id, market.get("type"), market.get("status"),
-                      _int(market.get("places")))
+                      xs_integer(market.get("places")))
         )
         for sel in market.iterchildren("selection"):
             price = sel.find("price")
-            num = _int(price.get("num")) if price is not None else None
-            den = _int(price.get("den")) if price is not None else None
+            num = xs_integer(price.get("num")) if price is not None else None
+            den = xs_integer(price.get("den")) if price is not None else None
             selections.append(
                 SelectionRow(
-                    master_id, market_id, sel.get("id", ""), _int(sel.get("number")),
+                    master_id, market_id, sel.get("id", ""), xs_integer(sel.get("number")),
                     sel.get("name"), sel.get("status"), sel.get("jockey"), sel.get("trainer"),
                     num, den,
                     round(num / den + 1, 6) if num is not None and den else None,
