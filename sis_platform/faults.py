@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
@@ -159,26 +160,62 @@ def _kill(victims: tuple[int, ...]) -> NoReturn:
 
 
 FOLD_FAILURE_ENV = "SIS_INJECT_FOLD_FAILURE"
+CLASSIFY_FAILURE_ENV = "SIS_INJECT_CLASSIFY_FAILURE"
+FAILURE_KINDS = ("raise", "crash", "hang")
+# How long an injected hang lasts if nothing kills it: far beyond any budget a test sets, and
+# bounded, so a watchdog that fails to fire fails its test instead of hanging the suite.
+HANG_SECONDS = 60.0
 
 
-def injected_fold_failure() -> tuple[str, str] | None:
-    """`SIS_INJECT_FOLD_FAILURE=MASTER_ID[:raise|crash]`: the fold of that master fails, as a
-    bug raising would or as a dying Python worker would (the quarantine tests). Read on the
+@dataclass(frozen=True)
+class InjectedFailure:
+    target: str  # the master id or message id whose processing fails
+    how: str  # one of FAILURE_KINDS
+
+
+def injected_fold_failure() -> InjectedFailure | None:
+    """`SIS_INJECT_FOLD_FAILURE=ID[:raise|crash|hang]`: the fold of the master with that id, or
+    of the items of the message with that id, fails as a bug raising would, as a dying Python
+    worker would, or hangs in an item as C code would (the quarantine tests). Read on the
     driver at call time and handed to the workers with the fold function."""
-    text = os.environ.get(FOLD_FAILURE_ENV)
+    return _injected(FOLD_FAILURE_ENV)
+
+
+def injected_classify_failure() -> InjectedFailure | None:
+    """`SIS_INJECT_CLASSIFY_FAILURE=MESSAGE_ID[:raise|crash|hang]`: classifying that message in
+    message_items fails the same ways."""
+    return _injected(CLASSIFY_FAILURE_ENV)
+
+
+def _injected(variable: str) -> InjectedFailure | None:
+    text = os.environ.get(variable)
     if not text:
         return None
-    master_id, _, how = text.partition(":")
-    if how not in ("", "raise", "crash"):
-        raise ValueError(f"{FOLD_FAILURE_ENV}: unknown failure {how!r} (raise or crash)")
-    return master_id, how or "raise"
+    target, _, how = text.partition(":")
+    if how and how not in FAILURE_KINDS:
+        raise ValueError(f"{variable}: unknown failure {how!r} (one of {FAILURE_KINDS})")
+    return InjectedFailure(target, how or "raise")
 
 
-def fail_as_injected(how: str) -> NoReturn:
-    """Inside a Python worker: fail the way `injected_fold_failure` asked."""
+def fail_as_injected(how: str, quoting: object = None) -> NoReturn:
+    """Inside a Python worker: fail the way `injected_fold_failure` asked. A raised error quotes
+    `quoting` (content it failed on), as an lxml error quotes the document. A hang sleeps with
+    the usual termination signals blocked, as C code would not return to the interpreter to
+    run a handler; only SIGKILL (the item watchdog) ends it."""
+    import time
+
     if how == "crash":
         os.kill(os.getpid(), signal.SIGKILL)
-    raise ZeroDivisionError(f"injected fold failure ({FOLD_FAILURE_ENV})")
+    if how == "hang":
+        signal.pthread_sigmask(
+            signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGALRM}
+        )
+        deadline = time.monotonic() + HANG_SECONDS
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+        raise TimeoutError(f"injected hang outlived {HANG_SECONDS} s: no watchdog fired")
+    quoted = quoting.decode("utf-8", "replace") if isinstance(quoting, bytes) else quoting
+    raise ZeroDivisionError(f"injected failure on {quoted}")
 
 
 def _driver_and_jvm() -> tuple[int, ...]:

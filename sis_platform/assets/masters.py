@@ -77,7 +77,7 @@ def fold_masters(
     lk = lake.lake(spark.spark_session)
     result = fold_step(
         lk, selector=processing.selector, run_id=context.run.run_id,
-        quarantine_after=processing.quarantine_after,
+        quarantine_after=processing.quarantine_after, limits=processing.limits(),
     )
     if result.fold_step is None:
         context.log.info(f"nothing to fold: waiting for batch {result.waiting_for}")

@@ -42,6 +42,7 @@ DEAD_LETTERS = Table("dead_letters")
 MESSAGE_OUTCOMES = Table("message_outcomes")
 FOLD_STEPS = Table("fold_steps")
 FOLD_FAILURES = Table("fold_failures")
+CLASSIFY_FAILURES = Table("classify_failures")
 EVENTS = Table("events", replaced_in_place=True)
 MARKETS = Table("markets", replaced_in_place=True)
 SELECTIONS = Table("selections", replaced_in_place=True)
@@ -215,7 +216,8 @@ def _fold_steps() -> StructType:
 
 
 def _fold_failures() -> StructType:
-    # One row per master a failed fold attempt was folding (spark/fold.py, quarantine).
+    # One row per master a failed fold attempt was folding (spark/fold.py, quarantine), from a
+    # structured fact: the master's failure row, or a worker's in-flight marker.
     from pyspark.sql import types as T
 
     return T.StructType(
@@ -226,6 +228,31 @@ def _fold_failures() -> StructType:
             T.StructField("failed_at", T.TimestampType(), False),
             T.StructField("run_id", T.StringType(), True),
             T.StructField("released", T.BooleanType(), False),
+            # error (the fold raised), crash (its worker died), timeout (an item overran the
+            # per-item budget: message_id/position name it). Null in rows of a lake from
+            # before kinds, which were errors or crashes. Nullable: added to such a lake's
+            # table in place (spark/fold.py).
+            T.StructField("kind", T.StringType(), True),
+            T.StructField("message_id", T.StringType(), True),
+            T.StructField("position", T.IntegerType(), True),
+        ]
+    )
+
+
+def _classify_failures() -> StructType:
+    # One row per message a failed message_items attempt was classifying when its worker died
+    # or overran the per-item budget (spark/items.py). Counted per run: a later run (a replay,
+    # a backfill after a fix) classifies the message afresh.
+    from pyspark.sql import types as T
+
+    return T.StructType(
+        [
+            T.StructField("batch_key", T.StringType(), False),
+            T.StructField("message_id", T.StringType(), False),
+            T.StructField("kind", T.StringType(), False),  # crash | timeout
+            T.StructField("error", T.StringType(), False),
+            T.StructField("failed_at", T.TimestampType(), False),
+            T.StructField("run_id", T.StringType(), True),
         ]
     )
 
@@ -331,6 +358,7 @@ _SCHEMAS = {
     "message_outcomes": _message_outcomes,
     "fold_steps": _fold_steps,
     "fold_failures": _fold_failures,
+    "classify_failures": _classify_failures,
     "events": _events,
     "markets": _markets,
     "selections": _selections,

@@ -18,12 +18,15 @@ step leaves no trace once the next step starts, and the refold produces the same
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn, overload
 
+from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
 from sis_platform.domain.reasons import Outcome, Reason
 from sis_platform.faults import (
+    InjectedFailure,
     crash_point,
     fail_as_injected,
     injected_fold_failure,
@@ -44,14 +47,17 @@ from sis_platform.lake.tables import (
     RAW_MESSAGES,
 )
 from sis_platform.spark.arrow import record_batches
+from sis_platform.spark.guard import RUNNING, TIMEOUT, Guard, InFlightFolder
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Mapping
 
     import pyarrow as pa
     from pyspark.sql import DataFrame, Row
     from pyspark.sql.types import StructType
 
+    from sis_platform.domain.fold import MasterFoldResult, MasterState
+    from sis_platform.domain.items import Item
     from sis_platform.lake.delta import Lake
 
 log = logging.getLogger(__name__)
@@ -96,7 +102,9 @@ def _fold_out_schema() -> StructType:
 
     return T.StructType(
         [
-            T.StructField("kind", T.StringType(), False),  # version | result | state
+            # version | result | state | failure (the master's fold raised: `reason` holds the
+            # exception type, `detail` its text, truncated; no other row of the master)
+            T.StructField("kind", T.StringType(), False),
             T.StructField("master_id", T.StringType(), False),
             T.StructField("version", T.IntegerType(), True),
             T.StructField("message_id", T.StringType(), True),
@@ -275,12 +283,20 @@ def _fold_input(items: DataFrame, state: DataFrame) -> DataFrame:
     )
 
 
+@dataclass(frozen=True)
+class WorkerPlan:
+    """What the driver hands every fold worker with the fold function."""
+
+    selector_text: str | None
+    budget_seconds: float  # wall-clock seconds per item (Limits.item_budget_seconds)
+    # Items that overran the budget in an earlier attempt, by (message id, position): each is
+    # dead-lettered `too-complex` with this detail and never folded again.
+    timed_out: Mapping[tuple[str, int], str] = field(default_factory=dict)
+    injected: InjectedFailure | None = None  # test hook (sis_platform.faults)
+
+
 def _fold_partition(
-    batches: Iterator[pa.RecordBatch],
-    *,
-    selector_text: str | None,
-    inflight_dir: str | None = None,
-    injected: tuple[str, str] | None = None,
+    batches: Iterator[pa.RecordBatch], *, plan: WorkerPlan, inflight_dir: str | None = None
 ) -> Iterator[pa.RecordBatch]:
     """Fold one partition of `_fold_input`: each master's run of rows (which may span Arrow
     batches) goes to `_fold_one` as soon as the next master's rows begin. A master with a state
@@ -290,7 +306,7 @@ def _fold_partition(
     from pyspark.sql.pandas.types import to_arrow_schema
 
     schema = to_arrow_schema(_fold_out_schema())
-    marker = _InFlight(inflight_dir) if inflight_dir else None
+    guard = Guard(inflight_dir, plan.budget_seconds)
     master_id: str | None = None
     state: dict[str, Any] | None = None
     items: list[dict[str, Any]] = []
@@ -300,8 +316,7 @@ def _fold_partition(
             for row in batch.to_pylist():
                 if row["master_id"] != master_id:
                     if master_id is not None:
-                        out.extend(_fold_one(master_id, state, items, selector_text, marker,
-                                             injected))
+                        out.extend(_fold_one(master_id, state, items, plan, guard))
                     master_id, state, items = row["master_id"], None, []
                 if row["row_kind"] == _STATE_ROW:
                     state = row
@@ -309,25 +324,21 @@ def _fold_partition(
                     items.append(row)
             yield from record_batches(out, schema)
         if master_id is not None:  # the partition's last master
-            yield from record_batches(
-                _fold_one(master_id, state, items, selector_text, marker, injected), schema
-            )
+            yield from record_batches(_fold_one(master_id, state, items, plan, guard), schema)
     finally:
-        if marker is not None:
-            marker.close()
+        guard.close()
 
 
 def _fold_one(
     master_id: str | None,
     state: dict[str, Any] | None,
     items: list[dict[str, Any]],
-    selector_text: str | None,
-    marker: _InFlight | None,
-    injected: tuple[str, str] | None,
+    plan: WorkerPlan,
+    guard: Guard,
 ) -> list[tuple[object, ...]]:
     """One master's fold: its state (None: not seen before) and items, in feed order, to rows
-    of `_fold_out_schema`."""
-    from sis_platform.domain.fold import MasterState, fold_master
+    of `_fold_out_schema`; if the fold raises, one `failure` row instead."""
+    from sis_platform.domain.fold import MasterState
     from sis_platform.domain.items import Item
 
     assert master_id is not None
@@ -356,22 +367,20 @@ def _fold_one(
                 payload=rec["payload"],
             )
         )
-    if marker is not None:
-        marker.start(master_id)
+    guard.start(master_id)
     try:
-        if injected is not None and injected[0] == master_id:
-            fail_as_injected(injected[1])
-        result = fold_master(
-            master_id, current, batch, selector=_selector(selector_text), patches=_patch_cache()
-        )
+        result = _fold_items(master_id, current, batch, plan, guard)
     except Exception as error:
-        # Content errors never get here (fold_master dead-letters them): this is a bug. The
-        # master id goes into the message so the driver can count the failure against it.
-        raise RuntimeError(
-            f"{FAILURE_MARK}{master_id!r}]: {type(error).__name__}: {error}"
-        ) from error
-    if marker is not None:
-        marker.done()
+        # Content errors never get here (fold_master dead-letters them): this is a bug, and
+        # it fails the step. The master is named by this row's column, never by the error's
+        # text, which may quote content (an lxml error quotes the document).
+        guard.done()
+        return [
+            ("failure", master_id, None, None, None, None, None, None, type(error).__name__,
+             f"{type(error).__name__}: {error}"[:FAILURE_DETAIL_CHARS], None, None, None, None,
+             None)
+        ]
+    guard.done()
     rows: list[tuple[object, ...]] = []
     for v in result.versions:
         b, m = where[(v.message_id, v.position)]
@@ -397,106 +406,206 @@ def _fold_one(
     return rows
 
 
-FAILURE_MARK = "sis-fold-failure[master_id="
+# The most characters of an exception's text a failure keeps (the type is kept whole).
+FAILURE_DETAIL_CHARS = 2000
 
 
-class _InFlight:
-    """The master a Python worker is folding, in a file named after the worker's pid, from the
-    start of its fold to its end: if the worker dies mid-fold (a segfault, the OOM killer), the
-    file names the master it died on. Local (and shared) file systems only. The file stays
-    open for the partition: marking a master costs two small writes, not an open."""
+def _fold_items(
+    master_id: str,
+    current: MasterState | None,
+    batch: list[Item],
+    plan: WorkerPlan,
+    guard: Guard,
+) -> MasterFoldResult:
+    """`fold_master` over the items, each under the guard's budget. An item that overran the
+    budget in an earlier attempt is dead-lettered `too-complex` without being folded; like any
+    item not applied, it leaves an existing master stale (it missed an update)."""
+    from dataclasses import replace
 
-    def __init__(self, folder: str) -> None:
-        import os
+    from sis_platform.domain.fold import ItemResult, MasterFoldResult, MasterState, fold_master
 
-        path = os.path.join(folder, f"{os.getpid()}.inflight")
-        self._file = open(path, "w", encoding="utf-8")  # noqa: SIM115 (closed by close())
+    def fold(state: MasterState | None, part: list[Item]) -> MasterFoldResult:
+        return fold_master(
+            master_id, state, _Watched(part, guard, plan.injected),
+            selector=_selector(plan.selector_text), patches=_patch_cache(),
+        )
 
-    def start(self, master_id: str) -> None:
-        self._set(master_id)
-
-    def done(self) -> None:
-        self._set("")
-
-    def _set(self, text: str) -> None:
-        self._file.seek(0)
-        self._file.truncate()
-        self._file.write(text)
-        self._file.flush()  # into the kernel's page cache: it outlives a killed process
-
-    def close(self) -> None:
-        self._file.close()
-
-
-def _inflight_dir(lake: Lake) -> str | None:
-    """Where workers leave in-flight markers: beside the lake when it is on a local path."""
-    import os
-
-    base = lake.base_path.removeprefix("file:")
-    if "://" in base:
-        return None  # object storage: failures are attributed by their message only
-    folder = os.path.join(base, "_fold_inflight")
-    os.makedirs(folder, exist_ok=True)
-    return folder
-
-
-def _failed_masters(error: BaseException, inflight_dir: str | None) -> set[str]:
-    """The masters a failed fold was folding: named in the error, or left in flight."""
-    import os
-    import re
-
-    found = set(re.findall(r"sis-fold-failure\[master_id='((?:[^'\\]|\\.)*)'\]", str(error)))
-    if inflight_dir:
-        for name in os.listdir(inflight_dir):
-            with open(os.path.join(inflight_dir, name), encoding="utf-8") as f:
-                master = f.read().strip()
-            if master:
-                found.add(master)
-    return found
+    if not plan.timed_out:
+        return fold(current, batch)
+    state = current or MasterState(master_id=master_id, version=0, document=None)
+    versions, results = [], []
+    pending: list[Item] = []
+    for item in [*batch, None]:
+        detail = None if item is None else plan.timed_out.get((item.message_id, item.position))
+        if item is not None and detail is None:
+            pending.append(item)
+            continue
+        if pending:
+            part = fold(state, pending)
+            versions += part.versions
+            results += part.results
+            state, pending = part.state, []
+        if item is not None:
+            results.append(
+                ItemResult(item.message_id, item.position, master_id, Outcome.DEAD_LETTERED,
+                           None, Reason.TOO_COMPLEX, detail, None)
+            )
+            state = replace(state, stale=state.stale or state.exists)
+    return MasterFoldResult(state=state, versions=versions, results=results)
 
 
-def _clear_inflight(inflight_dir: str | None) -> None:
-    import os
+class _Watched(Sequence["Item"]):
+    """A master's items as `fold_master` takes them: it iterates them once, in order, so taking
+    an item is where that item's budget starts (and the previous item's ends). The injected
+    test failure strikes there too, inside the fold of its item."""
 
-    if inflight_dir:
-        for name in os.listdir(inflight_dir):
-            os.remove(os.path.join(inflight_dir, name))
+    def __init__(
+        self, items: list[Item], guard: Guard, injected: InjectedFailure | None
+    ) -> None:
+        self._items = items
+        self._guard = guard
+        self._injected = injected
+
+    def __iter__(self) -> Iterator[Item]:
+        for item in self._items:
+            self._guard.item(item.message_id, item.position)
+            if self._injected is not None and self._injected.target in (
+                item.master_id, item.message_id
+            ):
+                fail_as_injected(self._injected.how, quoting=item.payload)
+            yield item
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @overload
+    def __getitem__(self, index: int) -> Item: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Item]: ...
+    def __getitem__(self, index: int | slice) -> Item | Sequence[Item]:
+        return self._items[index]
 
 
 class FoldFailure(RuntimeError):
     """The fold failed for an unknown reason (not a content error: those are dead letters).
     Retried by the asset's retry policy; the masters it names are quarantined once they have
-    failed `quarantine_after` times."""
+    failed `quarantine_after` times, and an item that overran its budget is dead-lettered
+    `too-complex` at the next attempt."""
 
 
-def quarantined_masters(lake: Lake, after: int) -> dict[str, str]:
-    """Masters with at least `after` unreleased fold failures, with their last error."""
+# Kinds of fold failure (fold_failures.kind).
+ERROR, CRASH = "error", "crash"  # and guard.TIMEOUT
+
+
+@dataclass(frozen=True)
+class MasterFailure:
+    """One master a failed fold attempt was folding, as a structured fact: its failure row, or
+    the in-flight marker its worker left."""
+
+    master_id: str
+    kind: str  # ERROR | CRASH | TIMEOUT
+    error: str
+    message_id: str | None = None  # TIMEOUT: the item that overran
+    position: int | None = None
+
+
+def _budget_detail(seconds: float | None) -> str:
+    return f"took longer than the per-item budget of {seconds:g} s (SIS_ITEM_BUDGET_SECONDS)"
+
+
+def _failure_rows(rows: list[Row]) -> list[MasterFailure]:
+    """The fold's `failure` rows (collected before anything is written)."""
+    return [MasterFailure(str(r["master_id"]), ERROR, str(r["detail"])) for r in rows]
+
+
+def _died_in_flight(folder: InFlightFolder, error: BaseException) -> list[MasterFailure]:
+    """The masters fold workers died on, from their markers: killed by the watchdog over an
+    item (TIMEOUT) or dead of anything else mid-fold (CRASH). A timeout explains the job's
+    failure: any other marker left then is a task Spark cancelled for it, not a crash. Empty on
+    object storage, where there are no markers: such a failure is retried as a transient one."""
+    records = folder.records()
+    timeouts = [
+        MasterFailure(r.key, TIMEOUT, _budget_detail(r.budget_seconds), r.message_id, r.position)
+        for r in records if r.state == TIMEOUT
+    ]
+    if timeouts:
+        return timeouts
+    return [
+        MasterFailure(r.key, CRASH, f"its Python worker died ({type(error).__name__})")
+        for r in records if r.state == RUNNING
+    ]
+
+
+@dataclass(frozen=True)
+class KnownFailures:
+    """What earlier failed attempts decided for this step's plan."""
+
+    quarantined: dict[str, str] = field(default_factory=dict)  # master id -> detail
+    timed_out: dict[tuple[str, int], str] = field(default_factory=dict)  # item -> detail
+
+
+def known_failures(lake: Lake, after: int) -> KnownFailures:
+    """Masters with at least `after` unreleased errors or crashes (quarantined, with their last
+    error), and the unreleased items that overran the budget."""
     from pyspark.sql import functions as F
 
     if lake.version(FOLD_FAILURES) == 0:
-        return {}  # as created: no failure was ever recorded (the usual case), no Spark job
+        return KnownFailures()  # as created: no failure ever recorded (the usual case), no job
+    table = lake.read(FOLD_FAILURES)
+    if "kind" not in table.columns:  # a lake from before kinds: every row an error or crash
+        table = table.select(
+            "*", F.lit(None).cast("string").alias("kind"),
+            F.lit(None).cast("string").alias("message_id"),
+            F.lit(None).cast("int").alias("position"),
+        )
     rows = (
-        lake.read(FOLD_FAILURES)
-        .where(~F.col("released"))
-        .groupBy("master_id")
-        .agg(F.count("*").alias("n"), F.max_by("error", "failed_at").alias("error"))
-        .where(F.col("n") >= after)
+        table.where(~F.col("released"))
+        .select("master_id", "kind", "error", "failed_at", "message_id", "position")
+        .orderBy("failed_at")
         .collect()
     )
-    return {str(r["master_id"]): f"fold failed {r['n']} times: {r['error']}" for r in rows}
+    counts: dict[str, int] = {}
+    last: dict[str, str] = {}
+    timed_out: dict[tuple[str, int], str] = {}
+    for r in rows:
+        if r["kind"] == TIMEOUT:
+            timed_out[(str(r["message_id"]), int(r["position"]))] = str(r["error"])
+            continue
+        master = str(r["master_id"])
+        counts[master] = counts.get(master, 0) + 1
+        last[master] = str(r["error"])
+    quarantined = {
+        m: f"fold failed {n} times: {last[m]}" for m, n in counts.items() if n >= after
+    }
+    return KnownFailures(quarantined, timed_out)
 
 
 def record_failures(
-    lake: Lake, masters: set[str], *, step: int, error: BaseException, run_id: str | None
+    lake: Lake, failures: list[MasterFailure], *, step: int, run_id: str | None
 ) -> None:
     now = datetime.now(UTC)
-    text = f"{type(error).__name__}: {error}"[:2000]
-    rows = [(m, step, text, now, run_id, False) for m in sorted(masters)]
+    _add_kind_columns(lake)
+    rows = [
+        (f.master_id, step, f.error[:FAILURE_DETAIL_CHARS], now, run_id, False, f.kind,
+         f.message_id, f.position)
+        for f in sorted(set(failures), key=lambda f: (f.master_id, f.kind, f.error))
+    ]
     lake.append(FOLD_FAILURES, lake.spark.createDataFrame(rows, FOLD_FAILURES.schema()))
 
 
+def _add_kind_columns(lake: Lake) -> None:
+    """Give a lake's fold_failures from before failure kinds their columns (nullable, so its
+    rows read as null), in place: the table is never restored, so the change stays."""
+    present = set(lake.read(FOLD_FAILURES).columns)
+    missing = [f for f in FOLD_FAILURES.schema().fields if f.name not in present]
+    if missing:
+        columns = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in missing)
+        lake.spark.sql(f"ALTER TABLE {lake.sql_table(FOLD_FAILURES)} ADD COLUMNS ({columns})")
+
+
 def release_quarantine(lake: Lake, masters: set[str]) -> None:
-    """Let the masters be folded again (dead-letter replay, after a fix)."""
+    """Let the masters be folded again (dead-letter replay, after a fix): their failures of
+    every kind, items over the budget included, no longer count."""
     if masters:
         ids = ", ".join(sql_string(m) for m in sorted(masters))
         lake.update(FOLD_FAILURES, f"master_id IN ({ids}) AND NOT released", {"released": "true"})
@@ -536,6 +645,28 @@ def _after_point(t: str, p: str) -> str:
     )
 
 
+def _fail_step(
+    lake: Lake,
+    failures: list[MasterFailure],
+    *,
+    step: int,
+    run_id: str | None,
+    quarantine_after: int,
+    cause: BaseException | None = None,
+) -> NoReturn:
+    """Record the failures against exactly their masters, then fail the step (retried)."""
+    record_failures(lake, failures, step=step, run_id=run_id)
+    named = ", ".join(
+        f"{f.master_id} ({f.kind}{f' in {f.message_id}/{f.position}' if f.message_id else ''})"
+        for f in sorted(set(failures), key=lambda f: f.master_id)
+    )
+    raise FoldFailure(
+        f"fold step {step} failed on {named}; an item over its budget is dead-lettered "
+        f"too-complex at the next attempt, a master is quarantined after {quarantine_after} "
+        "failures"
+    ) from cause
+
+
 def fold_step(
     lake: Lake,
     *,
@@ -544,6 +675,7 @@ def fold_step(
     max_batches: int | None = None,
     rewind: Mapping[str, int] | None = None,
     quarantine_after: int = 3,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> FoldStepResult:
     """Recover, then fold the next gap-free run of batches and commit it as one step.
 
@@ -715,7 +847,8 @@ def fold_step(
     valid = tagged.where("duplicate IS NULL AND status = 'item'")
     # Poison isolation for unknown failures: a quarantined master's items are held back as
     # dead letters, so the fold of every other master goes on.
-    quarantined = quarantined_masters(lake, quarantine_after)
+    known = known_failures(lake, quarantine_after)
+    quarantined = known.quarantined
     held = valid.where(F.lit(False))
     if quarantined:
         reasons = F.create_map(*[F.lit(x) for kv in quarantined.items() for x in kv])
@@ -739,28 +872,34 @@ def fold_step(
                 F.lit(0).cast("long").alias("fold_step"),
             )
         )
-    inflight = _inflight_dir(lake)
-    _clear_inflight(inflight)
-    fold = kill_in_worker(
-        partial(
-            _fold_partition, selector_text=selector, inflight_dir=inflight,
-            injected=injected_fold_failure(),
-        ),
-        "fold.mid_fold",
+    plan = WorkerPlan(
+        selector_text=selector, budget_seconds=limits.item_budget_seconds,
+        timed_out=known.timed_out, injected=injected_fold_failure(),
     )
+    folder = InFlightFolder.create(lake.base_path, f"fold-{step}")
     try:
-        folded = (
-            _fold_input(valid, state).mapInArrow(fold, _fold_out_schema()).localCheckpoint()
+        fold = kill_in_worker(
+            partial(_fold_partition, plan=plan, inflight_dir=folder.path), "fold.mid_fold"
         )
-    except Exception as error:
-        failed = _failed_masters(error, inflight)
-        if not failed:
-            raise  # not attributable to a master: a transient failure, retried as such
-        record_failures(lake, failed, step=step, error=error, run_id=run_id)
-        raise FoldFailure(
-            f"fold step {step} failed on master(s) {sorted(failed)}; each is quarantined "
-            f"after {quarantine_after} failures"
-        ) from error
+        try:
+            folded = (
+                _fold_input(valid, state).mapInArrow(fold, _fold_out_schema()).localCheckpoint()
+            )
+        except Exception as error:
+            died = _died_in_flight(folder, error)
+            if not died:
+                raise  # not attributable to a master: a transient failure, retried as such
+            _fail_step(lake, died, step=step, run_id=run_id, quarantine_after=quarantine_after,
+                       cause=error)
+    finally:
+        folder.remove()
+    # Masters whose fold raised, from their rows' master_id column: collected before anything
+    # of the step is written.
+    raised = _failure_rows(
+        folded.where(F.col("kind") == "failure").select("master_id", "detail").collect()
+    )
+    if raised:
+        _fail_step(lake, raised, step=step, run_id=run_id, quarantine_after=quarantine_after)
 
     step_col = F.lit(step).cast("long")
     raw = lake.read(RAW_MESSAGES).where(F.col("batch_key").isin(keys + changed_keys) | (

@@ -4,20 +4,33 @@ policy, quarantined after SIS_QUARANTINE_AFTER failures so the other masters go 
 in feed order once a replay says the fix is in.
 
 The failure is injected with SIS_INJECT_FOLD_FAILURE (read by the fold on the driver and passed
-to the workers), the one test hook of the fold.
+to the workers), the one test hook of the fold. The failing master is known from a structured
+fact (its failure row's master_id, a worker's in-flight marker), never from an error's text;
+an item that overruns the per-item budget (a hang) is dead-lettered `too-complex`.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from sis_platform.lake.tables import DEAD_LETTERS, FOLD_FAILURES, MASTER_DOCUMENTS
+from sis_platform.lake.tables import (
+    DEAD_LETTERS,
+    FOLD_FAILURES,
+    MASTER_DOCUMENTS,
+    MESSAGE_OUTCOMES,
+)
 from tests.domain.sportsdata_fixtures import ASCOT_1430, ASCOT_1500, GO_SOFT, event, master, update
 from tests.harness import LOG_ASSETS, Harness, received
 from tests.reference import assert_lake_matches_reference, reference_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(570)]
 
+
+def _retried_steps(h: Harness, run_id: str) -> list[str | None]:
+    return [
+        e.step_key for e in h.instance.all_logs(run_id)
+        if e.dagster_event is not None and e.dagster_event.event_type_value == "STEP_UP_FOR_RETRY"
+    ]
 
 
 @pytest.mark.parametrize("how", ["raise", "crash"])
@@ -65,3 +78,88 @@ def test_failing_master_is_quarantined_then_replayed_in_order_after_the_fix(
     assert replay.success
     assert_lake_matches_reference(lake, reference_for(h.logged_messages()))
     assert all(r["released"] for r in lake.read(FOLD_FAILURES).collect())
+
+
+def test_error_text_naming_another_master_quarantines_only_the_failing_master(
+    tmp_path, spark, monkeypatch: pytest.MonkeyPatch
+):
+    # ASCOT_1500's document holds the text a failure of ASCOT_1430 would once have carried;
+    # the injected error quotes the document, as an lxml error does.
+    decoy = f"sis-fold-failure[master_id={ASCOT_1430!r}]"
+    h = Harness(tmp_path / "data", overrides={"SIS_QUARANTINE_AFTER": "1"})
+    key = h.zone.land(
+        [received(master(event(ASCOT_1430))), received(master(event(ASCOT_1500, name=decoy)))]
+    ).key
+    h.instance.add_dynamic_partitions("batches", [key])
+    monkeypatch.setenv("SIS_INJECT_FOLD_FAILURE", f"{ASCOT_1500}:raise")
+
+    h.materialize(key, *LOG_ASSETS)
+    result = h.defs.resolve_job_def("process_batch").execute_in_process(
+        partition_key=key, instance=h.instance, raise_on_error=False
+    )
+    assert result.success
+    assert _retried_steps(h, result.run_id) == ["fold_masters"]
+    lake = h.lake(spark)
+    failures = lake.read(FOLD_FAILURES).collect()
+    assert [(r["master_id"], r["kind"]) for r in failures] == [(ASCOT_1500, "error")]
+    assert decoy in failures[0]["error"]  # kept as data, never read for a master id
+    docs = {r["master_id"]: r for r in lake.read(MASTER_DOCUMENTS).collect()}
+    assert set(docs) == {ASCOT_1430} and docs[ASCOT_1430]["version"] == 1
+    assert [(r["master_id"], r["reason"]) for r in lake.read(DEAD_LETTERS).collect()] == [
+        (ASCOT_1500, "quarantined")
+    ]
+
+
+def test_item_over_its_budget_is_dead_lettered_too_complex_and_later_batches_fold(
+    tmp_path, spark, monkeypatch: pytest.MonkeyPatch
+):
+    h = Harness(tmp_path / "data", overrides={"SIS_ITEM_BUDGET_SECONDS": "0.5"})
+    hung = "msg-hangs-the-fold"
+    keys = [
+        h.zone.land(b).key
+        for b in (
+            [
+                received(master(event(ASCOT_1430))),
+                received(master(event(ASCOT_1500))),
+                received(update(ASCOT_1500, GO_SOFT), message_id=hung),
+                received(update(ASCOT_1430, GO_SOFT)),
+            ],
+            [
+                received(master(event(ASCOT_1500), type="refresh")),
+                received(update(ASCOT_1500, GO_SOFT)),
+            ],
+        )
+    ]
+    h.instance.add_dynamic_partitions("batches", keys)
+    # Folding the update of message `hung` sleeps with signals blocked until killed.
+    monkeypatch.setenv("SIS_INJECT_FOLD_FAILURE", f"{hung}:hang")
+
+    h.materialize(keys[0], *LOG_ASSETS)
+    first = h.defs.resolve_job_def("process_batch").execute_in_process(
+        partition_key=keys[0], instance=h.instance, raise_on_error=False
+    )
+    # The step fails once (the watchdog killed its worker); the next attempt dead-letters the
+    # item without folding it again and completes the batch.
+    assert first.success
+    assert _retried_steps(h, first.run_id) == ["fold_masters"]
+    lake = h.lake(spark)
+    failures = [
+        (r["master_id"], r["kind"], r["message_id"], r["position"], r["error"])
+        for r in lake.read(FOLD_FAILURES).collect()
+    ]
+    detail = "took longer than the per-item budget of 0.5 s (SIS_ITEM_BUDGET_SECONDS)"
+    assert failures == [(ASCOT_1500, "timeout", hung, 0, detail)]
+    letters = [
+        (r["message_id"], r["master_id"], r["reason"], r["detail"])
+        for r in lake.read(DEAD_LETTERS).collect()
+    ]
+    assert letters == [(hung, ASCOT_1500, "too-complex", detail)]
+    docs = {r["master_id"]: r for r in lake.read(MASTER_DOCUMENTS).collect()}
+    assert (docs[ASCOT_1430]["version"], docs[ASCOT_1430]["stale"]) == (2, False)
+    assert (docs[ASCOT_1500]["version"], docs[ASCOT_1500]["stale"]) == (1, True)
+
+    h.run(keys[1])  # a later batch folds: the refresh clears the stale mark
+    docs = {r["master_id"]: r for r in lake.read(MASTER_DOCUMENTS).collect()}
+    assert (docs[ASCOT_1500]["version"], docs[ASCOT_1500]["stale"]) == (3, False)
+    outcomes = lake.read(MESSAGE_OUTCOMES).groupBy("outcome").count().collect()
+    assert {r["outcome"]: r["count"] for r in outcomes} == {"applied": 5, "dead-lettered": 1}

@@ -1,0 +1,214 @@
+"""The guard around per-item work in Spark's Python workers (the fold's masters, message_items'
+messages): an in-flight marker and a wall-clock watchdog, and the driver's reading of markers.
+
+Worker side (`Guard`, one per partition): before working on a key (a master id, a message id)
+the worker writes it to a marker file named after its pid; it clears the file when done. A
+worker that dies mid-item (a segfault, the OOM killer, SIGKILL) so leaves the key behind,
+structured, for the driver to read: no error text is ever searched for it. Each item is armed
+with a deadline (`Limits.item_budget_seconds`); the watchdog, one daemon thread per worker
+process, waits for the deadline and, if the same item is still armed, writes a `timeout`
+record naming the key and the item to the marker and SIGKILLs its own process. A SIGKILL, not
+an exception: the work may be inside C code (lxml) that no Python exception interrupts.
+
+The watchdog needs the GIL to run. lxml releases it while it parses and evaluates XPath, and
+Python code yields it every switch interval; C code that holds it without end (a catastrophic
+`re` pattern) is beyond this guard. Arming an item costs a lock and a clock read, no wake-up:
+the thread sleeps until the deadline of the item it last saw and, finding a later one, sleeps
+again.
+
+Driver side (`InFlightFolder`): each guarded Spark job gets a folder of its own under the
+lake, read after the job fails and removed after the job. Markers need a file system the
+driver and the workers share (a local lake, a shared mount); on object storage there is no
+folder, a worker that dies is not attributed, and its job fails as a transient failure would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from typing import TextIO
+
+RUNNING = "running"
+TIMEOUT = "timeout"
+
+
+@dataclass(frozen=True)
+class InFlightRecord:
+    """What a worker left in its marker: the key it was on and, for a timeout, the item."""
+
+    key: str  # master id (fold) or message id (message_items)
+    state: str  # RUNNING: the worker died on it; TIMEOUT: the watchdog killed it
+    message_id: str | None = None
+    position: int | None = None
+    budget_seconds: float | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"key": self.key, "state": self.state, "message_id": self.message_id,
+             "position": self.position, "budget_seconds": self.budget_seconds}
+        )
+
+    @staticmethod
+    def from_json(text: str) -> InFlightRecord:
+        data = json.loads(text)
+        position = data.get("position")
+        budget = data.get("budget_seconds")
+        return InFlightRecord(
+            key=str(data["key"]),
+            state=str(data["state"]),
+            message_id=None if data.get("message_id") is None else str(data["message_id"]),
+            position=None if position is None else int(position),
+            budget_seconds=None if budget is None else float(budget),
+        )
+
+
+@dataclass(frozen=True)
+class _Armed:
+    deadline: float  # time.monotonic()
+    guard: Guard
+    key: str
+    message_id: str
+    position: int | None
+
+
+class _Watchdog:
+    """One daemon thread per worker process: kills the process when an armed item overruns."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Condition()
+        self._armed: _Armed | None = None
+        self._idle = True
+        threading.Thread(target=self._run, name="sis-item-watchdog", daemon=True).start()
+
+    def arm(self, armed: _Armed | None) -> None:
+        with self.lock:
+            self._armed = armed
+            if armed is not None and self._idle:
+                self.lock.notify()
+
+    def _run(self) -> None:
+        with self.lock:
+            while True:
+                armed = self._armed
+                if armed is None:
+                    self._idle = True
+                    self.lock.wait()
+                    self._idle = False
+                    continue
+                remaining = armed.deadline - time.monotonic()
+                if remaining > 0:
+                    self.lock.wait(remaining)
+                    continue
+                # Still the same item past its deadline (under the lock: the worker cannot
+                # move on meanwhile): leave the item in the marker, then die.
+                armed.guard.write(
+                    InFlightRecord(armed.key, TIMEOUT, armed.message_id, armed.position,
+                                   armed.guard.budget_seconds)
+                )
+                os.kill(os.getpid(), signal.SIGKILL)
+
+
+_WATCHDOG: tuple[int, _Watchdog] | None = None  # (pid, watchdog): a forked child makes its own
+
+
+def _watchdog() -> _Watchdog:
+    global _WATCHDOG
+    if _WATCHDOG is None or _WATCHDOG[0] != os.getpid():
+        _WATCHDOG = (os.getpid(), _Watchdog())
+    return _WATCHDOG[1]
+
+
+class Guard:
+    """A worker's marker and watchdog for one partition. `folder` None (object storage): no
+    marker, the watchdog still bounds each item. The marker file stays open for the partition,
+    so marking a key costs a small write, not an open."""
+
+    def __init__(self, folder: str | None, budget_seconds: float) -> None:
+        self.budget_seconds = budget_seconds
+        self._watchdog = _watchdog()
+        self._key: str | None = None
+        self._file: TextIO | None = None
+        if folder is not None:
+            path = os.path.join(folder, f"{os.getpid()}.inflight")
+            self._file = open(path, "w", encoding="utf-8")  # noqa: SIM115 (closed by close())
+
+    def start(self, key: str) -> None:
+        """Work on `key` begins: it is in the marker until `done`."""
+        self._key = key
+        self.write(InFlightRecord(key, RUNNING))
+
+    def item(self, message_id: str, position: int | None) -> None:
+        """An item of the current key begins: it has `budget_seconds` from now (the previous
+        item, if any, is done)."""
+        assert self._key is not None, "item() outside start()/done()"
+        self._watchdog.arm(
+            _Armed(time.monotonic() + self.budget_seconds, self, self._key, message_id, position)
+        )
+
+    def done(self) -> None:
+        """Work on the current key ended (in a result or a failure row): disarm, clear."""
+        self._watchdog.arm(None)
+        self._key = None
+        self.write(None)
+
+    def write(self, record: InFlightRecord | None) -> None:
+        if self._file is None:
+            return
+        with self._watchdog.lock:
+            self._file.seek(0)
+            self._file.truncate()
+            if record is not None:
+                self._file.write(record.to_json())
+            self._file.flush()  # into the kernel's page cache: it outlives a killed process
+
+    def close(self) -> None:
+        self._watchdog.arm(None)
+        if self._file is not None:
+            self._file.close()
+
+
+@dataclass(frozen=True)
+class InFlightFolder:
+    """The driver's side: where one guarded job's workers leave their markers."""
+
+    path: str | None  # None: object storage, no markers
+
+    @staticmethod
+    def create(base_path: str, job: str) -> InFlightFolder:
+        """A new, empty folder for one attempt of `job` under the lake at `base_path` (every
+        attempt its own: a fold and several message_items runs may be in flight at once)."""
+        import uuid
+
+        base = base_path.removeprefix("file:")
+        if "://" in base:
+            return InFlightFolder(None)
+        path = os.path.join(base, "_inflight", f"{job}-{uuid.uuid4().hex}")
+        os.makedirs(path)
+        return InFlightFolder(path)
+
+    def records(self) -> list[InFlightRecord]:
+        """The keys workers were on when they died, one record per marker left non-empty."""
+        if self.path is None:
+            return []
+        found: list[InFlightRecord] = []
+        for name in sorted(os.listdir(self.path)):
+            with open(os.path.join(self.path, name), encoding="utf-8") as f:
+                text = f.read().strip()
+            if not text:
+                continue
+            try:
+                found.append(InFlightRecord.from_json(text))
+            except (ValueError, KeyError):
+                # Cut short by the death itself (between truncate and write): no fact to use.
+                continue
+        return found
+
+    def remove(self) -> None:
+        import shutil
+
+        if self.path is not None:
+            shutil.rmtree(self.path, ignore_errors=True)
