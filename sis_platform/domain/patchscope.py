@@ -81,13 +81,15 @@ class PatchScope:
     deep: tuple[Path, ...]  # elements whose whole subtree may have changed
 
 
+# Selectors repeat across messages (the same market and selection ids in every race), so their
+# forms are memoized: a pure function of the string and the bounds, bounded.
+@functools.lru_cache(maxsize=8192)
 def _parse_selector(
     selector: str, limits: Limits
 ) -> tuple[Path, str | None, frozenset[str]] | None:
     """(element path, attribute name or None, attribute names its predicates read) of a plain
     selector, or None for another form (or a selector the patch engine refuses)."""
     try:
-        # Cached by the parser: selectors repeat across messages.
         parsed = parse_selector(selector, limits)
     except SelectorError:
         return None
