@@ -634,7 +634,8 @@ def test_compiled_operations_are_not_shared_across_limits() -> None:
 
 
 def test_patch_error_accepts_too_complex_the_item_reason_for_a_bound() -> None:
-    assert PatchError("too-complex", "why").error == Reason.TOO_COMPLEX
+    error = pickle.loads(pickle.dumps(PatchError("too-complex", "why")))
+    assert (error.error, error.detail) == (Reason.TOO_COMPLEX, "why")
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,7 @@ from sis_platform.domain.xpath import (
     render_last,
     render_steps,
 )
+from sis_platform.simulator.generator import generate_feed
 
 PRICE_NUM = "/event/market[@id='WIN']/selection[@id='7']/price/@num"
 
@@ -104,6 +105,22 @@ def test_every_form_of_the_grammar_parses(
 ) -> None:
     parsed = parse_selector(sel)
     assert (parsed.id_values, parsed.steps, parsed.last) == (None, steps, last)
+
+
+def test_every_selector_of_a_simulated_feed_parses_and_renders_back_to_itself() -> None:
+    selectors = {
+        operation.get("sel")
+        for message in generate_feed(3, 1500)
+        if b'category="update"' in message.body
+        for operation in etree.fromstring(message.body)
+    }
+    assert len(selectors) > 50
+    for sel in selectors:
+        parsed = parse_selector(sel)
+        rendered = render_steps(parsed.steps)
+        if isinstance(parsed.last, AttributeStep):
+            rendered += "/" + render_last(parsed.last)
+        assert rendered == sel
 
 
 def test_relative_and_absolute_selectors_parse_to_the_same_path() -> None:
