@@ -8,17 +8,24 @@ the queue and in a batch, and their redelivered copies are later recorded as dup
 message id (invariant 2). With a consumer lease, `land` is fenced: a consumer that lost the
 lease gets `FencedOff` from it, lands nothing and backs out, so the messages stay on the queue
 for the new holder (invariant 6). No Dagster or Spark import: the sensor calls this every tick.
+
+A message whose body is over the per-message bound (`Limits.max_message_bytes`,
+SIS_MAX_MESSAGE_BYTES) is not kept in the batch: its bytes go to an overflow file before the
+batch lands (`LandingZone.move_aside`) and the batch holds it with an empty body, its real size,
+digest and location, to be dead-lettered `too-large` downstream (invariant 6, "Bounded cost").
+Intake then holds at most one such body at a time, for as long as it takes to write it out.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
 from sis_platform.faults import crash_point
-from sis_platform.landing import ClosedBy, LandedBatch, LandingZone
+from sis_platform.landing import ClosedBy, LandedBatch, LandingZone, MovedAside
 from sis_platform.queues.base import QueueSession, ReceivedMessage
 
 if TYPE_CHECKING:
@@ -31,6 +38,8 @@ if TYPE_CHECKING:
 # with the step, and these bounds keep a 1.2 M-message backlog under the 4 GiB budget on two
 # cores (BENCHMARKS.md: batches of 100,000 were ~9% faster and peaked at 4.1 GiB). A live feed
 # closes its batches long before any bound (SIS_GET_WAIT_SECONDS without a message).
+# The byte bound is checked before each get and a body over SIS_MAX_MESSAGE_BYTES is moved aside,
+# so a batch's body bytes exceed SIS_BATCH_MAX_BYTES by less than one message's bound.
 DEFAULT_BATCH_MAX_MESSAGES = 50_000
 DEFAULT_BATCH_MAX_BYTES = 64 * 1024 * 1024
 DEFAULT_BATCH_MAX_SECONDS = 10.0
@@ -57,13 +66,15 @@ def consume_batch(
     before_commit: Callable[[LandedBatch], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
     fence: Fence | None = None,
+    message_limits: Limits = DEFAULT_LIMITS,
 ) -> LandedBatch | None:
     """Get up to one batch's worth of messages, land them, commit. None when the queue was
     empty. `fence` is the consumer lease's proof of holding (checked by `land` right before the
-    batch is claimed). `before_commit` runs between landing and commit (fault injection in
-    tests); if it, or `land`, raises, the unit of work is backed out."""
+    batch is claimed). A body over `message_limits.max_message_bytes` is moved aside as it
+    arrives (see the module docstring). `before_commit` runs between landing and commit (fault
+    injection in tests); if it, or `land`, raises, the unit of work is backed out."""
     deadline = clock() + limits.max_seconds
-    messages: list[ReceivedMessage] = []
+    messages: list[ReceivedMessage | MovedAside] = []
     size = 0
     try:
         while True:
@@ -83,8 +94,12 @@ def consume_batch(
                 # the queue: a backlog is still one.
                 closed_by = ClosedBy.SECONDS if clock() >= deadline else ClosedBy.DRAINED
                 break
-            messages.append(message)
-            size += len(message.body)
+            if len(message.body) > message_limits.max_message_bytes:
+                messages.append(_move_aside(zone, message))
+                del message  # the only reference to the large body: free it before the next get
+            else:
+                messages.append(message)
+                size += len(message.body)
         if not messages:
             session.commit()  # nothing got; ends the (empty) unit of work cleanly
             return None
@@ -98,3 +113,9 @@ def consume_batch(
         raise
     session.commit()
     return batch
+
+
+def _move_aside(zone: LandingZone, message: ReceivedMessage) -> MovedAside:
+    """The message with its body written to an overflow file and dropped from memory."""
+    body = zone.move_aside(message.body)
+    return MovedAside(replace(message, body=b""), body)

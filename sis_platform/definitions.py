@@ -8,7 +8,7 @@ import dagster as dg
 
 from sis_platform import config
 from sis_platform.assets.masters import fold_masters, interpreted_model
-from sis_platform.assets.message_log import message_items, raw_messages
+from sis_platform.assets.message_log import hash_chain_intact, message_items, raw_messages
 from sis_platform.jobs import process_batch_job, replay_dead_letters_job
 from sis_platform.sensors.queue_sensor import sportsdata_queue_sensor
 
@@ -17,6 +17,7 @@ def build_definitions(env: Mapping[str, str] | None = None) -> dg.Definitions:
     """The platform's definitions, configured from `env` (the process environment by default)."""
     return dg.Definitions(
         assets=[raw_messages, message_items, fold_masters, interpreted_model],
+        asset_checks=[hash_chain_intact],
         jobs=[process_batch_job, replay_dead_letters_job],
         sensors=[sportsdata_queue_sensor],
         resources=config.resources(env),

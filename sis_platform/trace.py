@@ -19,7 +19,6 @@ of each table: a trace touches a few files, not the log.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -33,6 +32,7 @@ from sis_platform.lake.tables import (
     MESSAGE_OUTCOMES,
     RAW_MESSAGES,
 )
+from sis_platform.logchain import ChainRecord, chain_link
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -132,7 +132,7 @@ class MessageCopy:
     body_intact: bool  # the logged bytes still hash to body_sha256
     prev_link: str
     chain_link: str
-    link_consistent: bool  # chain_link = sha256(prev_link || message id || body sha256)
+    link_consistent: bool  # chain_link = sha256(prev_link || its logged fields), logchain.py
     parsed: str  # PARSED_ITEMS | PARSED_INVALID | NOT_PARSED
     invalid_reason: str | None
     invalid_detail: str | None
@@ -189,8 +189,13 @@ def trace_message(lake: Lake, message_id: str, *, include_body: bool = False) ->
     raw_columns: list[str | Column] = [
         "batch_key", "batch_seq", "msg_seq", "put_time", "received_at", "delivery_count",
         "body_sha256", "prev_link", "chain_link",
+        "message_id", "properties_json", "body_size", "body_location",
+        F.unix_micros("put_time").alias("put_us"),
+        F.unix_micros("received_at").alias("received_us"),
         F.length("body").alias("body_bytes"),
-        (F.sha2(F.col("body"), 256) == F.col("body_sha256")).alias("body_intact"),
+        # A body moved aside at intake is logged empty; its digest is of the moved-aside file.
+        F.when(F.col("body_location").isNotNull(), F.length("body") == 0)
+        .otherwise(F.sha2(F.col("body"), 256) == F.col("body_sha256")).alias("body_intact"),
     ]
     if include_body:
         raw_columns.append("body")
@@ -346,9 +351,11 @@ def _assemble(
             for p in item_rows
         )
         sha = str(r["body_sha256"])
-        link = hashlib.sha256(
-            bytes.fromhex(str(r["prev_link"])) + message_id.encode("utf-8") + bytes.fromhex(sha)
-        ).hexdigest()
+        link = chain_link(bytes.fromhex(str(r["prev_link"])), ChainRecord(
+            batch_seq, msg_seq, message_id, r["put_us"], int(r["received_us"]),
+            int(r["delivery_count"]), r["properties_json"], int(r["body_size"]), sha,
+            r["body_location"],
+        )).hex()
         drafts.append(
             MessageCopy(
                 batch_key=str(r["batch_key"]),

@@ -1,4 +1,5 @@
-"""The message log (raw_messages) and its parsed, split form (message_items), per batch."""
+"""The message log (raw_messages), its integrity check, and its parsed, split form
+(message_items), per batch."""
 
 
 import dagster as dg
@@ -7,7 +8,6 @@ from dagster_pyspark import LazyPySparkResource
 from sis_platform.assets.partitions import batches_partitions
 from sis_platform.assets.policies import TRANSIENT_RETRY
 from sis_platform.lake.tables import MESSAGE_ITEMS, RAW_MESSAGES
-from sis_platform.landing import GENESIS_LINK, batch_key, batch_seq_of
 from sis_platform.resources.platform import (
     DeltaLakeResource,
     FeedProcessingResource,
@@ -16,6 +16,10 @@ from sis_platform.resources.platform import (
 from sis_platform.spark.items import batch_condition, log_items
 
 CHAIN_CHECK = "hash_chain_intact"
+# Run tags the sensor requests a batch run with: the batch's anchored chain head and message
+# count, so Dagster's own database keeps a copy of each anchor (sis_platform/logchain.py).
+CHAIN_HEAD_TAG = "sis/chain_head"
+MESSAGES_TAG = "sis/messages"
 
 
 @dg.asset(
@@ -23,14 +27,6 @@ CHAIN_CHECK = "hash_chain_intact"
     group_name="message_log",
     kinds={"spark", "delta"},
     retry_policy=TRANSIENT_RETRY,
-    check_specs=[
-        dg.AssetCheckSpec(
-            CHAIN_CHECK,
-            asset="raw_messages",
-            description="Every message of the batch is unchanged and the hash chain runs "
-            "unbroken from the previous batch's last link.",
-        )
-    ],
 )
 def raw_messages(
     context: dg.AssetExecutionContext,
@@ -39,11 +35,11 @@ def raw_messages(
     landing: LandingZoneResource,
 ) -> dg.MaterializeResult:
     """The message log: one row per message as landed from the queue: message id, put time,
-    delivery count, the original bytes, and its hash chain link. Written once per batch from
-    the immutable landing file; re-materializing rewrites the same rows."""
+    delivery count, the original bytes (or, for a body over SIS_MAX_MESSAGE_BYTES, its size and
+    where intake moved it), and its hash chain link. Written once per batch from the immutable
+    landing file; re-materializing rewrites the same rows. Its check `hash_chain_intact`
+    verifies the rows and the landing file against the batch's anchors."""
     from pyspark.sql import functions as F
-
-    from sis_platform.spark.chain import verify_log
 
     key = context.partition_key
     session = spark.spark_session
@@ -57,17 +53,10 @@ def raw_messages(
     lk.replace_where(RAW_MESSAGES, rows, batch_condition(key))
 
     written = lk.read(RAW_MESSAGES).where(batch_condition(key))
-    seq = batch_seq_of(key)
-    previous = batch_key(seq - 1)
-    if seq == 1:
-        first_prev = GENESIS_LINK.hex()
-    else:
-        table = zone.read(previous)
-        first_prev = table.column("chain_link")[-1].as_py()
-    report = verify_log(written, first_prev)
     stats = written.agg(
         F.count("*").alias("n"),
         F.sum(F.length("body")).alias("bytes"),
+        F.sum(F.when(F.col("body_location").isNotNull(), 1).otherwise(0)).alias("moved_aside"),
         F.sum(F.when(F.col("delivery_count") > 1, 1).otherwise(0)).alias("redelivered"),
         F.min("put_time").alias("first_put"),
         F.max("put_time").alias("last_put"),
@@ -78,25 +67,59 @@ def raw_messages(
         metadata={
             "dagster/row_count": int(stats["n"]),
             "bytes": int(stats["bytes"] or 0),
+            "moved_aside": int(stats["moved_aside"] or 0),
             "redelivered": int(stats["redelivered"] or 0),
             "first_put_time": str(stats["first_put"]),
             "last_put_time": str(stats["last_put"]),
             "table": dg.MetadataValue.path(lk.path(RAW_MESSAGES)),
             "landing_file": dg.MetadataValue.path(str(zone.batch_path(key))),
         },
-        check_results=[
-            dg.AssetCheckResult(
-                check_name=CHAIN_CHECK,
-                passed=report.intact,
-                severity=dg.AssetCheckSeverity.ERROR,
-                metadata={
-                    "messages_checked": report.messages,
-                    "problems": dg.MetadataValue.md(
-                        "\n".join(f"- {p}" for p in report.problems) or "none"
-                    ),
-                },
-            )
-        ],
+    )
+
+
+# A check of its own (not computed inside raw_messages) so it can be run again at any time from
+# the UI, and partitioned like its asset (Dagster 1.13 runs a partitioned check per partition).
+# Blocking: message_items does not read a batch whose log fails it.
+@dg.asset_check(
+    asset=raw_messages,
+    name=CHAIN_CHECK,
+    blocking=True,
+    partitions_def=batches_partitions,
+    description="The batch's rows in raw_messages and its landing file both hold exactly the "
+    "anchored messages, every logged field unchanged, in order, and the hash chain runs "
+    "unbroken from the previous batch's anchored head to this batch's anchored head.",
+)
+def hash_chain_intact(
+    context: dg.AssetCheckExecutionContext,
+    spark: LazyPySparkResource,
+    lake: DeltaLakeResource,
+    landing: LandingZoneResource,
+) -> dg.AssetCheckResult:
+    from sis_platform.spark.chain import RunAnchor, verify_batch
+
+    key = context.partition_key
+    tags = context.run.tags
+    run_anchor = None
+    if tags.get("dagster/partition") == key and CHAIN_HEAD_TAG in tags and MESSAGES_TAG in tags:
+        run_anchor = RunAnchor(tags[CHAIN_HEAD_TAG], int(tags[MESSAGES_TAG]))
+    verdict = verify_batch(
+        lake.lake(spark.spark_session), landing.zone(), key, run_anchor=run_anchor
+    )
+    first = verdict.first_problem
+    if first is not None:
+        context.log.error(f"message log batch {key}: {len(verdict.problems)} problem(s), "
+                          f"first: {first}")
+    return dg.AssetCheckResult(
+        passed=verdict.intact,
+        severity=dg.AssetCheckSeverity.ERROR,
+        metadata={
+            "messages_checked": verdict.messages,
+            "problems": dg.MetadataValue.md(
+                "\n".join(f"- {p}" for p in verdict.problems) or "none"
+            ),
+            "first_problem_message_id": (first.message_id or "") if first else "",
+            "run_anchor_compared": run_anchor is not None,
+        },
     )
 
 

@@ -69,6 +69,10 @@ def _raw_messages() -> StructType:
             T.StructField("properties_json", T.StringType(), True),
             T.StructField("body", T.BinaryType(), False),
             T.StructField("body_sha256", T.StringType(), False),
+            # The real body's size, and where it lies when intake moved it aside for being over
+            # SIS_MAX_MESSAGE_BYTES (relative to the landing root; `body` is then empty).
+            T.StructField("body_size", T.LongType(), False),
+            T.StructField("body_location", T.StringType(), True),
             T.StructField("prev_link", T.StringType(), False),
             T.StructField("chain_link", T.StringType(), False),
         ]

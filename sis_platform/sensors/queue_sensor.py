@@ -4,11 +4,18 @@ Every tick first renews (or takes) the consumer lease in the landing zone (sis_p
 a deployment that does not hold it is a standby and does nothing but say who does. The holder
 lands through the lease's fence, so if it was paused past its lease and another deployment
 took over, its batch is refused and its messages stay on the queue.
+
+A body over SIS_MAX_MESSAGE_BYTES (the `processing` resource's limits) is moved aside as it is
+got, never held in the batch (sis_platform/consumer.py). Each batch run is requested with the
+batch's anchored chain head and message count as tags, so Dagster's database keeps a copy of
+every anchor (sis_platform/logchain.py); a batch left without its anchor file by a crash right
+after landing gets it from its landing file's metadata before it is registered.
 """
 
 import dagster as dg
 
 from sis_platform import config
+from sis_platform.assets.message_log import CHAIN_HEAD_TAG, MESSAGES_TAG
 from sis_platform.assets.partitions import BATCHES, batches_partitions
 from sis_platform.consumer import BatchLimits, consume_batch
 from sis_platform.faults import crash_point
@@ -16,7 +23,7 @@ from sis_platform.jobs import process_batch_job
 from sis_platform.landing import ClosedBy, batch_seq_of
 from sis_platform.lease import LeaseError
 from sis_platform.queues.base import FencedOff, SourceUnavailable
-from sis_platform.resources.platform import LandingZoneResource
+from sis_platform.resources.platform import FeedProcessingResource, LandingZoneResource
 from sis_platform.resources.sources import QueueSourceResource
 
 IN_FLIGHT = [
@@ -38,6 +45,7 @@ def sportsdata_queue_sensor(
     context: dg.SensorEvaluationContext,
     queue: QueueSourceResource,
     landing: LandingZoneResource,
+    processing: FeedProcessingResource,
 ) -> dg.SensorResult | dg.SkipReason:
     zone = landing.zone()
     zone.ensure()
@@ -106,7 +114,10 @@ def sportsdata_queue_sensor(
         )
         try:
             with source.connect() as session:
-                batch = consume_batch(session, zone, limits, fence=lease.fence(current))
+                batch = consume_batch(
+                    session, zone, limits, fence=lease.fence(current),
+                    message_limits=processing.limits(),
+                )
         except FencedOff as exc:
             raise dg.Failure(
                 description=f"lost the consumer lease during the tick (paused past its expiry?): "
@@ -132,11 +143,22 @@ def sportsdata_queue_sensor(
 
     known = set(context.instance.get_dynamic_partitions(BATCHES))
     new_keys = [k for k in pending if k not in known]
+    run_requests = []
+    for key in pending:
+        tags = {"sis/batch": key}
+        had_anchor = zone.anchors.path(key).exists()
+        anchor = zone.ensure_anchor(key)
+        if anchor is None:
+            context.log.error(f"batch {key} has no chain anchor and its landing file carries "
+                              "none: its run's hash_chain_intact check will fail")
+        else:
+            if not had_anchor:
+                context.log.warning(f"batch {key} had no anchor file (a crash right after it "
+                                    "landed): written from its landing file's metadata")
+            tags |= {CHAIN_HEAD_TAG: anchor.head, MESSAGES_TAG: str(anchor.messages)}
+        run_requests.append(dg.RunRequest(partition_key=key, run_key=f"batch-{key}", tags=tags))
     return dg.SensorResult(
-        run_requests=[
-            dg.RunRequest(partition_key=key, run_key=f"batch-{key}", tags={"sis/batch": key})
-            for key in pending
-        ],
+        run_requests=run_requests,
         dynamic_partitions_requests=[batches_partitions.build_add_request(new_keys)]
         if new_keys
         else [],

@@ -1,66 +1,163 @@
-"""Verifying the message log's hash chain (DESIGN.md invariant 5)."""
+"""Verifying the message log's hash chain, one batch at a time (DESIGN.md invariant 5).
+
+A batch is checked three ways against its anchors (sis_platform/logchain.py): its anchor file
+must exist and start where the previous batch's anchor ends; its landing file and its rows in
+the Delta table `raw_messages` must each hold exactly the anchored number of messages, every
+one matching its link and every link following the one before, ending on the anchored head;
+and, inside a batch run, the run's tags (`sis/chain_head`, `sis/messages`) must agree with the
+anchor. The blocking check on `raw_messages` and `sis-verify-log` both call `verify_batch`.
+
+Memory: the landing file is read a thousand rows at a time, and the Delta rows come to the
+driver through `toLocalIterator` without their bodies (Spark hashes them), so a batch costs the
+driver its row count, not its bytes.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sis_platform.landing import chain_link
+from sis_platform.lake.tables import RAW_MESSAGES
+from sis_platform.landing import batch_key, batch_seq_of
+from sis_platform.logchain import (
+    Anchor,
+    ChainRecord,
+    Problem,
+    StoredMessage,
+    anchor_problems,
+    verify_messages,
+)
+from sis_platform.spark.items import batch_condition
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from sis_platform.lake.delta import Lake
+    from sis_platform.landing import LandingZone
+
+LANDING_SOURCE = "landing file"
+DELTA_SOURCE = "raw_messages"
 
 
 @dataclass(frozen=True)
-class ChainReport:
+class RunAnchor:
+    """The chain head and message count a batch run was requested with (its tags)."""
+
+    head: str
     messages: int
-    problems: list[str] = field(default_factory=list)
-    last_link: str | None = None
+
+
+@dataclass(frozen=True)
+class BatchVerdict:
+    """What verifying one batch found, across its anchors, landing file and Delta rows."""
+
+    batch_key: str
+    messages: int  # messages checked in the Delta table
+    problems: tuple[Problem, ...]
 
     @property
     def intact(self) -> bool:
         return not self.problems
 
-
-def verify_rows(rows: Iterable[dict[str, object]], first_prev: str | None) -> ChainReport:
-    """Rows in log order with message_id, body_sha256 (as stored), actual_sha256 (recomputed
-    from the body), msg_seq, batch_seq, prev_link and chain_link. `first_prev` is the link the
-    first row must follow (None: take the first row's prev_link as given)."""
-    problems: list[str] = []
-    expected_prev = first_prev
-    last_batch, last_seq = None, -1
-    n = 0
-    link: str | None = None
-    for r in rows:
-        n += 1
-        where = f"batch {r['batch_seq']} message {r['msg_seq']} ({r['message_id']})"
-        if r["batch_seq"] == last_batch and r["msg_seq"] != last_seq + 1:
-            problems.append(f"{where}: message sequence jumps from {last_seq}")
-        if r["actual_sha256"] != r["body_sha256"]:
-            problems.append(f"{where}: body changed (sha256 differs from the logged one)")
-        if expected_prev is not None and r["prev_link"] != expected_prev:
-            problems.append(f"{where}: chain broken (a message was deleted or inserted before it)")
-        link = chain_link(
-            bytes.fromhex(str(r["prev_link"])), str(r["message_id"]),
-            bytes.fromhex(str(r["actual_sha256"])),
-        ).hex()
-        if link != r["chain_link"]:
-            problems.append(f"{where}: chain link does not match its content")
-        expected_prev = str(r["chain_link"])
-        last_batch, last_seq = r["batch_seq"], int(str(r["msg_seq"]))
-        if len(problems) >= 20:
-            problems.append("... (stopped after 20 problems)")
-            break
-    return ChainReport(n, problems, link)
+    @property
+    def first_problem(self) -> Problem | None:
+        """The first problem that names a message, else the first problem."""
+        return next((p for p in self.problems if p.message_id is not None),
+                    self.problems[0] if self.problems else None)
 
 
-def verify_log(df: DataFrame, first_prev: str | None) -> ChainReport:
-    """Verify a slice of raw_messages (a batch, or the whole log) in log order."""
+def verify_batch(
+    lake: Lake, zone: LandingZone, key: str, *, run_anchor: RunAnchor | None = None
+) -> BatchVerdict:
+    """Check batch `key` (see the module docstring)."""
+    seq = batch_seq_of(key)
+    problems: list[Problem] = []
+    anchor = _read_anchor(zone, key, problems)
+    previous = _read_anchor(zone, batch_key(seq - 1), problems) if seq > 1 else None
+    first_prev, found = anchor_problems(key, anchor, previous, first=seq == 1)
+    problems += found
+    if run_anchor is not None and anchor is not None and (
+        run_anchor.head != anchor.head or run_anchor.messages != anchor.messages
+    ):
+        problems.append(Problem(key, f"the run was requested for {run_anchor.messages} "
+                                f"message(s) ending on {run_anchor.head[:16]}..., the anchor "
+                                f"says {anchor.messages} ending on {anchor.head[:16]}..."))
+    problems += _verify_landing_file(zone, key, first_prev, anchor)
+    if lake.exists(RAW_MESSAGES):
+        report = verify_messages(key, delta_messages(lake, key), first_prev=first_prev,
+                                 source=DELTA_SOURCE, anchor=anchor)
+        problems += report.problems
+        checked = report.messages
+    else:
+        problems.append(Problem(key, f"the table {RAW_MESSAGES.name} does not exist"))
+        checked = 0
+    return BatchVerdict(key, checked, tuple(problems))
+
+
+def _read_anchor(zone: LandingZone, key: str, problems: list[Problem]) -> Anchor | None:
+    try:
+        return zone.anchors.read(key)
+    except ValueError as exc:
+        problems.append(Problem(key, str(exc)))
+        return None
+
+
+def _verify_landing_file(
+    zone: LandingZone, key: str, first_prev: str, anchor: Anchor | None
+) -> list[Problem]:
+    import pyarrow as pa
+
+    if not zone.batch_path(key).is_file():
+        return [Problem(key, "its landing file is missing")]
+    try:
+        claimed = zone.anchor_from_file(key)
+        if claimed is None:
+            return [Problem(key, "its landing file carries no chain metadata (written before "
+                            "chain format 2, or rewritten)")]
+        problems: list[Problem] = []
+        if anchor is not None and claimed != anchor:
+            problems.append(Problem(key, "its landing file's chain metadata differs from its "
+                                    "anchor"))
+        report = verify_messages(key, zone.stored_messages(key), first_prev=first_prev,
+                                 source=LANDING_SOURCE, anchor=anchor or claimed)
+        return problems + list(report.problems)
+    except (OSError, KeyError, pa.ArrowException) as exc:
+        return [Problem(key, f"its landing file cannot be read as a landing batch: {exc}")]
+
+
+def delta_messages(lake: Lake, key: str) -> Iterator[StoredMessage]:
+    """The batch's rows in `raw_messages`, in message order, bodies hashed by Spark."""
     from pyspark.sql import functions as F
 
-    ordered = df.select(
-        "batch_seq", "msg_seq", "message_id", "body_sha256", "prev_link", "chain_link",
-        F.sha2("body", 256).alias("actual_sha256"),
-    ).orderBy("batch_seq", "msg_seq")
-    return verify_rows((r.asDict() for r in ordered.toLocalIterator()), first_prev)
+    rows = (
+        lake.read(RAW_MESSAGES)
+        .where(batch_condition(key))
+        .select(
+            "batch_key", "batch_seq", "msg_seq", "message_id",
+            F.unix_micros("put_time").alias("put_us"),
+            F.unix_micros("received_at").alias("received_us"),
+            "delivery_count", "properties_json", "body_size", "body_sha256", "body_location",
+            F.length("body").alias("row_size"), F.sha2("body", 256).alias("row_sha256"),
+            "prev_link", "chain_link",
+        )
+        .orderBy("msg_seq", "chain_link")
+    )
+    for r in rows.toLocalIterator():
+        yield StoredMessage(
+            batch_key=str(r["batch_key"]),
+            record=ChainRecord(
+                batch_seq=int(r["batch_seq"]),
+                msg_seq=int(r["msg_seq"]),
+                message_id=str(r["message_id"]),
+                put_time_us=r["put_us"],
+                received_at_us=int(r["received_us"]),
+                delivery_count=int(r["delivery_count"]),
+                properties_json=r["properties_json"],
+                body_size=int(r["body_size"]),
+                body_sha256=str(r["body_sha256"]),
+                body_location=r["body_location"],
+            ),
+            prev_link=str(r["prev_link"]),
+            chain_link=str(r["chain_link"]),
+            row_body_size=int(r["row_size"]),
+            row_body_sha256=str(r["row_sha256"]),
+        )

@@ -38,13 +38,14 @@ def _classify_batches(
     for batch in batches:
         rows: list[tuple[object, ...]] = []
         columns = batch.to_pydict()
-        for key, batch_seq, msg_seq, message_id, delivery_count, body in zip(
+        for key, batch_seq, msg_seq, message_id, delivery_count, body, size, location in zip(
             columns["batch_key"], columns["batch_seq"], columns["msg_seq"],
-            columns["message_id"], columns["delivery_count"], columns["body"], strict=True,
+            columns["message_id"], columns["delivery_count"], columns["body"],
+            columns["body_size"], columns["body_location"], strict=True,
         ):
             base = (key, batch_seq, msg_seq, message_id, delivery_count)
             outcome = classify_message(
-                LoggedMessage(message_id, body, delivery_count),
+                LoggedMessage(message_id, body, delivery_count, size, location),
                 limits=limits,
                 redelivery_limit=redelivery_limit,
             )
@@ -67,7 +68,8 @@ def classify_batch(raw: DataFrame, *, limits: Limits, redelivery_limit: int) -> 
     from functools import partial
 
     return raw.select(
-        "batch_key", "batch_seq", "msg_seq", "message_id", "delivery_count", "body"
+        "batch_key", "batch_seq", "msg_seq", "message_id", "delivery_count", "body",
+        "body_size", "body_location",
     ).mapInArrow(
         partial(_classify_batches, limits=limits, redelivery_limit=redelivery_limit),
         schema=MESSAGE_ITEMS.schema(),

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import hashlib
 from datetime import UTC, datetime
 
 import pyarrow.parquet as pq
@@ -49,11 +48,12 @@ def test_hash_chain_links_each_message_to_the_previous_batch(tmp_path):
     zone.land(_messages(2))
     zone.land(_messages(3, 2))
     prev = GENESIS_LINK
-    for row in zone.iter_messages():
-        assert row["prev_link"] == prev.hex()
-        digest = hashlib.sha256(row["body"]).digest()
-        prev = chain_link(prev, row["message_id"], digest)
-        assert row["chain_link"] == prev.hex()
+    for key in zone.keys():
+        for stored in zone.stored_messages(key):
+            assert stored.prev_link == prev.hex()
+            assert stored.record.body_sha256 == stored.row_body_sha256
+            prev = chain_link(prev, stored.record)
+            assert stored.chain_link == prev.hex()
     assert zone.last() == (2, prev)
 
 
