@@ -21,10 +21,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
-from fractions import Fraction
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from sis_platform.lake.delta import sql_string
@@ -93,14 +93,19 @@ def _combined_schema() -> StructType:
     return T.StructType([T.StructField("kind", T.StringType(), False), *fields.values()])
 
 
+@lru_cache(maxsize=4096)  # a feed quotes a few hundred distinct odds; a Decimal is immutable
 def decimal_price(num: int | None, den: int | None) -> Decimal | None:
     """Fractional odds num/den as a decimal price, num/den + 1, rounded half to even at
     PRICE_PLACES, exactly: computed on integers, since num may have 19 digits and a double
     keeps 15 to 17 significant digits. None without a price (or with a zero denominator)."""
     if num is None or not den:
         return None
-    scaled = round(Fraction(num * 10**PRICE_PLACES, den)) + 10**PRICE_PLACES
-    return Decimal(f"{scaled}e-{PRICE_PLACES}")
+    if den < 0:
+        num, den = -num, -den
+    quotient, remainder = divmod(num * 10**PRICE_PLACES, den)
+    if 2 * remainder > den or (2 * remainder == den and quotient % 2):
+        quotient += 1
+    return Decimal(f"{quotient + 10**PRICE_PLACES}e-{PRICE_PLACES}")
 
 
 def _integer_bounds(schema: pa.Schema) -> list[tuple[int, str, int, int]]:
@@ -128,9 +133,7 @@ def _out_of_range(
     return None
 
 
-def _master_rows(
-    rec: dict[str, object], names: Sequence[str]
-) -> list[tuple[object, ...]]:
+def _master_rows(rec: dict[str, object], names: Sequence[str]) -> list[tuple[object, ...]]:
     """The rows of one master (one `master_documents` row) for the three model tables, as
     tuples in `names` order."""
     from sis_platform.domain.interpret import interpret
@@ -138,17 +141,18 @@ def _master_rows(
     master_id = str(rec["master_id"])
     model = interpret(master_id, str(rec["document"]).encode("utf-8"))
     fold_step = rec["fold_step"]
+    # The rows' fields are scalars: their __dict__ is what `asdict` would deep-copy.
     rows: list[dict[str, object]] = [
-        {"kind": "events", **asdict(model.event), "version": rec["version"],
+        {"kind": "events", **vars(model.event), "version": rec["version"],
          "stale": rec["stale"], "fold_step": fold_step}
     ]
-    rows.extend({"kind": "markets", **asdict(m), "fold_step": fold_step} for m in model.markets)
+    rows.extend({"kind": "markets", **vars(m), "fold_step": fold_step} for m in model.markets)
     rows.extend(
-        {"kind": "selections", **asdict(s), "fold_step": fold_step,
+        {"kind": "selections", **vars(s), "fold_step": fold_step,
          "price_decimal": decimal_price(s.price_num, s.price_den)}
         for s in model.selections
     )
-    return [tuple(r.get(n) for n in names) for r in rows]
+    return [tuple(map(r.get, names)) for r in rows]
 
 
 def _rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -181,7 +185,7 @@ def _rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
                 failure = {"kind": "model_failures", "master_id": rec["master_id"],
                            "version": rec["version"], "fold_step": rec["fold_step"],
                            "error": f"{type(error).__name__}: {error}"[:ERROR_CHARS]}
-                rows = [tuple(failure.get(n) for n in names)]
+                rows = [tuple(map(failure.get, names))]
             out.extend(rows)
         yield from record_batches(out, schema)
 
