@@ -24,8 +24,9 @@ every predicate reads one node's attributes, children or text, so evaluating a s
 at most its step count times the size of the document.
 
 Bounds (sis_platform.domain.limits): a `sel` longer than `max_selector_length` characters is
-refused before it is read, and parsing stops as soon as the location steps plus predicates (an
-`id()` start counts as a step) exceed `max_selector_steps`. Both raise `SelectorTooComplex`;
+refused before it is read; a shorter one is tokenized in one pass, and parsing stops as soon as
+the location steps plus predicates (an `id()` start counts as a step) exceed
+`max_selector_steps`. Both raise `SelectorTooComplex`;
 anything outside the grammar raises `SelectorSyntaxError`.
 """
 
@@ -34,7 +35,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Final, Literal, TypeAlias
+from typing import Final, Literal, NamedTuple, TypeAlias
 
 from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
 
@@ -170,11 +171,20 @@ class LocationPath:
 
 # XML names as the existing selectors and `type` values spell them (XML 1.0 Name, without ':').
 NCNAME: Final = r"[^\W\d][\w.\-]*"
-_NCNAME_RE: Final = re.compile(NCNAME)
-_DIGITS_RE: Final = re.compile(r"[0-9]+")
-_SPACE: Final = " \t\r\n"
+# XPath 1.0 tokens (section 3.7) as far as the grammar needs them, XML whitespace between them
+# skipped; any other character is an `other` token, so nothing is skipped silently.
+_TOKEN_RE: Final = re.compile(
+    rf"""[ \t\r\n]*(?:
+        (?P<literal>'[^']*'|"[^"]*")
+      | (?P<digits>[0-9]+)
+      | (?P<name>{NCNAME}(?::{NCNAME})?)
+      | (?P<punct>//|::|[/\[\]@=().*])
+      | (?P<other>[^ \t\r\n])
+    )""",
+    re.VERBOSE,
+)
 _NODE_TYPES: Final = ("text", "comment", "processing-instruction")
-_OPERATOR_CHARS: Final = frozenset("|+-=<>!")
+_OPERATORS: Final = frozenset("|+-=<>!")
 
 
 def parse_selector(sel: str, limits: Limits = DEFAULT_LIMITS) -> LocationPath:
@@ -250,19 +260,29 @@ def render_last(last: AttributeStep | NodeStep) -> str:
     return f"{last.kind}({argument}){position}"
 
 
+class _Token(NamedTuple):
+    kind: str  # literal, digits, name, punct, other, end
+    text: str
+    at: int  # offset in the selector
+
+
 class _Parser:
-    """One left-to-right pass over `sel`, with no recursion (the grammar nests nothing)."""
+    """A predictive parser over the tokens of `sel` (one regular expression finds them in one
+    pass); the grammar nests nothing, so it loops and never recurses."""
 
     def __init__(self, sel: str, max_steps: int) -> None:
         self.sel = sel
-        self.pos = 0
+        self.tokens = [
+            _Token(kind, match.group(kind), match.start(kind))
+            for match in _TOKEN_RE.finditer(sel)
+            if (kind := match.lastgroup) is not None
+        ]
+        self.tokens.append(_Token("end", "", len(sel)))
+        self.index = 0
         self.max_steps = max_steps
         self.counted = 0
 
-    # -- lexical helpers
-
-    def _fail(self, why: str) -> SelectorSyntaxError:
-        return SelectorSyntaxError(f"{why}, outside the RFC 5261 selector subset")
+    # -- tokens
 
     def _count(self) -> None:
         self.counted += 1
@@ -272,98 +292,78 @@ class _Parser:
                 f"of {self.max_steps} (SIS_MAX_SELECTOR_STEPS)"
             )
 
-    def _skip_space(self) -> None:
-        sel, pos = self.sel, self.pos
-        while pos < len(sel) and sel[pos] in _SPACE:
-            pos += 1
-        self.pos = pos
+    def _peek(self, ahead: int = 0) -> _Token:
+        return self.tokens[min(self.index + ahead, len(self.tokens) - 1)]
 
-    def _peek(self) -> str:
-        self._skip_space()
-        return self.sel[self.pos] if self.pos < len(self.sel) else ""
+    def _take(self, punct: str) -> bool:
+        token = self.tokens[self.index]
+        if token.kind == "punct" and token.text == punct:
+            self.index += 1
+            return True
+        return False
 
-    def _at(self, text: str) -> bool:
-        self._skip_space()
-        return self.sel.startswith(text, self.pos)
+    def _expect(self, punct: str, wanted: str) -> None:
+        if not self._take(punct):
+            raise self._unexpected(wanted)
 
-    def _expect(self, text: str, what: str) -> None:
-        if not self._at(text):
-            raise self._unexpected(what)
-        self.pos += len(text)
+    def _next(self, kind: str, wanted: str) -> _Token:
+        token = self.tokens[self.index]
+        if token.kind != kind:
+            raise self._unexpected(wanted)
+        self.index += 1
+        return token
 
     def _unexpected(self, wanted: str) -> SelectorSyntaxError:
-        self._skip_space()
-        at = self.pos
-        if at >= len(self.sel):
+        kind, text, at = self.tokens[self.index]
+        if kind == "end":
             return SelectorSyntaxError(f"it ends where {wanted} was expected")
-        found = self.sel[at]
-        if self.sel.startswith("//", at):
-            return self._fail(f"'//' (the descendant axis) at offset {at}")
-        if found == "$":
-            return self._fail(f"a variable reference at offset {at}")
-        if found in _OPERATOR_CHARS:
-            return self._fail(f"operator {found!r} at offset {at}")
+        if text == "//":
+            return _outside(f"'//' (the descendant axis) at offset {at}")
+        if text == "$":
+            return _outside(f"a variable reference at offset {at}")
+        if text in _OPERATORS:
+            return _outside(f"operator {text!r} at offset {at}")
+        if text in ("'", '"'):
+            return SelectorSyntaxError(f"unterminated literal at offset {at}")
         return SelectorSyntaxError(
-            f"unexpected {found!r} at offset {at}, expected {wanted} (RFC 5261 selector subset)"
+            f"unexpected {text!r} at offset {at}, expected {wanted} (RFC 5261 selector subset)"
         )
 
-    def _ncname(self, what: str) -> str:
-        self._skip_space()
-        match = _NCNAME_RE.match(self.sel, self.pos)
-        if match is None:
-            raise self._unexpected(what)
-        self.pos = match.end()
-        return match.group()
-
-    def _qname(self, what: str) -> QName:
-        first = self._ncname(what)
-        # No whitespace inside a QName (XML Namespaces); `p:*` is not in the RFC grammar.
-        if self.sel.startswith(":", self.pos) and not self.sel.startswith("::", self.pos):
-            self.pos += 1
-            match = _NCNAME_RE.match(self.sel, self.pos)
-            if match is None:
-                raise self._unexpected("a local name after the prefix")
-            self.pos = match.end()
-            return QName(first, match.group())
-        return QName("", first)
+    def _qname(self, wanted: str) -> QName:
+        prefix, _, local = self._next("name", wanted).text.rpartition(":")
+        return QName(prefix, local)
 
     def _literal(self) -> str:
-        quote = self._peek()
-        if quote not in ("'", '"'):
-            raise self._unexpected("a quoted literal")
-        end = self.sel.find(quote, self.pos + 1)
-        if end < 0:
-            raise SelectorSyntaxError(f"unterminated literal at offset {self.pos}")
-        value = self.sel[self.pos + 1 : end]
-        self.pos = end + 1
-        return value
+        return self._next("literal", "a quoted literal").text[1:-1]
 
-    def _digits(self) -> int:
-        self._skip_space()
-        match = _DIGITS_RE.match(self.sel, self.pos)
-        if match is None:
-            raise self._unexpected("a position")
-        self.pos = match.end()
-        return int(match.group())
+    def _equals_literal(self) -> str:
+        self._expect("=", "'=' and a literal (only equality tests are supported)")
+        return self._literal()
+
+    def _position(self) -> int:
+        return int(self._next("digits", "a position").text)
+
+    def _is_call(self) -> bool:
+        """Whether the current token is a name followed by '('."""
+        following = self._peek(1)
+        return self._peek().kind == "name" and following.kind == "punct" and following.text == "("
 
     # -- grammar
 
     def location_path(self) -> LocationPath:
-        self._skip_space()
-        if self.pos >= len(self.sel):
+        if self._peek().kind == "end":
             raise SelectorSyntaxError("it is empty")
-        if self._at("/") and not self._at("//"):
-            self.pos += 1
+        self._take("/")
         id_values: tuple[str, ...] | None = None
-        steps: list[ElementStep] = []
-        last: LastStep | None = None
-        if self._is_call("id"):
+        if self._is_call() and self._peek().text == "id":
             self._count()
-            self._expect("(", "'('")
+            self.index += 2
             id_values = tuple(self._literal().split())
             self._expect(")", "')' closing id(")
             if not self._separator():
                 return LocationPath(self.sel, id_values, (), None)
+        steps: list[ElementStep] = []
+        last: LastStep | None = None
         while True:
             step = self._step()
             if isinstance(step, ElementStep):
@@ -372,73 +372,53 @@ class _Parser:
                 last = step
             if last is not None or not self._separator():
                 break
-        self._skip_space()
-        if self.pos < len(self.sel):
-            if last is not None and self._at("/"):
+        token = self._peek()
+        if token.kind != "end":
+            if last is not None and token.text == "/":
                 raise SelectorSyntaxError(
-                    f"a {_LAST_NAMES[type(last)]} step must be the last step (offset {self.pos})"
+                    f"a {_LAST_NAMES[type(last)]} step must be the last step (offset {token.at})"
                 )
             raise self._unexpected("'/' or the end")
         return LocationPath(self.sel, id_values, tuple(steps), last)
 
     def _separator(self) -> bool:
         """Consume a '/' between steps; False at the end of the selector."""
-        self._skip_space()
-        if self.pos >= len(self.sel):
+        if self._peek().kind == "end":
             return False
-        if self._at("//") or not self._at("/"):
+        if not self._take("/"):
             raise self._unexpected("'/' or the end")
-        self.pos += 1
-        return True
-
-    def _is_call(self, name: str) -> bool:
-        """Whether a call of `name` starts here (the name, optional space, then '(')."""
-        self._skip_space()
-        match = _NCNAME_RE.match(self.sel, self.pos)
-        if match is None or match.group() != name:
-            return False
-        after = match.end()
-        while after < len(self.sel) and self.sel[after] in _SPACE:
-            after += 1
-        if not self.sel.startswith("(", after):
-            return False
-        self.pos = after
         return True
 
     def _step(self) -> ElementStep | LastStep:
         self._count()
-        if self._at("@"):
-            self.pos += 1
+        if self._take("@"):
             return AttributeStep(self._qname("an attribute name"))
-        if self._at("*"):
-            self.pos += 1
+        if self._take("*"):
             return ElementStep(QName("", "*"), self._predicates())
-        start = self.pos
-        name = self._ncname("a step (a name, '*', '@name', text(), comment(), ...)")
-        self._skip_space()
-        if self.sel.startswith("::", self.pos):
-            if name != "namespace":
-                raise self._fail(f"axis {name}:: at offset {start}")
-            self.pos += 2
-            return NamespaceStep(self._ncname("a namespace prefix"))
-        if self.sel.startswith("(", self.pos):
-            if name not in _NODE_TYPES:
-                raise self._fail(f"function {name}() at offset {start}")
-            self.pos += 1
-            return self._node_step(name)
-        self.pos = start
-        return ElementStep(self._qname("an element name"), self._predicates())
+        token = self._next("name", "a step (a name, '*', '@name', text(), comment(), ...)")
+        if self._take("::"):
+            if token.text != "namespace":
+                raise _outside(f"axis {token.text}:: at offset {token.at}")
+            declared = self._next("name", "a namespace prefix")
+            if ":" in declared.text:
+                raise SelectorSyntaxError(f"a namespace prefix has no ':' (offset {declared.at})")
+            return NamespaceStep(declared.text)
+        if self._take("("):
+            if token.text not in _NODE_TYPES:
+                raise _outside(f"function {token.text}() at offset {token.at}")
+            return self._node_step(token.text)
+        prefix, _, local = token.text.rpartition(":")
+        return ElementStep(QName(prefix, local), self._predicates())
 
     def _node_step(self, kind: str) -> NodeStep:
         target: str | None = None
-        if kind == "processing-instruction" and self._peek() in ("'", '"'):
+        if kind == "processing-instruction" and self._peek().kind == "literal":
             target = self._literal()
         self._expect(")", f"')' closing {kind}(")
         position: int | None = None
-        if self._at("["):
+        if self._take("["):
             self._count()
-            self.pos += 1
-            position = self._digits()
+            position = self._position()
             self._expect("]", "']' after a position")
         if kind == "text":
             return NodeStep("text", None, position)
@@ -448,38 +428,33 @@ class _Parser:
 
     def _predicates(self) -> tuple[Predicate, ...]:
         predicates: list[Predicate] = []
-        while self._at("["):
+        while self._take("["):
             self._count()
-            self.pos += 1
             predicates.append(self._predicate())
             self._expect("]", "']' closing the predicate")
         return tuple(predicates)
 
     def _predicate(self) -> Predicate:
-        char = self._peek()
-        if char.isdigit():
-            return Position(self._digits())
-        if char == "@":
-            self.pos += 1
+        token = self._peek()
+        if token.kind == "digits":
+            return Position(self._position())
+        if self._take("@"):
             name = self._qname("an attribute name")
-            self._expect("=", "'=' and a literal (only equality tests are supported)")
-            return AttributeEquals(name, self._literal())
-        if char == "." and not self._at(".."):
-            self.pos += 1
-            self._expect("=", "'=' and a literal (only equality tests are supported)")
-            return SelfEquals(self._literal())
-        if self._is_call("text"):
-            self._expect("(", "'('")
+            return AttributeEquals(name, self._equals_literal())
+        if self._take("."):
+            return SelfEquals(self._equals_literal())
+        if self._is_call():
+            if token.text != "text":
+                raise _outside(f"function {token.text}() at offset {token.at}")
+            self.index += 2
             self._expect(")", "')' closing text(")
-            self._expect("=", "'=' and a literal (only equality tests are supported)")
-            return TextEquals(self._literal())
-        start = self.pos
-        match = _NCNAME_RE.match(self.sel, self.pos)
-        if match is not None and self._is_call(match.group()):
-            raise self._fail(f"function {match.group()}() at offset {start}")
+            return TextEquals(self._equals_literal())
         name = self._qname("a position, '@name', a child name, '.' or text()")
-        self._expect("=", "'=' and a literal (only equality tests are supported)")
-        return ChildEquals(name, self._literal())
+        return ChildEquals(name, self._equals_literal())
+
+
+def _outside(why: str) -> SelectorSyntaxError:
+    return SelectorSyntaxError(f"{why}, outside the RFC 5261 selector subset")
 
 
 _LAST_NAMES: Final[dict[type, str]] = {
