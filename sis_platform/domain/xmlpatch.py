@@ -235,7 +235,8 @@ def _parsed(sel: str, limits: Limits) -> LocationPath:
     except SelectorTooComplex as error:
         raise PatchError(TOO_COMPLEX, str(error)) from None
     except SelectorSyntaxError as error:
-        # RFC 5261 section 5: a selector the engine cannot use is an invalid attribute value.
+        # RFC 5261 section 5: a value that does not match its section 8 schema type (the
+        # `xpath` pattern, for sel) is invalid-attribute-value.
         raise _bad_sel(str(error)) from None
 
 
