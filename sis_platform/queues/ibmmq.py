@@ -23,15 +23,19 @@ What the queue manager does and what this module does (DESIGN.md "Sources"):
   * The move belongs to the caller's unit of work: commit makes it final, backout undoes it
     (the message returns with BackoutCount + 1 and is moved again by the next get). The
     consumer commits even a unit in which get() returned nothing, which makes such moves final.
-- Bounded gets: MQGET is given a buffer of `max_get_bytes` (default DEFAULT_MAX_GET_BYTES,
-  twice the platform's largest accepted body), never "whatever the message needs" (pymqi's
-  default re-gets a longer message with a buffer of its full length). A longer message fails
-  with 2080 MQRC_TRUNCATED_MSG_FAILED and stays on the queue; the MQMD and its length come
-  back with the error. It is then got once more, matched by MsgId, only to be moved like a
-  message over the backout threshold (same targets, MQDLH reason 2080), with an error naming
-  its id and size; it is never returned. That one get needs a buffer of its length, which the
-  queue manager bounds (the queue's and channel's MAXMSGL: 4 MiB by default, 100 MiB at most).
-  If no queue takes it, it is delivered, and intake dead-letters it `too-large`.
+- Bounded gets: the first MQGET has a 64 KiB buffer (the simulated feed's largest body is
+  27.6 KB). A longer message fails with 2080 MQRC_TRUNCATED_MSG_FAILED and stays on the queue,
+  and the MQMD and its length come back with the error; it is then got with a buffer of
+  exactly its length, matched by MsgId. A buffer never exceeds the message, because one larger
+  than the channel's negotiated maximum fails with 2010 MQRC_DATA_LENGTH_ERROR whatever the
+  message (the MQCD offers MQ's 100 MiB, so the server-connection channel's MAXMSGL decides).
+  A message over `max_get_bytes` (default DEFAULT_MAX_GET_BYTES, twice the platform's largest
+  accepted body) is never returned: it is moved like a message over the backout threshold
+  (same targets; MQDLH reason 2080), with an error naming its id and size. Memory per get is
+  therefore bounded by the message, which MAXMSGL of the queue, queue manager and channel
+  bounds (4 MiB by default, 100 MiB at most); a message up to `max_get_bytes` reaches intake,
+  which dead-letters one over SIS_MAX_MESSAGE_BYTES `too-large`, with its record in the log.
+  If no queue takes an over-size message, it is delivered, and intake does the same.
 - MQRC 2033 (MQRC_NO_MSG_AVAILABLE) is an empty queue, not an error.
 - Connection-level reasons (2009 MQRC_CONNECTION_BROKEN, 2059 MQRC_Q_MGR_NOT_AVAILABLE, 2538
   MQRC_HOST_NOT_AVAILABLE, 2161/2162 queue manager quiescing/stopping, 2202/2203 connection
@@ -101,6 +105,12 @@ ENV_PREFIX = "SIS_IBMMQ_"
 ENV_REQUIRED = ("QMGR", "CHANNEL", "CONN", "QUEUE")
 
 _JMS_ID = re.compile(r"ID:([0-9a-fA-F]{48})\Z")
+# The first MQGET's buffer: the simulated feed's largest body is 27.6 KB, so nearly every
+# message is got in one call; a longer one is got again with a buffer of its exact length.
+_FIRST_GET_BYTES = 64 * 1024
+# MQ's largest message length (100 MiB). Offered in the MQCD so the channel's limit is the
+# server-connection channel's MAXMSGL; the MQCD default (4 MiB) would cap it below that.
+_MQ_MAX_MESSAGE_LENGTH = 104_857_600
 _MQ_NAME_LENGTH = 48
 # MQDLH version 1 in native integer order: StrucId, Version, Reason, DestQName, DestQMgrName,
 # Encoding, CodedCharSetId, Format, PutApplType, PutApplName, PutDate, PutTime (172 bytes).
@@ -428,15 +438,6 @@ def _padded(name: str, length: int) -> bytes:
     return name.encode("ascii")[:length].ljust(length, b" ")
 
 
-class _Oversize(Exception):  # noqa: N818  (a signal between two methods, not an error)
-    """MQGET refused a message longer than the get buffer (2080); it is still on the queue."""
-
-    def __init__(self, md: Any, length: int) -> None:
-        super().__init__(f"message of {length} bytes")
-        self.md = md
-        self.length = length
-
-
 @dataclass(frozen=True)
 class _MoveReason:
     """Why a got message is moved aside instead of returned."""
@@ -469,6 +470,7 @@ class _Connection:
         cd.ConnectionName = source.conn_name.encode("ascii")
         cd.ChannelType = cmqc.MQCHT_CLNTCONN
         cd.TransportType = cmqc.MQXPT_TCP
+        cd.MaxMsgLength = _MQ_MAX_MESSAGE_LENGTH
         sco = pymqi.SCO()
         if source.cipher_spec:
             cd.SSLCipherSpec = source.cipher_spec.encode("ascii")
@@ -601,33 +603,37 @@ class _Connection:
             return 0, ""
         return max(0, threshold), backout_queue
 
-    def get(self, wait_ms: int) -> tuple[Any, bytes]:
-        """The next message under syncpoint, got whole if it is at most `max_get_bytes`;
-        a longer one raises _Oversize and stays on the queue."""
+    def get(self, wait_ms: int) -> tuple[Any, bytes] | None:
+        """The next message under syncpoint, whole (None: another consumer took the message
+        seen first before it could be got whole; ask again).
+
+        The first MQGET has a small buffer, enough for nearly every feed message; a longer
+        message fails with 2080, stays on the queue, and tells its length, and is then got
+        with a buffer of exactly that length, matched by MsgId (the head of a shared queue
+        may have changed). A buffer never exceeds the message, so it never exceeds what the
+        channel allows (a larger buffer fails with 2010 whatever the message), and a message
+        over `max_get_bytes` costs one buffer of its own length, bounded by MAXMSGL.
+        """
         md, gmo = self._get_options(wait_ms)
         try:
-            body = self.queue.get(self.source.max_get_bytes, md, gmo)
+            body = self.queue.get(min(self.source.max_get_bytes, _FIRST_GET_BYTES), md, gmo)
         except self.pymqi.MQMIError as exc:
             if _reason(exc) != MQRC_TRUNCATED_MSG_FAILED:
                 raise
-            # pymqi has filled the MQMD in and says the full length (MQGET's DataLength).
-            raise _Oversize(md, int(getattr(exc, "original_length", 0) or 0)) from exc
-        return md, bytes(body)
-
-    def get_oversize(self, oversize: _Oversize) -> tuple[Any, bytes] | None:
-        """Get the message `oversize` describes, whole, only to move it (None if another
-        consumer took it meanwhile). Matched by MsgId: the head of the queue may have changed.
-        Its buffer is its own length, which the queue manager's MAXMSGL bounds."""
-        md, gmo = self._get_options(0)
-        md.MsgId = oversize.md.MsgId
+            # pymqi has filled the MQMD in and gives the full length (MQGET's DataLength).
+            length = int(getattr(exc, "original_length", 0) or 0)
+        else:
+            return md, bytes(body)
+        md_whole, gmo = self._get_options(0)
+        md_whole.MsgId = md.MsgId
         gmo.MatchOptions = self.cmqc.MQMO_MATCH_MSG_ID
         try:
-            body = self.queue.get(max(1, oversize.length), md, gmo)
+            body = self.queue.get(length, md_whole, gmo)
         except self.pymqi.MQMIError as exc:
             if _reason(exc) == MQRC_NO_MSG_AVAILABLE:
                 return None
             raise
-        return md, bytes(body)
+        return md_whole, bytes(body)
 
     def _get_options(self, wait_ms: int) -> tuple[Any, Any]:
         cmqc = self.cmqc
@@ -768,31 +774,13 @@ class _Session(QueueSession):
             conn = self._connection()
             wait_ms = int(max(0.0, deadline - source._clock()) * 1000)
             try:
-                try:
-                    md, raw = conn.get(min(wait_ms, source.max_wait_ms))
-                except _Oversize as oversize:
-                    got = conn.get_oversize(oversize)
-                    if got is None:
-                        continue  # another consumer took it meanwhile
-                    md, raw = got
-                    why = _MoveReason(
-                        f"{len(raw)} bytes, over the get limit of {source.max_get_bytes} "
-                        "(SIS_IBMMQ_MAX_GET_BYTES)",
-                        MQRC_TRUNCATED_MSG_FAILED,
-                        "intake must dead-letter it too-large",
-                    )
-                    if self._move(conn, md, raw, why):
-                        continue
-                else:
-                    if 0 < conn.backout_threshold <= md.BackoutCount:
-                        why = _MoveReason(
-                            f"BackoutCount {md.BackoutCount} >= backout threshold "
-                            f"{conn.backout_threshold}",
-                            MQRC_BACKOUT_THRESHOLD_REACHED,
-                            "the platform's redelivery limit must dead-letter it",
-                        )
-                        if self._move(conn, md, raw, why):
-                            continue
+                got = conn.get(min(wait_ms, source.max_wait_ms))
+                if got is None:
+                    continue  # another consumer took it meanwhile
+                md, raw = got
+                why = self._why_not_returned(conn, md, raw)
+                if why is not None and self._move(conn, md, raw, why):
+                    continue
             except source.pymqi.MQMIError as exc:
                 if _reason(exc) == MQRC_NO_MSG_AVAILABLE:
                     return None
@@ -817,6 +805,23 @@ class _Session(QueueSession):
                 continue
             self._delivered += 1
             return to_received_message(md, raw, source.pymqi.CMQC)
+
+    def _why_not_returned(self, conn: _Connection, md: Any, raw: bytes) -> _MoveReason | None:
+        """Why a message just got must be moved aside rather than returned, if it must."""
+        limit = self._source.max_get_bytes
+        if len(raw) > limit:
+            return _MoveReason(
+                f"{len(raw)} bytes, over the get limit of {limit} (SIS_IBMMQ_MAX_GET_BYTES)",
+                MQRC_TRUNCATED_MSG_FAILED,
+                "intake must dead-letter it too-large",
+            )
+        if 0 < conn.backout_threshold <= md.BackoutCount:
+            return _MoveReason(
+                f"BackoutCount {md.BackoutCount} >= backout threshold {conn.backout_threshold}",
+                MQRC_BACKOUT_THRESHOLD_REACHED,
+                "the platform's redelivery limit must dead-letter it",
+            )
+        return None
 
     def _move(self, conn: _Connection, md: Any, raw: bytes, why: _MoveReason) -> bool:
         """Move a message out of the way (to the backout queue, else the dead-letter queue),

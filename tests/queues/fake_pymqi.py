@@ -22,6 +22,12 @@ PYIFError) and models, in memory, the queue manager behaviour the source relies 
   thread's put, commit or backout (the conformance suite needs that);
 - client connection checks: queue manager name, channel, conn name list, channel type and
   transport, TLS cipher spec and key repository, user/password (MQCSP), reconnect options;
+- the channel's negotiated maximum message length (the lower of the MQCD's MaxMsgLength and
+  the server-connection channel's MAXMSGL, 4 MiB by default): an MQGET or MQPUT whose buffer
+  exceeds it fails with 2010 MQRC_DATA_LENGTH_ERROR, as for an MQ client; an MQGET with a
+  maximum length fails with 2080 MQRC_TRUNCATED_MSG_FAILED for a longer message, leaving it
+  on the queue, with the MQMD filled in and the full length on the error (pymqi's
+  `original_length`);
 - injectable failures: refused connects, the next call of a kind failing with a reason,
   broken connections (reason 2009 MQRC_CONNECTION_BROKEN by default), and a client that dies
   without MQBACK or MQDISC (`kill`);
@@ -75,6 +81,7 @@ class CMQC:
     MQRC_Q_MGR_NOT_AVAILABLE = 2059
     MQRC_SELECTOR_ERROR = 2067
     MQRC_TRUNCATED_MSG_FAILED = 2080
+    MQRC_DATA_LENGTH_ERROR = 2010
     MQRC_UNKNOWN_OBJECT_NAME = 2085
     MQRC_NOT_OPEN_FOR_PASS_ALL = 2093
     MQRC_CONTEXT_HANDLE_ERROR = 2097
@@ -471,6 +478,7 @@ class ConnectRecord:
     user: str | None
     password: str | None
     disconnect_on_exit: bool
+    max_message_length: int
 
 
 @dataclass
@@ -498,6 +506,7 @@ class _Connection:
     number: int
     user: str | None
     broken: int | None = None  # the reason every call now fails with
+    max_message_length: int = 4 * 1024 * 1024  # negotiated for the channel at MQCONNX
     unit: list[tuple[str, str, StoredMessage]] = field(default_factory=list)
     handles: dict[int, _Handle] = field(default_factory=dict)
 
@@ -515,8 +524,10 @@ class FakeQueueManagerServer:
         cipher_spec: str | None = None,
         blocking_waits: bool = False,
         now: Callable[[], datetime] | None = None,
+        channel_max_message_length: int = 4 * 1024 * 1024,
     ) -> None:
         self.name = name
+        self.channel_max_message_length = channel_max_message_length
         self.blocking_waits = blocking_waits
         # Put date and time: a fixed day advancing 10 ms a put, unless a clock is given.
         self._clock = now
@@ -636,6 +647,7 @@ class FakeQueueManagerServer:
                 user=user,
                 password=password,
                 disconnect_on_exit=disconnect_on_exit,
+                max_message_length=cd.MaxMsgLength,
             )
         )
         if self._refusals:
@@ -659,7 +671,11 @@ class FakeQueueManagerServer:
             raise _fail(CMQC.MQRC_Q_MGR_NAME_ERROR)
         if self.users is not None and (user is None or self.users.get(user) != password):
             raise _fail(CMQC.MQRC_NOT_AUTHORIZED)
-        conn = _Connection(number=len(self._connections) + 1, user=user)
+        conn = _Connection(
+            number=len(self._connections) + 1,
+            user=user,
+            max_message_length=min(cd.MaxMsgLength, self.channel_max_message_length),
+        )
         self._connections.append(conn)
         return conn
 
@@ -702,6 +718,8 @@ class FakeQueueManagerServer:
             CMQC.MQOO_INPUT_AS_Q_DEF | CMQC.MQOO_INPUT_SHARED | CMQC.MQOO_INPUT_EXCLUSIVE
         ):
             raise _fail(CMQC.MQRC_NOT_OPEN_FOR_INPUT)
+        if max_length is not None and max_length > conn.max_message_length:
+            raise _fail(CMQC.MQRC_DATA_LENGTH_ERROR)
         self.gets.append(
             GetRecord(
                 options=gmo.Options,
@@ -722,6 +740,9 @@ class FakeQueueManagerServer:
                 message = self._first_match(opened.queue, md, gmo)
         if message is None:
             raise _fail(CMQC.MQRC_NO_MSG_AVAILABLE)
+        if max_length is None and len(message.body) > conn.max_message_length:
+            # pymqi without a maximum length asks again for exactly the message's length.
+            raise _fail(CMQC.MQRC_DATA_LENGTH_ERROR)
         self._describe(md, message)
         if max_length is not None and len(message.body) > max_length:
             # As pymqi does when given a maximum length: the MQMD is filled in, the message
@@ -769,6 +790,8 @@ class FakeQueueManagerServer:
         opened = conn.handles[handle]
         if not opened.options & CMQC.MQOO_OUTPUT:
             raise _fail(CMQC.MQRC_NOT_OPEN_FOR_OUTPUT)
+        if len(body) > conn.max_message_length:
+            raise _fail(CMQC.MQRC_DATA_LENGTH_ERROR)
         queue = self._base(opened.queue)
         if queue.put_inhibited:
             raise _fail(CMQC.MQRC_PUT_INHIBITED)

@@ -140,7 +140,7 @@ def test_get_uses_syncpoint_wait_fail_if_quiescing_without_convert_and_a_fresh_m
         assert not get.options & CMQC.MQGMO_CONVERT
         assert get.md_msg_id in (b"", CMQC.MQMI_NONE)  # not the previous message's id
         assert get.md_correl_id in (b"", CMQC.MQCI_NONE)
-        assert get.max_length == DEFAULT_MAX_GET_BYTES  # a bounded buffer, never "any size"
+        assert get.max_length == 64 * 1024  # a bounded buffer, never "any size"
     assert (first.wait_interval, second.wait_interval) == (1500, 0)
 
 
@@ -449,11 +449,41 @@ def test_message_over_max_get_bytes_is_moved_whole_unreturned_and_the_next_deliv
     assert f"moved {big.message_id} to {BOQ}: 5011 bytes, over the get limit of 1024" in (
         caplog.text
     )
-    # The get buffer is the bound; the one larger get is matched to that message by MsgId.
+    # The first buffer is the bound; the one larger get is matched to that message by MsgId.
     first, whole, _next = server.gets
     assert first.max_length == 1024
     assert (whole.max_length, whole.md_msg_id) == (5011, big.msg_id)
     assert whole.match_options & CMQC.MQMO_MATCH_MSG_ID
+
+
+def test_message_longer_than_the_first_buffer_is_got_again_whole_by_msgid(
+    server: FakeQueueManagerServer,
+) -> None:
+    body = b"<m>" + b"x" * (100 * 1024) + b"</m>"  # over 64 KiB, under max_get_bytes
+    put = server.put_message(QUEUE, body)
+    with make_source(server).connect() as session:
+        message = session.get()
+        session.commit()
+    assert message is not None and (message.message_id, message.body) == (put.message_id, body)
+    first, whole = server.gets
+    assert (first.max_length, whole.max_length) == (64 * 1024, len(body))
+    assert server.messages(BOQ) == []
+
+
+def test_buffers_never_exceed_the_channels_limit_whatever_max_get_bytes(
+    server: FakeQueueManagerServer,
+) -> None:
+    # A 4 MiB server-connection channel: a buffer above it would fail with 2010 on every get.
+    assert server.channel_max_message_length == 4 * 1024 * 1024 < DEFAULT_MAX_GET_BYTES
+    small = server.put_message(QUEUE, b"<small/>")
+    large = server.put_message(QUEUE, b"L" * (3 * 1024 * 1024))
+    with make_source(server).connect() as session:
+        got = [session.get(), session.get()]
+        session.commit()
+    assert [m.message_id for m in got if m] == [small.message_id, large.message_id]
+    assert all(g.max_length is not None and g.max_length <= 3 * 1024 * 1024 for g in server.gets)
+    # The MQCD offers MQ's largest length, so the server-connection channel decides.
+    assert server.connects[0].max_message_length == 104_857_600
 
 
 def test_message_of_exactly_max_get_bytes_is_delivered(server: FakeQueueManagerServer) -> None:
