@@ -29,9 +29,9 @@ from sis_platform.domain.limits import DEFAULT_LIMITS
 # that kills intake before it is landed, e.g. by exhausting the consumer's memory).
 DEFAULT_BACKOUT_THRESHOLD = 10
 
-# The largest message a source gets whole (the IBM MQ source's MQGET buffer): twice the
-# platform's largest accepted body, so a body somewhat over that bound still reaches intake and
-# is logged and dead-lettered `too-large`; a larger one is moved to the backout queue unread.
+# The largest message a source returns (the IBM MQ source's SIS_IBMMQ_MAX_GET_BYTES): twice
+# the platform's largest accepted body, so a body somewhat over that bound still reaches intake
+# and is logged and dead-lettered `too-large`; a larger one is moved to the backout queue.
 DEFAULT_MAX_GET_BYTES = 2 * DEFAULT_LIMITS.max_message_bytes
 
 

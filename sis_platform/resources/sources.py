@@ -169,9 +169,9 @@ class IbmMqQueueResource(QueueSourceResource):
     max_get_bytes: int = Field(
         default=DEFAULT_MAX_GET_BYTES,
         gt=0,
-        description="Largest message got whole (the MQGET buffer). A larger one is moved to the "
-        "backout queue in the unit of work and never returned (default: twice the platform's "
-        "largest accepted body, so an over-size body still reaches the message log).",
+        description="Largest message returned. A larger one is moved to the backout queue in "
+        "the unit of work and never returned (default: twice the platform's largest accepted "
+        "body, so a body somewhat over that still reaches the message log as too-large).",
     )
 
     def build(self) -> QueueSource:
