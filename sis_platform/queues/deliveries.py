@@ -12,8 +12,9 @@ message to its caller, before handing it over.
   this exists for); an operating-system crash may lose the latest counts, which only delays
   the threshold.
 - A committed message is gone from the broker, so the source forgets its entry then.
-- Bounded: at most `max_entries` entries (the rest belong to messages another consumer took);
-  the least recently counted go first, which only lowers a count to the broker's lower bound.
+- Bounded: at most `max_entries` entries, plus up to _PRUNE_EVERY between two prunings (the
+  rest belong to messages another consumer took); the oldest go first, which only lowers a
+  count to the broker's lower bound.
 - `path=None` keeps the counts in memory, for this object's life (tests; a source that must
   not write files).
 """
@@ -33,6 +34,8 @@ from sis_platform.queues.base import SourceUnavailable
 # by default); an entry is a few dozen bytes.
 DEFAULT_MAX_ENTRIES = 200_000
 _BUSY_TIMEOUT_SECONDS = 30.0
+# Entries beyond the bound are pruned once in this many new entries, not on every write.
+_PRUNE_EVERY = 1024
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS redeliveries (
@@ -61,26 +64,20 @@ class RedeliveryCounts:
         """Count one more redelivery of `key`; returns its redeliveries so far, this one
         included (so its delivery count is one more)."""
         with self._connection() as conn:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                row = conn.execute(
-                    "SELECT count FROM redeliveries WHERE key = ?", (key,)
-                ).fetchone()
-                count = (int(row[0]) if row else 0) + 1
-                # Deleted and inserted again, so its position says when it was last counted.
-                conn.execute("DELETE FROM redeliveries WHERE key = ?", (key,))
-                cur = conn.execute(
-                    "INSERT INTO redeliveries (key, count) VALUES (?, ?)", (key, count)
-                )
+            # One statement, one transaction: this runs before every redelivered message is
+            # handed out, up to a whole backed-out batch of them.
+            count, position = conn.execute(
+                "INSERT INTO redeliveries (key, count) VALUES (?, 1)"
+                " ON CONFLICT (key) DO UPDATE SET count = count + 1"
+                " RETURNING count, position",
+                (key,),
+            ).fetchone()
+            if position > self.max_entries and position % _PRUNE_EVERY == 0:
                 conn.execute(
                     "DELETE FROM redeliveries WHERE position <= ?",
-                    (int(cur.lastrowid or 0) - self.max_entries,),
+                    (position - self.max_entries,),
                 )
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-        return count
+        return int(count)
 
     def count(self, key: str) -> int:
         """The redeliveries recorded for `key` (0 if none)."""
