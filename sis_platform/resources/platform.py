@@ -36,7 +36,10 @@ class LandingZoneResource(dg.ConfigurableResource):
         "max_seconds, so a backlog lands in few large batches (each run has a fixed Spark cost).",
     )
     max_bytes: int = Field(
-        default=DEFAULT_BATCH_MAX_BYTES, description="Most body bytes in one batch."
+        default=DEFAULT_BATCH_MAX_BYTES,
+        description="Most body bytes in one batch, checked before each get: a batch may exceed "
+        "it by less than one message's bound (SIS_MAX_MESSAGE_BYTES; a larger body is moved "
+        "aside at intake, not counted).",
     )
     max_seconds: float = Field(
         default=DEFAULT_BATCH_MAX_SECONDS,
