@@ -24,7 +24,7 @@ from tests.assets.test_process_batch import _land
 from tests.domain.sportsdata_fixtures import ASCOT_1430, GO_SOFT, event, master, update
 from tests.harness import Harness, received
 
-pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(300)]
+pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(340)]
 
 INT64_MAX = 2**63 - 1
 # Masters named by the updates within the ids bound, and the size of the one attribute value
