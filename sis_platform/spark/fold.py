@@ -47,7 +47,7 @@ from sis_platform.lake.tables import (
     RAW_MESSAGES,
 )
 from sis_platform.spark.arrow import record_batches
-from sis_platform.spark.guard import RUNNING, TIMEOUT, Guard, InFlightFolder
+from sis_platform.spark.guard import RUNNING, TIMEOUT, Guard, InFlightFolder, budget_detail
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -509,10 +509,6 @@ class MasterFailure:
     position: int | None = None
 
 
-def _budget_detail(seconds: float | None) -> str:
-    return f"took longer than the per-item budget of {seconds:g} s (SIS_ITEM_BUDGET_SECONDS)"
-
-
 def _failure_rows(rows: list[Row]) -> list[MasterFailure]:
     """The fold's `failure` rows (collected before anything is written)."""
     return [MasterFailure(str(r["master_id"]), ERROR, str(r["detail"])) for r in rows]
@@ -525,7 +521,7 @@ def _died_in_flight(folder: InFlightFolder, error: BaseException) -> list[Master
     object storage, where there are no markers: such a failure is retried as a transient one."""
     records = folder.records()
     timeouts = [
-        MasterFailure(r.key, TIMEOUT, _budget_detail(r.budget_seconds), r.message_id, r.position)
+        MasterFailure(r.key, TIMEOUT, budget_detail(r.budget_seconds), r.message_id, r.position)
         for r in records if r.state == TIMEOUT
     ]
     if timeouts:

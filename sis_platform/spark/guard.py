@@ -36,6 +36,11 @@ RUNNING = "running"
 TIMEOUT = "timeout"
 
 
+def budget_detail(seconds: float | None) -> str:
+    """The detail of a dead letter for an item that overran its budget."""
+    return f"took longer than the per-item budget of {seconds:g} s (SIS_ITEM_BUDGET_SECONDS)"
+
+
 @dataclass(frozen=True)
 class InFlightRecord:
     """What a worker left in its marker: the key it was on and, for a timeout, the item."""

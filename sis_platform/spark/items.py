@@ -3,38 +3,98 @@
 Each raw message goes through the domain's `classify_message` (the same function the reference
 pipeline uses), so Spark and the reference agree by construction on what a message means; what
 Spark adds is running it in parallel, next to the data.
+
+Isolation (DESIGN.md invariants 4 and 6): each message is classified under the worker guard
+(spark/guard.py) with the per-item budget. An exception from classifying a message (a bug, not
+an invalid message: those are dead letters already) dead-letters it `quarantined` at once, since
+classification is a pure function of the message. A worker that dies on a message, or that the
+watchdog kills over the budget, fails the attempt; the message is recorded in
+classify_failures from its in-flight marker, and later attempts of the same run hold it back:
+`too-complex` after a timeout, `quarantined` after `quarantine_after` deaths. A later run (a
+replay or backfill after a fix) classifies it afresh.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sis_platform.domain.limits import Limits
-from sis_platform.lake.tables import BATCH_LOG, MESSAGE_ITEMS, RAW_MESSAGES
+from sis_platform.domain.reasons import Reason
+from sis_platform.faults import InjectedFailure, fail_as_injected, injected_classify_failure
+from sis_platform.lake.tables import BATCH_LOG, CLASSIFY_FAILURES, MESSAGE_ITEMS, RAW_MESSAGES
 from sis_platform.landing import batch_seq_of
 from sis_platform.spark.arrow import record_batches
+from sis_platform.spark.guard import (
+    RUNNING,
+    TIMEOUT,
+    Guard,
+    InFlightFolder,
+    InFlightRecord,
+    budget_detail,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
+    from sis_platform.domain.items import Item
+    from sis_platform.domain.pipeline import DeadLetter, LoggedMessage
     from sis_platform.lake.delta import Lake
 
 
+@dataclass(frozen=True)
+class Held:
+    """A message not to classify again: dead-lettered with this reason and detail instead."""
+
+    reason: Reason
+    detail: str
+
+
+# The most characters of an exception's text a dead letter's detail keeps.
+ERROR_DETAIL_CHARS = 1000
+
+
 def _classify_batches(
-    batches: Iterator[pa.RecordBatch], *, limits: Limits, redelivery_limit: int
+    batches: Iterator[pa.RecordBatch],
+    *,
+    limits: Limits,
+    redelivery_limit: int,
+    held: Mapping[str, Held] | None = None,
+    inflight_dir: str | None = None,
+    injected: InjectedFailure | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Raw message rows to message_items rows, Arrow batches both ways (`mapInArrow`): no
-    pandas frame per batch, and the bodies reach `classify_message` as the bytes Arrow holds."""
+    pandas frame per batch, and the bodies reach `classify_message` as the bytes Arrow holds.
+    Messages in `held` are dead-lettered as it says, without being classified."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from sis_platform.domain.pipeline import DeadLetter, LoggedMessage, classify_message
-
     schema = to_arrow_schema(MESSAGE_ITEMS.schema())
+    guard = Guard(inflight_dir, limits.item_budget_seconds)
+    try:
+        yield from _classify_rows(
+            batches, schema, guard, limits=limits, redelivery_limit=redelivery_limit,
+            held=held or {}, injected=injected,
+        )
+    finally:
+        guard.close()
+
+
+def _classify_rows(
+    batches: Iterator[pa.RecordBatch],
+    schema: pa.Schema,
+    guard: Guard,
+    *,
+    limits: Limits,
+    redelivery_limit: int,
+    held: Mapping[str, Held],
+    injected: InjectedFailure | None,
+) -> Iterator[pa.RecordBatch]:
+    from sis_platform.domain.pipeline import DeadLetter, LoggedMessage
+
     for batch in batches:
         rows: list[tuple[object, ...]] = []
         columns = batch.to_pydict()
@@ -44,12 +104,14 @@ def _classify_batches(
             columns["body_size"], columns["body_location"], strict=True,
         ):
             base = (key, batch_seq, msg_seq, message_id, delivery_count)
-            outcome = classify_message(
+            outcome = held.get(message_id) or _classify_one(
+                guard,
+                injected,
                 LoggedMessage(message_id, body, delivery_count, size, location),
                 limits=limits,
                 redelivery_limit=redelivery_limit,
             )
-            if isinstance(outcome, DeadLetter):
+            if isinstance(outcome, DeadLetter | Held):
                 rows.append(
                     (*base, "invalid", None, None, None, None, None, str(outcome.reason),
                      outcome.detail)
@@ -63,17 +125,165 @@ def _classify_batches(
         yield from record_batches(rows, schema)
 
 
-def classify_batch(raw: DataFrame, *, limits: Limits, redelivery_limit: int) -> DataFrame:
-    """Raw message rows (one batch) to message_items rows."""
+def _classify_one(
+    guard: Guard,
+    injected: InjectedFailure | None,
+    message: LoggedMessage,
+    *,
+    limits: Limits,
+    redelivery_limit: int,
+) -> list[Item] | DeadLetter | Held:
+    """`classify_message` under the guard: in the marker and on the budget while it runs. An
+    exception it raises dead-letters the message `quarantined` (classification is a pure
+    function of the message: another attempt would raise again); a MemoryError may be the
+    worker's, not the message's, so it fails the attempt and the marker counts it."""
+    from sis_platform.domain.pipeline import classify_message
+
+    guard.start(message.message_id)
+    guard.item(message.message_id, None)
+    try:
+        if injected is not None and injected.target == message.message_id:
+            fail_as_injected(injected.how, quoting=message.body)
+        outcome: list[Item] | DeadLetter | Held = classify_message(
+            message, limits=limits, redelivery_limit=redelivery_limit
+        )
+    except MemoryError:
+        raise
+    except Exception as error:
+        outcome = Held(
+            Reason.QUARANTINED,
+            f"classification raised {type(error).__name__}: {error}"[:ERROR_DETAIL_CHARS],
+        )
+    guard.done()
+    return outcome
+
+
+def classify_batch(
+    raw: DataFrame,
+    *,
+    limits: Limits,
+    redelivery_limit: int,
+    held: Mapping[str, Held] | None = None,
+    inflight_dir: str | None = None,
+) -> DataFrame:
+    """Raw message rows (one batch) to message_items rows; `held` and `inflight_dir` as for
+    `_classify_batches` (see `write_items`)."""
     from functools import partial
 
     return raw.select(
         "batch_key", "batch_seq", "msg_seq", "message_id", "delivery_count", "body",
         "body_size", "body_location",
     ).mapInArrow(
-        partial(_classify_batches, limits=limits, redelivery_limit=redelivery_limit),
+        partial(
+            _classify_batches, limits=limits, redelivery_limit=redelivery_limit, held=held,
+            inflight_dir=inflight_dir, injected=injected_classify_failure(),
+        ),
         schema=MESSAGE_ITEMS.schema(),
     )
+
+
+class ClassifyFailure(RuntimeError):
+    """A message_items attempt failed on messages whose worker died or overran the budget.
+    Retried by the asset's retry policy; later attempts of the run hold those messages back."""
+
+
+def write_items(
+    lake: Lake,
+    key: str,
+    *,
+    limits: Limits,
+    redelivery_limit: int,
+    run_id: str | None,
+    quarantine_after: int = 3,
+) -> None:
+    """Classify one batch's raw_messages into its message_items (replacing them), holding back
+    the messages earlier attempts of this run failed on (see the module docstring)."""
+    where = batch_condition(key)
+    raw = lake.read(RAW_MESSAGES).where(where)
+    held = _held_messages(lake, key, run_id=run_id, quarantine_after=quarantine_after)
+    folder = InFlightFolder.create(lake.base_path, f"items-{key}")
+    try:
+        items = classify_batch(
+            raw, limits=limits, redelivery_limit=redelivery_limit, held=held,
+            inflight_dir=folder.path,
+        )
+        try:
+            lake.replace_where(MESSAGE_ITEMS, items, where)
+        except Exception as error:
+            died = _deaths(folder.records(), cause=error)
+            if not died:
+                raise  # not attributable to a message: a transient failure, retried as such
+            _record_deaths(lake, key, died, run_id=run_id)
+            raise ClassifyFailure(
+                f"message_items of batch {key} failed on message(s) "
+                f"{', '.join(f'{d.message_id} ({d.kind})' for d in died)}; held back at the "
+                f"next attempt after a timeout, after {quarantine_after} deaths otherwise"
+            ) from error
+    finally:
+        folder.remove()
+
+
+def _held_messages(
+    lake: Lake, key: str, *, run_id: str | None, quarantine_after: int
+) -> dict[str, Held]:
+    """The messages of batch `key` this run's earlier attempts died on, to hold back."""
+    from pyspark.sql import functions as F
+
+    if not lake.exists(CLASSIFY_FAILURES) or lake.version(CLASSIFY_FAILURES) == 0:
+        return {}  # no failure ever recorded (the usual case): no Spark job
+    rows = (
+        lake.read(CLASSIFY_FAILURES)
+        .where(
+            (F.col("batch_key") == key)
+            & (F.col("run_id").isNull() if run_id is None else F.col("run_id") == run_id)
+        )
+        .select("message_id", "kind", "error")
+        .collect()
+    )
+    deaths: Counter[str] = Counter()
+    held: dict[str, Held] = {}
+    for r in rows:
+        message_id = str(r["message_id"])
+        if r["kind"] == TIMEOUT:
+            held[message_id] = Held(Reason.TOO_COMPLEX, str(r["error"]))
+        else:
+            deaths[message_id] += 1
+    for message_id, n in deaths.items():
+        if n >= quarantine_after and message_id not in held:
+            held[message_id] = Held(
+                Reason.QUARANTINED, f"its Python worker died classifying it {n} times"
+            )
+    return held
+
+
+@dataclass(frozen=True)
+class _Death:
+    message_id: str
+    kind: str  # TIMEOUT | "crash"
+    error: str
+
+
+def _deaths(records: list[InFlightRecord], *, cause: BaseException) -> list[_Death]:
+    """The messages workers died on, from their markers. A timeout explains the failure: any
+    other marker left then is a task Spark cancelled for it, not a crash."""
+    timeouts = {
+        _Death(r.key, TIMEOUT, budget_detail(r.budget_seconds))
+        for r in records if r.state == TIMEOUT
+    }
+    crashes = {
+        _Death(r.key, "crash", f"its Python worker died ({type(cause).__name__})")
+        for r in records if r.state == RUNNING
+    }
+    return sorted(timeouts or crashes, key=lambda d: d.message_id)
+
+
+def _record_deaths(lake: Lake, key: str, died: list[_Death], *, run_id: str | None) -> None:
+    from datetime import UTC, datetime
+
+    now = datetime.now(UTC)
+    rows = [(key, d.message_id, d.kind, d.error, now, run_id) for d in died]
+    lake.ensure(CLASSIFY_FAILURES)
+    lake.append(CLASSIFY_FAILURES, lake.spark.createDataFrame(rows, CLASSIFY_FAILURES.schema()))
 
 
 @dataclass(frozen=True)
@@ -142,9 +352,7 @@ def log_items(
 
     lake.ensure(MESSAGE_ITEMS, BATCH_LOG)
     where = batch_condition(key)
-    raw = lake.read(RAW_MESSAGES).where(where)
-    items = classify_batch(raw, limits=limits, redelivery_limit=redelivery_limit)
-    lake.replace_where(MESSAGE_ITEMS, items, where)
+    write_items(lake, key, limits=limits, redelivery_limit=redelivery_limit, run_id=run_id)
 
     summary = items_summary(lake.read(MESSAGE_ITEMS).where(where))
     log_row = lake.spark.createDataFrame(

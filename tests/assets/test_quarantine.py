@@ -6,7 +6,9 @@ in feed order once a replay says the fix is in.
 The failure is injected with SIS_INJECT_FOLD_FAILURE (read by the fold on the driver and passed
 to the workers), the one test hook of the fold. The failing master is known from a structured
 fact (its failure row's master_id, a worker's in-flight marker), never from an error's text;
-an item that overruns the per-item budget (a hang) is dead-lettered `too-complex`.
+an item that overruns the per-item budget (a hang) is dead-lettered `too-complex`. The same
+guard isolates a message whose classification in message_items fails
+(SIS_INJECT_CLASSIFY_FAILURE).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from tests.domain.sportsdata_fixtures import ASCOT_1430, ASCOT_1500, GO_SOFT, ev
 from tests.harness import LOG_ASSETS, Harness, received
 from tests.reference import assert_lake_matches_reference, reference_for
 
-pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(570)]
+pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(900)]
 
 
 def _retried_steps(h: Harness, run_id: str) -> list[str | None]:
@@ -163,3 +165,71 @@ def test_item_over_its_budget_is_dead_lettered_too_complex_and_later_batches_fol
     assert (docs[ASCOT_1500]["version"], docs[ASCOT_1500]["stale"]) == (3, False)
     outcomes = lake.read(MESSAGE_OUTCOMES).groupBy("outcome").count().collect()
     assert {r["outcome"]: r["count"] for r in outcomes} == {"applied": 5, "dead-lettered": 1}
+
+
+def test_message_whose_classification_raises_is_dead_lettered_quarantined_at_once(
+    tmp_path, spark, monkeypatch: pytest.MonkeyPatch
+):
+    h = Harness(tmp_path / "data")
+    bad = "msg-classify-raises"
+    key = h.zone.land(
+        [received(master(event(ASCOT_1430))), received(master(event(ASCOT_1500)), message_id=bad)]
+    ).key
+    h.instance.add_dynamic_partitions("batches", [key])
+    monkeypatch.setenv("SIS_INJECT_CLASSIFY_FAILURE", f"{bad}:raise")
+
+    result = h.run(key)
+    assert _retried_steps(h, result.run_id) == []  # a pure function: no attempt would differ
+    lake = h.lake(spark)
+    [letter] = lake.read(DEAD_LETTERS).collect()
+    assert (letter["message_id"], letter["master_id"], letter["reason"]) == (
+        bad, None, "quarantined"
+    )
+    assert letter["detail"].startswith("classification raised ZeroDivisionError: ")
+    docs = {r["master_id"] for r in lake.read(MASTER_DOCUMENTS).collect()}
+    assert docs == {ASCOT_1430}
+
+
+@pytest.mark.parametrize(
+    ("how", "retries", "reason", "detail"),
+    [
+        ("crash", 3, "quarantined", "its Python worker died classifying it 3 times"),
+        ("hang", 1, "too-complex",
+         "took longer than the per-item budget of 0.5 s (SIS_ITEM_BUDGET_SECONDS)"),
+    ],
+    ids=["crash", "hang"],
+)
+def test_message_whose_worker_dies_classifying_it_is_held_back_and_the_batch_completes(
+    how: str, retries: int, reason: str, detail: str, tmp_path, spark,
+    monkeypatch: pytest.MonkeyPatch,
+):
+    h = Harness(tmp_path / "data", overrides={"SIS_ITEM_BUDGET_SECONDS": "0.5"})
+    bad = "msg-kills-its-worker"
+    keys = [
+        h.zone.land(b).key
+        for b in (
+            [
+                received(master(event(ASCOT_1430))),
+                received(update(ASCOT_1430, GO_SOFT), message_id=bad),
+            ],
+            [received(master(event(ASCOT_1500)))],
+        )
+    ]
+    h.instance.add_dynamic_partitions("batches", keys)
+    monkeypatch.setenv("SIS_INJECT_CLASSIFY_FAILURE", f"{bad}:{how}")
+
+    first = h.defs.resolve_job_def("process_batch").execute_in_process(
+        partition_key=keys[0], instance=h.instance, raise_on_error=False
+    )
+    assert first.success
+    assert _retried_steps(h, first.run_id) == ["message_items"] * retries
+    lake = h.lake(spark)
+    letters = [
+        (r["message_id"], r["master_id"], r["reason"], r["detail"])
+        for r in lake.read(DEAD_LETTERS).collect()
+    ]
+    assert letters == [(bad, None, reason, detail)]
+
+    h.run(keys[1])  # a later batch folds
+    docs = {r["master_id"]: r["version"] for r in lake.read(MASTER_DOCUMENTS).collect()}
+    assert docs == {ASCOT_1430: 1, ASCOT_1500: 1}
