@@ -1,17 +1,24 @@
 from __future__ import annotations
 
+import errno
+import os
 import pickle
+import threading
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+from lxml import etree
 
 from sis_platform.domain.limits import Limits
 from sis_platform.domain.messages import (
     DEFAULT_MAX_BYTES,
+    ExternalAccessRefused,
     InvalidMessage,
     ParsedMessage,
     parse_message,
+    parse_xml,
 )
+from sis_platform.domain.pipeline import DeadLetter, LoggedMessage, classify_message
 from sis_platform.domain.reasons import Reason
 from tests.domain.sportsdata_fixtures import (
     ASCOT_1430,
@@ -171,6 +178,123 @@ def test_external_entity_is_rejected_without_reading_the_file(tmp_path):
     error = rejected(body)
     assert error.reason is Reason.NOT_WELL_FORMED
     assert "TOP-SECRET" not in error.detail
+
+
+# --- entity declarations never reach the file system -------------------------------------------
+
+
+def parameter_entity(system: str) -> bytes:
+    return f'<!DOCTYPE x [<!ENTITY % p SYSTEM "{system}"> %p;]>'.encode() + update("A", GO_SOFT)
+
+
+def reader_has_it_open(fifo) -> bool:
+    # Opening a FIFO for writing without blocking fails with ENXIO while no reader has it open.
+    try:
+        descriptor = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as error:
+        if error.errno == errno.ENXIO:
+            return False
+        raise
+    os.close(descriptor)  # also lets a reader blocked in open() go on, to end of file
+    return True
+
+
+def classify_in_a_thread(body: bytes) -> tuple[threading.Thread, list[object]]:
+    """Classify `body` in a daemon thread, so that a parser stuck on a FIFO or a device fails
+    the test instead of hanging the run; the thread is given 30 s to end."""
+    outcome: list[object] = []
+    worker = threading.Thread(
+        target=lambda: outcome.append(classify_message(LoggedMessage("ID:1", body))), daemon=True
+    )
+    worker.start()
+    worker.join(timeout=30)
+    return worker, outcome
+
+
+def assert_dead_lettered_not_well_formed(worker: threading.Thread, outcome: list[object]):
+    assert not worker.is_alive(), "the parser is still reading"
+    (dead_letter,) = outcome
+    assert isinstance(dead_letter, DeadLetter)
+    assert dead_letter.reason is Reason.NOT_WELL_FORMED
+
+
+@pytest.mark.parametrize("scheme", ["", "file://"], ids=["path", "file-url"])
+def test_parameter_entity_naming_a_fifo_is_dead_lettered_and_the_fifo_never_opened(
+    tmp_path, scheme
+):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    worker, outcome = classify_in_a_thread(parameter_entity(f"{scheme}{fifo}"))
+    assert not reader_has_it_open(fifo)
+    assert_dead_lettered_not_well_formed(worker, outcome)
+
+
+def test_parameter_entity_naming_dev_zero_is_dead_lettered_at_once():
+    worker, outcome = classify_in_a_thread(parameter_entity("/dev/zero"))
+    assert_dead_lettered_not_well_formed(worker, outcome)
+
+
+def test_parameter_entity_naming_a_plain_file_is_dead_lettered_without_reading_it(tmp_path):
+    declarations = tmp_path / "going.ent"
+    declarations.write_text('<!ENTITY going "SECRET-GOING">')
+    worker, outcome = classify_in_a_thread(parameter_entity(str(declarations)))
+    assert_dead_lettered_not_well_formed(worker, outcome)
+    assert b"SECRET-GOING" not in outcome[0].detail.encode()
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    [b"<!DOCTYPE sportsdata>", b"<!doctype sportsdata>", b'<!ENTITY x "y">'],
+    ids=["doctype", "lower-case", "entity"],
+)
+def test_a_declaration_is_rejected_before_parsing(prefix):
+    # The scan finds it even where the parser would report something else first.
+    error = rejected(prefix + master(event()))
+    assert error.reason is Reason.NOT_WELL_FORMED
+    assert "not allowed" in error.detail
+
+
+def test_a_doctype_after_a_utf8_bom_is_rejected(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    error = rejected(b"\xef\xbb\xbf" + parameter_entity(str(fifo)))
+    assert error.reason is Reason.NOT_WELL_FORMED
+    assert "DOCTYPE" in error.detail
+    assert not reader_has_it_open(fifo)
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-32"])
+def test_a_doctype_in_utf16_or_utf32_is_not_well_formed_and_never_read(tmp_path, encoding):
+    # The parser reads every body as UTF-8: such a body fails at its first byte, before any
+    # declaration (which the byte scan, looking for ASCII, would not see).
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    body = parameter_entity(str(fifo)).decode().encode(encoding)
+    worker, outcome = classify_in_a_thread(body)
+    assert not reader_has_it_open(fifo)
+    assert_dead_lettered_not_well_formed(worker, outcome)
+
+
+def test_the_parsers_resolver_refuses_external_access_behind_the_scan(tmp_path):
+    # parse_xml (for the package's own payloads) has no scan: the resolver alone stops it.
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ExternalAccessRefused):
+        parse_xml(parameter_entity(f"file://{fifo}"))
+    assert not reader_has_it_open(fifo)
+
+
+@pytest.mark.parametrize("entity", ["&going;", "&nbsp;", "&#xZZ;"])
+def test_a_reference_to_an_undeclared_entity_is_not_well_formed(entity):
+    body = update("A", f'<replace sel="/event/@going">{entity}</replace>')
+    assert rejected(body).reason is Reason.NOT_WELL_FORMED
+
+
+def test_the_five_predefined_entities_and_character_references_are_text():
+    body = update("A", '<replace sel="/event/@going">&lt;&gt;&amp;&apos;&quot;&#233;</replace>')
+    parsed = parse_message(body)
+    assert parsed.root[0].text == "<>&'\"\u00e9"
+    assert isinstance(parsed.root, etree._Element)
 
 
 # --- envelope ----------------------------------------------------------------------------------

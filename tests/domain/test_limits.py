@@ -1,0 +1,281 @@
+"""The resource bounds (sis_platform.domain.limits) where the domain enforces them: parsing a
+message, splitting it, and folding an update into its master. Over a bound, a message or an
+item is dead-lettered `too-complex` with a detail naming the bound, its value and its setting.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sis_platform.domain.fold import MasterState, fold_master
+from sis_platform.domain.items import Item, split_message
+from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
+from sis_platform.domain.messages import InvalidMessage, parse_message
+from sis_platform.domain.pipeline import DeadLetter, LoggedMessage, classify_message
+from sis_platform.domain.reasons import Outcome, Reason
+from tests.domain.sportsdata_fixtures import (
+    ASCOT_1430,
+    GO_SOFT,
+    PRICE_7_TO_9,
+    event,
+    master,
+    update,
+)
+
+
+def rejected(body: bytes, limits: Limits = DEFAULT_LIMITS) -> InvalidMessage:
+    with pytest.raises(InvalidMessage) as caught:
+        parse_message(body, limits=limits)
+    return caught.value
+
+
+def add(content: str, sel: str = "/event") -> str:
+    return f'<add sel="{sel}">{content}</add>'
+
+
+def attributes(n: int) -> str:
+    return " ".join(f'a{i}=""' for i in range(n))
+
+
+# --- parsing: structural bounds, before RELAX NG -----------------------------------------------
+
+# Each case: a bound, a message exactly at it (accepted) and one just over it (too-complex), and
+# the detail expected for the latter. An update's root is at depth 1, its operation at 2.
+BOUNDS = {
+    "max_elements": (
+        Limits(max_elements=10),
+        update("A", add("<x/>" * 8)),  # sportsdata, add, 8 x: 10
+        update("A", add("<x/>" * 9)),
+        "at least 11 elements, over the limit of 10 (SIS_MAX_ELEMENTS)",
+    ),
+    "max_elements-comments-count": (
+        Limits(max_elements=10),
+        update("A", add("<!---->" * 8)),
+        update("A", add("<!---->" * 4 + "<?pi?>" * 5)),
+        "at least 11 elements, over the limit of 10 (SIS_MAX_ELEMENTS)",
+    ),
+    "max_depth": (
+        Limits(max_depth=6),
+        update("A", add("<x>" * 4 + "</x>" * 4)),
+        update("A", add("<x>" * 5 + "</x>" * 5)),
+        "<x> at depth 7 (line 1), over the limit of 6 (SIS_MAX_DEPTH)",
+    ),
+    "max_attributes": (
+        Limits(max_attributes=5),
+        update("A", add(f"<x {attributes(5)}/>")),
+        update("A", add(f"<x {attributes(6)}/>")),
+        "<x> with 6 attributes (line 1), over the limit of 5 (SIS_MAX_ATTRIBUTES)",
+    ),
+    "max_children": (
+        Limits(max_children=5),
+        update("A", add("<x>" + "<y/>" * 5 + "</x>")),
+        update("A", add("<x>" + "<y/>" * 4 + "<!---->" + "<y/>" + "</x>")),
+        "<x> with at least 6 children, over the limit of 5 (SIS_MAX_CHILDREN)",
+    ),
+    "max_ids": (
+        Limits(max_ids=3),
+        update("A B C", GO_SOFT),
+        update("A B C D", GO_SOFT),
+        "4 ids, over the limit of 3 (SIS_MAX_IDS)",
+    ),
+    "max_patch_operations": (
+        Limits(max_patch_operations=3),
+        update("A", GO_SOFT * 3),
+        update("A", GO_SOFT * 2 + "<!-- not an operation -->" + GO_SOFT * 2),
+        "4 patch operations, over the limit of 3 (SIS_MAX_PATCH_OPERATIONS)",
+    ),
+}
+
+
+@pytest.mark.parametrize(("limits", "at", "over", "detail"), BOUNDS.values(), ids=BOUNDS.keys())
+def test_a_message_at_a_bound_is_accepted_and_one_over_it_is_too_complex(
+    limits, at, over, detail
+):
+    assert parse_message(at, limits=limits).category == "update"
+    error = rejected(over, limits)
+    assert error.reason is Reason.TOO_COMPLEX
+    assert error.detail == detail
+
+
+def test_the_master_events_are_held_to_the_same_bounds():
+    body = master(event())
+    assert rejected(body, Limits(max_elements=5)).reason is Reason.TOO_COMPLEX
+    assert rejected(body, Limits(max_depth=3)).reason is Reason.TOO_COMPLEX
+    assert parse_message(body, limits=Limits(max_depth=5)).ids == (ASCOT_1430,)
+
+
+@pytest.mark.parametrize(
+    ("body", "bound"),
+    [
+        # Measured before the bounds: 24,000 attributes in <add> took RELAX NG 4.4 GB and 15 s,
+        # 200,000 children 42 s.
+        (update("A", add(f"<x {attributes(24_000)}/>")), "SIS_MAX_ATTRIBUTES"),
+        (update("A", add("<x>" + "<y/>" * 200_000 + "</x>")), "SIS_MAX_CHILDREN"),
+        (update("A", add("<w>" + "<y/>" * 4_000 + "</w>") * 13), "SIS_MAX_ELEMENTS"),
+        (update("A", add("<x>" * 100 + "</x>" * 100)), "SIS_MAX_DEPTH"),
+        (update(" ".join(f"ID{i}" for i in range(20_000)), GO_SOFT), "SIS_MAX_IDS"),
+        (update("A", GO_SOFT * 1_001), "SIS_MAX_PATCH_OPERATIONS"),
+    ],
+    ids=["attributes", "children", "elements", "depth", "ids", "operations"],
+)
+def test_the_defect_sized_messages_are_too_complex_under_the_default_limits(body, bound):
+    dead_letter = classify_message(LoggedMessage("ID:1", body))
+    assert isinstance(dead_letter, DeadLetter)
+    assert dead_letter.reason is Reason.TOO_COMPLEX
+    assert bound in dead_letter.detail
+
+
+def test_parsing_stops_at_the_bound_before_reading_the_rest_of_the_body():
+    # Over max_elements within the first 64 KiB fed to the parser: what follows is never parsed,
+    # so the broken end does not make it not-well-formed.
+    head = update("A", add("<x/>" * 20_000)).removesuffix(b"</sportsdata>")
+    body = head + b"<unclosed" + b" " * 70_000
+    error = rejected(body, Limits(max_elements=1_000))
+    assert error.reason is Reason.TOO_COMPLEX
+    assert "SIS_MAX_ELEMENTS" in error.detail
+
+
+def test_a_message_that_failed_a_bound_does_not_affect_the_next():
+    # The parser is reused: a message abandoned at a bound leaves nothing behind.
+    limits = Limits(max_elements=10)
+    rejected(update("A", add("<x>" * 9)), limits)
+    assert parse_message(update("A", GO_SOFT), limits=limits).ids == ("A",)
+
+
+def test_ids_are_counted_before_they_are_checked():
+    # 4 ids, one of them invalid: the count decides (and costs no per-id work).
+    error = rejected(update("A B C !", GO_SOFT), Limits(max_ids=3))
+    assert error.reason is Reason.TOO_COMPLEX
+
+
+# --- splitting ---------------------------------------------------------------------------------
+
+
+def test_an_update_whose_items_would_carry_more_than_max_split_bytes_is_too_complex():
+    body = update("A B C", GO_SOFT)
+    operations = len(split_message("ID:1", parse_message(body))[0].payload)
+    at = Limits(max_split_bytes=3 * operations)
+    assert len(classify_message(LoggedMessage("ID:1", body), limits=at)) == 3
+    over = Limits(max_split_bytes=3 * operations - 1)
+    dead_letter = classify_message(LoggedMessage("ID:1", body), limits=over)
+    assert isinstance(dead_letter, DeadLetter)
+    assert dead_letter.reason is Reason.TOO_COMPLEX
+    assert dead_letter.detail == (
+        f"its 3 items would carry {3 * operations} bytes (3 ids x {operations} bytes of "
+        f"operations), over the limit of {3 * operations - 1} (SIS_MAX_SPLIT_BYTES)"
+    )
+
+
+def test_the_default_split_bound_stops_an_update_with_200_ids_and_large_operations():
+    big = "<replace sel=\"/event/@going\">" + "x" * 400_000 + "</replace>"
+    body = update(" ".join(f"ID{i}" for i in range(200)), big)
+    dead_letter = classify_message(LoggedMessage("ID:1", body))
+    assert isinstance(dead_letter, DeadLetter)
+    assert dead_letter.reason is Reason.TOO_COMPLEX
+    assert "SIS_MAX_SPLIT_BYTES" in dead_letter.detail
+
+
+# --- folding: what a patch may grow a master to -------------------------------------------------
+
+SELECTION = '<selection id="{}" name="x" status="runner"><price num="1" den="1"/></selection>'
+
+
+def add_selections(first: int, count: int) -> Item:
+    content = "".join(SELECTION.format(i) for i in range(first, first + count))
+    (item,) = split_message(
+        f"ID:{first}", parse_message(update(ASCOT_1430, add(content, "/event/market[@id='WIN']")))
+    )
+    return item
+
+
+def new_master(**attributes) -> Item:
+    (item,) = split_message("ID:new", parse_message(master(event(**attributes))))
+    return item
+
+
+def test_updates_that_grow_a_master_past_max_elements_are_too_complex_and_mark_it_stale():
+    # The fixture's master has 6 elements (event, market, two selections with a price); each
+    # update adds 4 selections with a price: 8 elements, so 14, 22, then 30.
+    limits = Limits(max_elements=29)
+    items = [new_master(), add_selections(100, 4), add_selections(200, 4), add_selections(300, 4)]
+    folded = fold_master(ASCOT_1430, None, items, limits=limits)
+    assert [r.outcome for r in folded.results] == [Outcome.APPLIED] * 3 + [Outcome.DEAD_LETTERED]
+    last = folded.results[-1]
+    assert last.reason is Reason.TOO_COMPLEX
+    assert last.detail == (
+        "the patched master has at least 30 elements, over the limit of 29 (SIS_MAX_ELEMENTS)"
+    )
+    assert folded.state.stale
+    assert folded.state.version == 3
+    assert folded.state.document == folded.versions[-1].document
+
+
+def test_a_patch_that_gives_a_region_too_many_children_is_too_complex():
+    limits = Limits(max_children=5)
+    folded = fold_master(
+        ASCOT_1430, None, [new_master(), add_selections(100, 3), add_selections(200, 1)],
+        limits=limits,
+    )
+    assert [r.reason for r in folded.results] == [None, None, Reason.TOO_COMPLEX]
+    assert "<market> with at least 6 children" in (folded.results[-1].detail or "")
+    assert "SIS_MAX_CHILDREN" in (folded.results[-1].detail or "")
+
+
+def test_the_master_stays_valid_under_limits_when_the_updates_fit():
+    folded = fold_master(
+        ASCOT_1430, None, [new_master(), add_selections(100, 4)], limits=Limits(max_elements=15)
+    )
+    assert [r.outcome for r in folded.results] == [Outcome.APPLIED, Outcome.APPLIED]
+
+
+def wide_master(selections: int) -> MasterState:
+    # A master as a stored state, beyond this test's max_children, to show which parts of it
+    # the fold walks after a patch.
+    market = (
+        '<market id="WIN" type="win" status="open">'
+        + "".join(SELECTION.format(i) for i in range(selections))
+        + "</market>"
+    )
+    return MasterState(ASCOT_1430, 1, event(markets=market).encode())
+
+
+def update_item(*operations: str) -> Item:
+    (item,) = split_message("ID:u", parse_message(update(ASCOT_1430, *operations)))
+    return item
+
+
+@pytest.mark.parametrize(
+    ("selector", "reason"),
+    [
+        # The provider's form: patchscope proves only the market's attributes changed, so the
+        # fold checks those and does not walk the market's children.
+        ("/event/market[@id='WIN']/@status", None),
+        # A positional predicate: no proved scope, so the whole master is walked, and the
+        # market's children (already over this test's bound) are found.
+        ("/event/market[1]/@status", Reason.TOO_COMPLEX),
+    ],
+    ids=["scoped", "unscoped"],
+)
+def test_after_a_patch_the_fold_walks_only_what_the_scope_says_changed(selector, reason):
+    operation = f'<replace sel="{selector}">closed</replace>'
+    folded = fold_master(
+        ASCOT_1430, wide_master(8), [update_item(operation)], limits=Limits(max_children=5)
+    )
+    assert [r.reason for r in folded.results] == [reason]
+
+
+def test_the_reference_pipeline_folds_with_its_own_limits():
+    from sis_platform.domain.pipeline import ReferencePipeline
+
+    pipeline = ReferencePipeline(limits=Limits(max_children=2))
+    body = update(ASCOT_1430, add(SELECTION.format(9), "/event/market[@id='WIN']"))
+    pipeline.process(
+        [LoggedMessage("ID:1", master(event())), LoggedMessage("ID:2", body)]
+    )
+    assert [d.reason for d in pipeline.dead_letters] == [Reason.TOO_COMPLEX]
+    assert pipeline.masters[ASCOT_1430].stale
+
+
+def test_price_updates_keep_applying_under_the_default_limits():
+    folded = fold_master(ASCOT_1430, None, [new_master(), update_item(PRICE_7_TO_9)])
+    assert [r.outcome for r in folded.results] == [Outcome.APPLIED, Outcome.APPLIED]
