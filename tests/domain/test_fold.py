@@ -381,3 +381,17 @@ def test_filtered_update_of_a_stale_master_is_filtered_not_master_stale():
     result = fold_master(ASCOT_1430, stale, [update_item(GO_SOFT)], selector=masters_only)
     assert outcomes(result.results) == [FILTERED]
     assert result.state.stale
+
+
+def test_an_update_to_a_price_beyond_a_signed_64_bit_long_is_invalid_result():
+    too_big = (
+        "<replace sel=\"/event/market[@id='WIN']/selection[@id='7']/price/@num\">"
+        "9223372036854775808</replace>"
+    )
+    largest = too_big.replace("9223372036854775808", "9223372036854775807")
+    folded = fold_master(ASCOT_1430, None, [master_item(), update_item(largest)])
+    assert outcomes(folded.results) == [APPLIED, APPLIED]
+    folded = fold_master(ASCOT_1430, folded.state, [update_item(too_big)])
+    assert outcomes(folded.results) == [(Outcome.DEAD_LETTERED, Reason.INVALID_RESULT)]
+    assert folded.state.stale
+

@@ -77,6 +77,32 @@ def test_update_splits_into_items_sharing_one_payload():
     assert [op.tag for op in root] == ["replace"]
 
 
+def test_update_payload_is_the_operations_without_the_id_list():
+    ids = " ".join(f"RACE-{i}" for i in range(50))
+    body = update(ids, GO_SOFT, extra=' sent="2026-11-21T12:00:00Z"')
+    parsed = parse_message(body)
+    items = split_message(MESSAGE_ID, parsed)
+    payload = items[0].payload
+    assert payload == (
+        b'<sportsdata category="update" sent="2026-11-21T12:00:00Z">'
+        + GO_SOFT.encode()
+        + b"</sportsdata>"
+    )
+    assert all(item.payload is payload for item in items)
+    # The parsed message is left as it was.
+    assert parsed.root.get("id") == ids
+
+
+def test_update_payload_keeps_the_namespace_context_of_its_selectors():
+    operation = '<replace xmlns:p="urn:p" sel="/event/@p:going">soft</replace>'
+    body = update("A", operation, extra=' xmlns:q="urn:q"')
+    (item,) = split_message(MESSAGE_ID, parse_message(body))
+    root = etree.fromstring(item.payload)
+    assert root.get("id") is None
+    assert root.nsmap == {"q": "urn:q"}
+    assert root[0].nsmap == {"q": "urn:q", "p": "urn:p"}
+
+
 def test_item_pickles():
     (item,) = split_message(MESSAGE_ID, parse_message(master(event())))
     assert pickle.loads(pickle.dumps(item)) == item

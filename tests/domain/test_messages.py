@@ -364,6 +364,11 @@ def test_update_with_unknown_operation_is_schema_invalid():
     assert rejected(update("A", "<delete sel='/event'/>")).reason is Reason.SCHEMA_INVALID
 
 
+def test_a_master_with_a_price_beyond_a_signed_64_bit_long_is_schema_invalid():
+    body = master(event()).replace(b'num="5"', b'num="9223372036854775808"')
+    assert rejected(body).reason is Reason.SCHEMA_INVALID
+
+
 # --- ids-mismatch ------------------------------------------------------------------------------
 
 

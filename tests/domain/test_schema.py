@@ -183,3 +183,33 @@ def test_first_error_names_the_offending_node():
     assert error is not None
     assert "price" in error
     assert error.startswith("line 1:")
+
+
+# --- integers fit a signed 64-bit long ---------------------------------------------------------
+
+LONG_MAX = "9223372036854775807"
+
+
+def counted(value: str) -> str:
+    return event(
+        markets=f'<market id="W" type="win" status="open" places="{value}">'
+        f'<selection id="1" number="{value}" name="x" status="runner">'
+        f'<price num="{value}" den="{value}"/></selection></market>'
+    )
+
+
+@pytest.mark.parametrize("value", ["1", "+5", " +007 ", LONG_MAX, "000" + LONG_MAX])
+def test_a_positive_integer_up_to_the_largest_long_is_valid(value):
+    assert validate_event(xml(counted(value))) is None
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "9223372036854775808", "1" + "0" * 30])
+def test_a_count_outside_one_to_the_largest_long_is_invalid(value):
+    assert validate_event(xml(counted(value))) is not None
+
+
+@pytest.mark.parametrize("attribute", ["places", "number", "num", "den"])
+def test_each_integer_attribute_is_bounded(attribute):
+    document = counted("1").replace(f'{attribute}="1"', f'{attribute}="9223372036854775808"')
+    assert validate_event(xml(document)) is not None
+    assert validate_event(xml(document.replace("9223372036854775808", LONG_MAX))) is None
