@@ -1065,7 +1065,8 @@ def _in_scope(element: etree._Element) -> tuple[tuple[str, str], ...]:
 # nodes (most of a feed: attribute and text values). Feeds repeat operations (the same price,
 # the same status) across messages, and a hit costs a lookup instead of a compile.
 _OperationKey: TypeAlias = (
-    "tuple[str, tuple[tuple[str, str], ...], str | None, tuple[tuple[str, str], ...], Limits]"
+    "tuple[str, tuple[tuple[str, str], ...], str | None, tuple[tuple[str, str], ...], "
+    "tuple[int, int]]"
 )
 _OPERATIONS: Final[OrderedDict[_OperationKey, _Operation]] = OrderedDict()
 _OPERATIONS_MAXSIZE: Final = 4096
@@ -1075,14 +1076,15 @@ def _compiled_operation(element: etree._Element, limits: Limits) -> _Operation:
     if len(element):
         return _compile_operation(element, limits)
     # Everything _compile_operation reads of a childless element: its name, its attributes,
-    # its text and the namespaces in scope on it. (Failures are not kept: they are rare and
+    # its text and the namespaces in scope on it, and the only bounds a compile reads (two
+    # ints hash faster than the whole Limits record). (Failures are not kept: they are rare and
     # raise with the element's own detail.)
     key: _OperationKey = (
         element.tag,
         tuple(element.attrib.items()),
         element.text,
         _in_scope(element),
-        limits,
+        (limits.max_selector_length, limits.max_selector_steps),
     )
     operation = _OPERATIONS.get(key)
     if operation is None:
