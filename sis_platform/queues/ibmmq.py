@@ -83,6 +83,7 @@ MQRC_BACKED_OUT = 2003
 MQRC_NO_MSG_AVAILABLE = 2033
 MQRC_SELECTOR_ERROR = 2067
 MQRC_TRUNCATED_MSG_FAILED = 2080
+MQRC_DATA_LENGTH_ERROR = 2010
 MQRC_BACKOUT_THRESHOLD_REACHED = 2362
 
 # The queue manager cannot be reached now or is going away: retry later (transient).
@@ -632,6 +633,16 @@ class _Connection:
         except self.pymqi.MQMIError as exc:
             if _reason(exc) == MQRC_NO_MSG_AVAILABLE:
                 return None
+            if _reason(exc) == MQRC_DATA_LENGTH_ERROR:
+                # No MQ client can get it: it stays at the head of the queue until the
+                # channel allows it. Say so, with what to change.
+                raise self.source.error(
+                    "MQGET",
+                    f"queue {self.source.queue}: message ID:{bytes(md.MsgId).hex()} of "
+                    f"{length} bytes is longer than the channel allows; raise the "
+                    "server-connection channel's MAXMSGL to the queue's",
+                    exc,
+                ) from exc
             raise
         return md_whole, bytes(body)
 

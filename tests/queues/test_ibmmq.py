@@ -486,6 +486,20 @@ def test_buffers_never_exceed_the_channels_limit_whatever_max_get_bytes(
     assert server.connects[0].max_message_length == 104_857_600
 
 
+def test_message_longer_than_the_channel_allows_fails_the_get_naming_maxmsgl() -> None:
+    server = FakeQueueManagerServer(
+        listeners=("mq1(1414)",), users={"app": PASSWORD}, channel_max_message_length=1024 * 1024
+    )
+    server.define_queue(QUEUE)
+    big = server.put_message(QUEUE, b"u" * (2 * 1024 * 1024))  # put by a local application
+    with make_source(server).connect() as session, pytest.raises(IbmMqError) as raised:
+        session.get()
+    assert raised.value.reason == CMQC.MQRC_DATA_LENGTH_ERROR
+    assert f"{big.message_id} of {2 * 1024 * 1024} bytes" in str(raised.value)
+    assert "MAXMSGL" in str(raised.value)
+    assert ids(server) == [big.message_id]  # still there, nothing lost
+
+
 def test_message_of_exactly_max_get_bytes_is_delivered(server: FakeQueueManagerServer) -> None:
     put = server.put_message(QUEUE, b"y" * 1024)
     with make_source(server, max_get_bytes=1024).connect() as session:
