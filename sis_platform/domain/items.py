@@ -56,10 +56,20 @@ def standalone_event(event: etree._Element) -> bytes:
 def operations_payload(root: etree._Element) -> bytes:
     """An update message's root serialized without its `id` list: the patch operations under
     the envelope element that carries their namespace context (RFC 5261 resolves `sel`
-    prefixes against the operation's in-scope declarations)."""
-    operations = copy.deepcopy(root)
-    operations.attrib.pop("id", None)
-    return serialize(operations)
+    prefixes against the operation's in-scope declarations).
+
+    The id list is taken off `root` while it is serialized and put back, in its place, before
+    returning: copying the tree instead would double a large message's memory.
+    """
+    attributes = dict(root.attrib)
+    if "id" not in attributes:
+        return serialize(root)
+    del root.attrib["id"]
+    try:
+        return serialize(root)
+    finally:
+        root.attrib.clear()
+        root.attrib.update(attributes)
 
 
 def split_message(

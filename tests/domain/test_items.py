@@ -90,7 +90,11 @@ def test_update_payload_is_the_operations_without_the_id_list():
     )
     assert all(item.payload is payload for item in items)
     # The parsed message is left as it was.
-    assert parsed.root.get("id") == ids
+    assert list(parsed.root.attrib.items()) == [
+        ("category", "update"),
+        ("id", ids),
+        ("sent", "2026-11-21T12:00:00Z"),
+    ]
 
 
 def test_update_payload_keeps_the_namespace_context_of_its_selectors():
