@@ -35,9 +35,10 @@ exercised by tests/queues against a real broker):
   JMSXDeliveryCount are neither), and the flag survives a broker restart only with the
   destination policy `persistJMSRedelivered="true"` (scripts/activemq.sh sets it). Nor does
   the broker act on its counter for a consumer that disconnects, crashes or unsubscribes: its
-  `redeliveryPlugin` (`maximumRedeliveries`, then the DLQ) intercepts only poison acks (NACK,
-  which we cannot send, see above) and expiry, and its redeliveries go back through the
-  scheduler to the tail of the queue, out of order. So the count is kept here: each time a
+  `redeliveryPlugin` (`maximumRedeliveries`, then the DLQ) acts only where the broker would
+  dead-letter a message, i.e. on a poison ack (NACK, which a unit of work cannot send, see
+  above), and it redelivers through the scheduler, behind later messages. Configuring it on
+  the broker would change nothing here. So the count is kept here: each time a
   get hands out a message flagged redelivered, it first records one more redelivery of its
   broker message id in `RedeliveryCounts` (deliveries.py), a small SQLite file when
   `redelivery_counts` names one (the platform's configuration always does), and
