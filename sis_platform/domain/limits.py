@@ -5,13 +5,21 @@ dead-lettered) within bounded time and memory. Each bound below is enforced befo
 protects (a structural bound before RELAX NG validation, an id bound before splitting, the
 XPath bound before evaluation), so the cost of checking stays linear in the message. A message
 beyond a bound is dead-lettered `too-large` (its bytes) or `too-complex` (anything else), with
-a detail naming the bound and its configured value.
+a detail naming the bound, its configured value and its setting.
 
 Defaults are at least 10x what a realistic feed needs. Measured on the simulator's racing days
 (24,000 messages, `sis-feed`): largest body 27.6 KB, 14 ids in a message, 365 elements, depth
 5, 8 attributes on an element, 68 patch operations, an XPath selector of 57 characters with 5
 steps and 2 predicates, about 1 ms to fold one item. The feed contract (docs/feed.md) allows
 bodies "rarely up to 1 MB", so the element bounds leave room for such a message too.
+
+What the worst message the defaults allow costs to parse, count and validate (CPU time and peak
+memory of one process, libxml2 2.14): 4 MiB of elements with 100 attributes each (600,000
+attributes) 0.36 s and 132 MiB, almost all of it the parsed tree; 50,000 elements in an update
+0.17 s and 8 MiB; a 50,000-element master 0.19 s and 33 MiB; 5,000 children or 64 levels
+deep, milliseconds. No default needed tightening. Beyond the bounds, the same messages stop
+at the bound: 24,000 attributes on one element, which took RELAX NG 15 s and 4.4 GB, and
+200,000 children, which took 42 s, are rejected in 15 and 44 ms.
 """
 
 from __future__ import annotations
@@ -28,13 +36,16 @@ class Limits:
     # held in a batch; it is logged with its size and digest and dead-lettered `too-large`.
     max_message_bytes: int = 4 * 1024 * 1024
     # Elements in one message, or in one master document after a patch (SIS_MAX_ELEMENTS).
+    # Comments and processing instructions count as elements: they are nodes a patch copies.
     max_elements: int = 50_000
     # Element nesting depth, the root being 1 (SIS_MAX_DEPTH).
     max_depth: int = 64
     # Attributes on one element (SIS_MAX_ATTRIBUTES): RELAX NG validation cost grows with the
-    # square of an element's attributes, so this bound is what keeps validation linear.
+    # square of an element's attributes (6,000 on one element: 0.3 s and 275 MiB; 24,000:
+    # 15 s and 4.4 GB), so this bound is what keeps validation linear.
     max_attributes: int = 100
-    # Children of one element (SIS_MAX_CHILDREN).
+    # Children of one element, text aside (SIS_MAX_CHILDREN): RELAX NG time grows with their
+    # square (20,000: 0.2 s; 200,000: 42 s).
     max_children: int = 5_000
     # Master ids listed in one message (SIS_MAX_IDS).
     max_ids: int = 200
