@@ -2,10 +2,13 @@
 
     embedded:///abs/dir[?queue=NAME&backout_threshold=N&backout_queue=NAME]
     stomp://[user[:password]@]host[:port]/queue/NAME[?selector=..&prefetch=N
-        &backout_threshold=N&backout_queue=NAME&heartbeats=OUT,IN&vhost=..]
+        &backout_threshold=N&backout_queue=NAME&redelivery_counts=/abs/file.db
+        &heartbeats=OUT,IN&vhost=..]
     ibmmq://[user@]host[:port][,host2[:port2]...]/QMGR/QUEUE?channel=CHANNEL
         [&cipher_spec=..&key_repository=..&certificate_label=..]
     ibmmq:                      (everything from the SIS_IBMMQ_* environment variables)
+
+`backout_threshold` defaults to DEFAULT_BACKOUT_THRESHOLD (10) on every source; 0 turns it off.
 
 Secrets: a password may be given in the URL, but the intended places are the `password`
 keyword (a resource field set from an EnvVar) or the environment at call time
@@ -92,6 +95,12 @@ def _name(raw: str) -> str:
     return raw
 
 
+def _file(raw: str) -> Path:
+    if not raw.startswith("/"):
+        raise ValueError(f"must be an absolute path, got {raw!r}")
+    return Path(raw)
+
+
 def _heartbeats(raw: str) -> tuple[int, int]:
     parts = raw.split(",")
     if len(parts) != 2:
@@ -145,6 +154,7 @@ def _stomp(url: str, options: dict[str, Any]) -> QueueSource:
             "prefetch": _positive_int,
             "backout_threshold": _non_negative_int,
             "backout_queue": _name,
+            "redelivery_counts": _file,
             "heartbeats": _heartbeats,
             "vhost": _name,
         },

@@ -37,9 +37,10 @@ def test_stomp_url_with_credentials_and_options() -> None:
     source = open_source(
         "stomp://feed:p%40ss@broker.example:61614/queue/SPORTSDATA"
         "?prefetch=20&selector=kind%20%3D%20'a'&backout_threshold=5&backout_queue=SPORTSDATA.BOQ"
-        "&heartbeats=5000,5000"
+        "&heartbeats=5000,5000&redelivery_counts=/var/lib/sis/stomp/redeliveries.db"
     )
     assert isinstance(source, StompQueue)
+    assert source._redeliveries.path == Path("/var/lib/sis/stomp/redeliveries.db")
     assert source.destination == "/queue/SPORTSDATA"
     assert (source.prefetch, source.selector, source.backout_threshold) == (20, "kind = 'a'", 5)
     assert source.backout_queue == "/queue/SPORTSDATA.BOQ"
@@ -97,6 +98,10 @@ def test_ibmmq_url_maps_to_the_ibm_mq_source() -> None:
         ("embedded:relative/dir", "absolute folder"),
         ("embedded:///dir?colour=red", "unknown parameter 'colour'"),
         ("embedded:///dir?backout_threshold=-1", "bad value for 'backout_threshold'"),
+        (
+            "stomp://h/queue/Q?redelivery_counts=relative.db",
+            "bad value for 'redelivery_counts'",
+        ),
         ("embedded:///dir?backout_threshold=two", "bad value for 'backout_threshold'"),
         ("embedded:///dir?queue=A&queue=B", "given twice"),
         ("stomp:///queue/x", "needs a host"),
