@@ -23,7 +23,9 @@ protects, and the body is parsed once and validated once:
    larger than the bounds is built and RELAX NG never sees a message beyond them: more than
    `max_elements` nodes (elements, comments and processing instructions), an element deeper
    than `max_depth` (the root is 1), an element with more than `max_attributes` attributes or
-   more than `max_children` child nodes (text aside).
+   more than `max_children` child nodes (text aside). A body with no more `<` than the smallest
+   of the node bounds and no more `=` than `max_attributes` cannot cross one (every node starts
+   with `<`, every attribute has its `=`), and is parsed without counting.
 5. `schema-invalid` when the root is not an unqualified `sportsdata` element.
 6. `invalid-envelope`: the root attributes (SPORTSDATA.md table): unknown attribute,
    category not master/update, type missing on a master or present on an update, id list
@@ -185,9 +187,23 @@ def _pull_parser() -> etree.XMLPullParser:
     return parser
 
 
+def _too_small_to_cross_a_bound(body: bytes, limits: Limits) -> bool:
+    # Every node starts with "<", so nodes, the children of one element and the depth are each
+    # at most their count; every attribute has its "=". Most updates are this small, and two
+    # byte counts are much cheaper than counting while parsing.
+    markup = body.count(b"<")
+    return (
+        markup <= min(limits.max_elements, limits.max_children, limits.max_depth)
+        and body.count(b"=") <= limits.max_attributes
+    )
+
+
 def _parse_bounded(body: bytes, limits: Limits) -> etree._Element:
     """Parse `body`, counting nodes, depth, attributes and children as lxml builds the tree, and
-    stop at the first bound crossed (step 4 of the module docstring)."""
+    stop at the first bound crossed (step 4 of the module docstring); a body too small to cross
+    any bound is parsed without counting."""
+    if _too_small_to_cross_a_bound(body, limits):
+        return parse_xml(body)
     parser = _pull_parser()
     try:
         return _count_while_parsing(parser, body, limits)
@@ -297,12 +313,11 @@ def parse_message(body: bytes, *, limits: Limits = DEFAULT_LIMITS) -> ParsedMess
 
     category, type_, ids, sent = _envelope(root, limits)
 
-    if category == "update":
+    # len() counts comments and processing instructions too: only then are elements counted.
+    if category == "update" and len(root) > limits.max_patch_operations:
         operations = sum(1 for _ in root.iterchildren(tag=etree.Element))
         if operations > limits.max_patch_operations:
-            raise _too_complex(
-                f"{operations} patch operations", "max_patch_operations", limits
-            )
+            raise _too_complex(f"{operations} patch operations", "max_patch_operations", limits)
 
     schema_error = validate_envelope(root)
     if schema_error is not None:
