@@ -113,8 +113,7 @@ def queue_resource(env: Mapping[str, str], profile: str) -> QueueSourceResource:
     backout_queue = env.get("SIS_BACKOUT_QUEUE", "").strip() or None
     if source == "embedded":
         queue = _get(env, "SIS_QUEUE_NAME", "SPORTSDATA")
-        if backout_queue == queue:
-            raise ConfigurationError(f"SIS_BACKOUT_QUEUE={backout_queue!r} is the queue itself")
+        _require_other_queue(backout_queue, queue)
         return EmbeddedQueueResource(
             path=_get(env, "SIS_QUEUE_DIR", str(data_dir(env) / "queue")),
             queue=queue,
@@ -122,10 +121,12 @@ def queue_resource(env: Mapping[str, str], profile: str) -> QueueSourceResource:
             backout_queue=backout_queue,
         )
     if source == "stomp":
+        destination = _get(env, "SIS_STOMP_DESTINATION", "/queue/SPORTSDATA")
+        _require_other_queue(backout_queue, destination)
         return StompQueueResource(
             host=_get(env, "SIS_STOMP_HOST", "127.0.0.1"),
             port=_int(env, "SIS_STOMP_PORT", 61613),
-            destination=_get(env, "SIS_STOMP_DESTINATION", "/queue/SPORTSDATA"),
+            destination=destination,
             user=env.get("SIS_STOMP_USER") or None,
             password=dg.EnvVar("SIS_STOMP_PASSWORD") if env.get("SIS_STOMP_PASSWORD") else None,
             selector=env.get("SIS_STOMP_SELECTOR") or None,
@@ -149,11 +150,13 @@ def queue_resource(env: Mapping[str, str], profile: str) -> QueueSourceResource:
                 f"SIS_IBMMQ_MAX_GET_BYTES={max_get_bytes} must be at least "
                 f"SIS_MAX_MESSAGE_BYTES={max_message_bytes}"
             )
+        queue = _required(env, "SIS_IBMMQ_QUEUE", profile)
+        _require_other_queue(backout_queue, queue)
         return IbmMqQueueResource(
             queue_manager=_required(env, "SIS_IBMMQ_QMGR", profile),
             channel=_required(env, "SIS_IBMMQ_CHANNEL", profile),
             conn_name=_required(env, "SIS_IBMMQ_CONN", profile),
-            queue=_required(env, "SIS_IBMMQ_QUEUE", profile),
+            queue=queue,
             user=env.get("SIS_IBMMQ_USER") or None,
             password=dg.EnvVar("SIS_IBMMQ_PASSWORD") if env.get("SIS_IBMMQ_PASSWORD") else None,
             cipher_spec=env.get("SIS_IBMMQ_CIPHER_SPEC") or None,
@@ -167,6 +170,16 @@ def queue_resource(env: Mapping[str, str], profile: str) -> QueueSourceResource:
             max_get_bytes=max_get_bytes,
         )
     raise ConfigurationError(f"SIS_SOURCE={source!r}: expected embedded, stomp or ibmmq")
+
+
+def _require_other_queue(backout_queue: str | None, queue: str) -> None:
+    """SIS_BACKOUT_QUEUE must not name the queue itself (STOMP names with or without their
+    /queue/ prefix)."""
+    def bare(name: str) -> str:
+        return name.removeprefix("/queue/")
+
+    if backout_queue is not None and bare(backout_queue) == bare(queue):
+        raise ConfigurationError(f"SIS_BACKOUT_QUEUE={backout_queue!r} is the queue itself")
 
 
 def _backout_threshold(env: Mapping[str, str]) -> int:

@@ -16,6 +16,14 @@ from sis_platform.queues.stomp import StompQueue
 from sis_platform.resources.sources import EmbeddedQueueResource, StompQueueResource
 from tests.harness import Harness
 
+IBMMQ = {
+    "SIS_PROFILE": "ibmmq",
+    "SIS_IBMMQ_QMGR": "QM1",
+    "SIS_IBMMQ_CHANNEL": "DEV.APP.SVRCONN",
+    "SIS_IBMMQ_CONN": "mq1(1414),mq2(1414)",
+    "SIS_IBMMQ_QUEUE": "SPORTSDATA.IN",
+}
+
 
 def test_two_sensor_ticks_use_the_same_source_object(tmp_path, monkeypatch):
     h = Harness(tmp_path)
@@ -129,20 +137,16 @@ def test_every_source_has_the_default_backout_threshold_and_zero_turns_it_off(tm
         ),
         ({"SIS_BACKOUT_THRESHOLD": "ten"}, "SIS_BACKOUT_THRESHOLD='ten' is not a whole number"),
         ({"SIS_BACKOUT_QUEUE": "SPORTSDATA"}, "SIS_BACKOUT_QUEUE='SPORTSDATA' is the queue"),
+        (
+            {"SIS_PROFILE": "activemq", "SIS_BACKOUT_QUEUE": "SPORTSDATA"},
+            "SIS_BACKOUT_QUEUE='SPORTSDATA' is the queue itself",
+        ),
+        ({**IBMMQ, "SIS_BACKOUT_QUEUE": "SPORTSDATA.IN"}, "is the queue itself"),
     ],
 )
 def test_bad_backout_settings_fail_at_start_naming_the_variable(tmp_path, settings, message):
     with pytest.raises(config.ConfigurationError, match=message):
         config.resources({"SIS_DATA_DIR": str(tmp_path), **settings})
-
-
-IBMMQ = {
-    "SIS_PROFILE": "ibmmq",
-    "SIS_IBMMQ_QMGR": "QM1",
-    "SIS_IBMMQ_CHANNEL": "DEV.APP.SVRCONN",
-    "SIS_IBMMQ_CONN": "mq1(1414),mq2(1414)",
-    "SIS_IBMMQ_QUEUE": "SPORTSDATA.IN",
-}
 
 
 def test_ibmmq_certificate_label_and_reconnect_reach_the_source(tmp_path):
