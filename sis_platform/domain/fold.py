@@ -235,7 +235,7 @@ def fold_master(
     filtered = state.filtered
     # The parsed form of `document`, built on first need and then kept across the group.
     tree: etree._ElementTree | None = None
-    # At least the number of nodes in `document` (exact after a walk of the whole master).
+    # An upper bound of the nodes in `document` (exact after a walk of the whole master).
     nodes_at_most = 0 if document is None else len(document) // _MIN_NODE_BYTES
     versions: list[MasterVersion] = []
     results: list[ItemResult] = []
