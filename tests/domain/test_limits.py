@@ -279,3 +279,13 @@ def test_the_reference_pipeline_folds_with_its_own_limits():
 def test_price_updates_keep_applying_under_the_default_limits():
     folded = fold_master(ASCOT_1430, None, [new_master(), update_item(PRICE_7_TO_9)])
     assert [r.outcome for r in folded.results] == [Outcome.APPLIED, Outcome.APPLIED]
+
+
+def test_a_master_is_recounted_rather_than_rejected_when_its_size_bound_runs_over():
+    # The fold bounds a master's nodes by its bytes / 4 (about 100 here, for 6 real elements)
+    # plus what each update adds; past max_elements it counts exactly (22 nodes) and applies.
+    first = new_master()
+    limits = Limits(max_elements=len(first.payload) // 4 + 10)
+    items = [first, add_selections(100, 4), add_selections(200, 4), add_selections(300, 4)]
+    folded = fold_master(ASCOT_1430, None, items, limits=limits)
+    assert [r.outcome for r in folded.results] == [Outcome.APPLIED] * 4
