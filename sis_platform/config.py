@@ -130,7 +130,7 @@ def queue_resource(env: Mapping[str, str], profile: str) -> QueueSourceResource:
             user=env.get("SIS_STOMP_USER") or None,
             password=dg.EnvVar("SIS_STOMP_PASSWORD") if env.get("SIS_STOMP_PASSWORD") else None,
             selector=env.get("SIS_STOMP_SELECTOR") or None,
-            prefetch=_int(env, "SIS_STOMP_PREFETCH", 10),
+            prefetch=_stomp_prefetch(env),
             backout_threshold=backout_threshold,
             backout_queue=backout_queue,
             redelivery_counts=_get(
@@ -170,6 +170,13 @@ def queue_resource(env: Mapping[str, str], profile: str) -> QueueSourceResource:
             max_get_bytes=max_get_bytes,
         )
     raise ConfigurationError(f"SIS_SOURCE={source!r}: expected embedded, stomp or ibmmq")
+
+
+def _stomp_prefetch(env: Mapping[str, str]) -> int:
+    prefetch = _int(env, "SIS_STOMP_PREFETCH", 10)
+    if prefetch < 1:
+        raise ConfigurationError(f"SIS_STOMP_PREFETCH={prefetch} must be at least 1")
+    return prefetch
 
 
 def _require_other_queue(backout_queue: str | None, queue: str) -> None:

@@ -142,9 +142,10 @@ def test_every_source_has_the_default_backout_threshold_and_zero_turns_it_off(tm
             "SIS_BACKOUT_QUEUE='SPORTSDATA' is the queue itself",
         ),
         ({**IBMMQ, "SIS_BACKOUT_QUEUE": "SPORTSDATA.IN"}, "is the queue itself"),
+        ({"SIS_PROFILE": "activemq", "SIS_STOMP_PREFETCH": "0"}, "SIS_STOMP_PREFETCH=0 must be"),
     ],
 )
-def test_bad_backout_settings_fail_at_start_naming_the_variable(tmp_path, settings, message):
+def test_bad_source_settings_fail_at_start_naming_the_variable(tmp_path, settings, message):
     with pytest.raises(config.ConfigurationError, match=message):
         config.resources({"SIS_DATA_DIR": str(tmp_path), **settings})
 
