@@ -327,6 +327,16 @@ class LandingZone:
         except (KeyError, ValueError):
             return None
 
+    def unanchored_head(self, key: str) -> str | None:
+        """The last link of a batch landed before chain format 2 (its file has no chain
+        metadata and it has no anchor); None for any other batch, or no file."""
+        if not self.batch_path(key).is_file() or self.anchor_from_file(key) is not None:
+            return None
+        if self.anchors.path(key).exists():
+            return None
+        table = pq.read_table(self.batch_path(key), columns=["chain_link"])
+        return str(table.column("chain_link")[-1].as_py()) if table.num_rows else None
+
     def ensure_anchor(self, key: str) -> Anchor | None:
         """The batch's anchor, written from its file's metadata when a crash between the claim
         and the anchor left it without one (the sensor calls this before registering a batch).

@@ -2,6 +2,8 @@
 (message_items), per batch."""
 
 
+from typing import TYPE_CHECKING
+
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 
@@ -14,6 +16,9 @@ from sis_platform.resources.platform import (
     LandingZoneResource,
 )
 from sis_platform.spark.items import batch_condition, log_items
+
+if TYPE_CHECKING:
+    from sis_platform.lake.delta import Lake
 
 CHAIN_CHECK = "hash_chain_intact"
 # Run tags the sensor requests a batch run with: the batch's anchored chain head and message
@@ -45,8 +50,15 @@ def raw_messages(
     session = spark.spark_session
     lk = lake.lake(session)
     lk.ensure(RAW_MESSAGES)
+    if added := add_missing_columns(lk):
+        context.log.warning(f"raw_messages: added the column(s) {', '.join(added)} (rows logged "
+                            "before they existed hold nulls)")
     zone = landing.zone()
     landed = session.read.parquet(str(zone.batch_path(key)))
+    if "body_size" not in landed.columns:  # landed before bodies could be moved aside
+        landed = landed.withColumn("body_size", F.length("body")).withColumn(
+            "body_location", F.lit(None).cast("string")
+        )
     rows = landed.select(
         *[F.col(f.name).cast(f.dataType).alias(f.name) for f in RAW_MESSAGES.schema().fields]
     )
@@ -75,6 +87,20 @@ def raw_messages(
             "landing_file": dg.MetadataValue.path(str(zone.batch_path(key))),
         },
     )
+
+
+def add_missing_columns(lake: "Lake") -> list[str]:
+    """Add to an existing raw_messages table the columns its schema gained since it was
+    created (nullable, as Delta adds them); the names added."""
+    from sis_platform.lake.delta import sql_identifier
+
+    existing = set(lake.read(RAW_MESSAGES).columns)
+    missing = [f for f in RAW_MESSAGES.schema().fields if f.name not in existing]
+    if missing:
+        columns = ", ".join(f"{sql_identifier(f.name)} {f.dataType.simpleString()}"
+                            for f in missing)
+        lake.spark.sql(f"ALTER TABLE {lake.sql_table(RAW_MESSAGES)} ADD COLUMNS ({columns})")
+    return [f.name for f in missing]
 
 
 # A check of its own (not computed inside raw_messages) so it can be run again at any time from

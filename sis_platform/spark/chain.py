@@ -73,7 +73,11 @@ def verify_batch(
     problems: list[Problem] = []
     anchor = _read_anchor(zone, key, problems)
     previous = _read_anchor(zone, batch_key(seq - 1), problems) if seq > 1 else None
-    first_prev, found = anchor_problems(key, anchor, previous, first=seq == 1)
+    unanchored = (
+        zone.unanchored_head(batch_key(seq - 1)) if seq > 1 and previous is None else None
+    )
+    first_prev, found = anchor_problems(key, anchor, previous, first=seq == 1,
+                                        unanchored_head=unanchored)
     problems += found
     if run_anchor is not None and anchor is not None and (
         run_anchor.head != anchor.head or run_anchor.messages != anchor.messages
@@ -152,7 +156,8 @@ def delta_messages(lake: Lake, key: str) -> Iterator[StoredMessage]:
                 received_at_us=int(r["received_us"]),
                 delivery_count=int(r["delivery_count"]),
                 properties_json=r["properties_json"],
-                body_size=int(r["body_size"]),
+                # Null in rows logged before the column existed (the link then fails).
+                body_size=int(r["body_size"] if r["body_size"] is not None else r["row_size"]),
                 body_sha256=str(r["body_sha256"]),
                 body_location=r["body_location"],
             ),
