@@ -13,7 +13,9 @@ A message whose body is over the per-message bound (`Limits.max_message_bytes`,
 SIS_MAX_MESSAGE_BYTES) is not kept in the batch: its bytes go to an overflow file before the
 batch lands (`LandingZone.move_aside`) and the batch holds it with an empty body, its real size,
 digest and location, to be dead-lettered `too-large` downstream (invariant 6, "Bounded cost").
-Intake then holds at most one such body at a time, for as long as it takes to write it out.
+Intake then holds at most one such body at a time, for as long as it takes to write it out. A
+unit of work backed out after that leaves the file behind: it is named by its digest, so the
+redelivered copy is written to the same file.
 """
 
 from __future__ import annotations
@@ -96,7 +98,7 @@ def consume_batch(
                 break
             if len(message.body) > message_limits.max_message_bytes:
                 messages.append(_move_aside(zone, message))
-                del message  # the only reference to the large body: free it before the next get
+                del message  # drop this loop's reference to the body before the next get
             else:
                 messages.append(message)
                 size += len(message.body)
