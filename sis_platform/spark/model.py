@@ -176,7 +176,7 @@ def _rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
                 if why is not None:
                     raise ValueError(why)
             except MemoryError:
-                raise  # the worker's state, not this master's: the step is retried
+                raise  # the worker's state, not this master's document: the step fails
             except Exception as error:
                 # The interpreter and the checks are pure functions of this master's document
                 # (no I/O): whatever they raise is about the document or a bug in reading it,
