@@ -13,6 +13,16 @@ version the step produced. Before each step, `recover` undoes whatever an interr
 behind: it deletes appended rows of steps after the last committed one and restores
 master_documents to the version the last committed step recorded. So a crash anywhere in a
 step leaves no trace once the next step starts, and the refold produces the same rows.
+
+Unknown failures (DESIGN.md invariants 4 and 6). Each master is folded under the worker guard
+(spark/guard.py): an in-flight marker and a per-item wall-clock budget. A master whose fold
+raises yields one `failure` row, its id a column; the driver collects those rows before it
+writes anything. A worker that dies leaves its master in its marker; one the watchdog killed
+leaves the item too. Either way the failure is recorded in fold_failures against exactly those
+masters (never against a name found in an error's text) and the step fails, to be retried: an
+item over the budget is then dead-lettered `too-complex` without being folded again, and a
+master that failed `quarantine_after` times is quarantined. On object storage there are no
+markers: a dying worker is retried as a transient failure, and only failure rows attribute.
 """
 
 from __future__ import annotations
