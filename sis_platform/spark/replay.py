@@ -2,7 +2,8 @@
 letters are classified again and the masters they touch are rewound and refolded from the
 first dead letter on, in feed order, through the fold's rewind (spark/fold.py). A dead letter
 that the fix does not cure is dead-lettered again, in the same place; nothing is applied twice.
-Replaying a master's `quarantined` dead letters releases its quarantine (the fix is deployed).
+Replaying a master's `quarantined` or `too-complex` dead letters releases its recorded fold
+failures (the fix is deployed).
 """
 
 from __future__ import annotations
@@ -71,14 +72,16 @@ def replay_dead_letters(
         )
         if on_relogged is not None:
             on_relogged(key, summary)
-    # Replaying a quarantined master's items is the statement that its failure is fixed.
+    # Replaying a quarantined master's items, or its items over the fold's time budget, is the
+    # statement that its failure is fixed (else an item over the budget stays held back).
     release_quarantine(
         lake,
         {str(r["master_id"]) for r in rows
-         if r["reason"] == str(Reason.QUARANTINED) and r["master_id"] is not None},
+         if r["reason"] in (str(Reason.QUARANTINED), str(Reason.TOO_COMPLEX))
+         and r["master_id"] is not None},
     )
     step = fold_step(
         lake, selector=selector, run_id=run_id, rewind=rewind or None,
-        quarantine_after=quarantine_after,
+        quarantine_after=quarantine_after, limits=limits,
     )
     return ReplayResult(len(rows), tuple(keys), len(rewind), step)

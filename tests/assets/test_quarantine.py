@@ -166,6 +166,14 @@ def test_item_over_its_budget_is_dead_lettered_too_complex_and_later_batches_fol
     outcomes = lake.read(MESSAGE_OUTCOMES).groupBy("outcome").count().collect()
     assert {r["outcome"]: r["count"] for r in outcomes} == {"applied": 5, "dead-lettered": 1}
 
+    monkeypatch.delenv("SIS_INJECT_FOLD_FAILURE")  # the fix; replaying releases the item
+    replay = h.defs.resolve_job_def("replay_dead_letters").execute_in_process(
+        instance=h.instance,
+        run_config={"ops": {"replay": {"config": {"reasons": ["too-complex"]}}}},
+    )
+    assert replay.success
+    assert_lake_matches_reference(lake, reference_for(h.logged_messages()))
+
 
 def test_message_whose_classification_raises_is_dead_lettered_quarantined_at_once(
     tmp_path, spark, monkeypatch: pytest.MonkeyPatch
