@@ -16,6 +16,13 @@ digest and location, to be dead-lettered `too-large` downstream (invariant 6, "B
 Intake then holds at most one such body at a time, for as long as it takes to write it out. A
 unit of work backed out after that leaves the file behind: it is named by its digest, so the
 redelivered copy is written to the same file.
+
+Before its first get, `consume_batch` proves the landing zone writable (`LandingZone.probe`).
+Every backout raises the backout count of every message in the unit of work, and a source moves
+a message to its backout queue past its threshold (queues/base.py): if a landing outage were
+found only when landing, each failed tick would bring the whole batch's valid messages closer to
+the backout queue, unlogged (invariant 4: a transient failure never dead-letters a valid
+message). Found first, it fails the tick with nothing got.
 """
 
 from __future__ import annotations
@@ -75,6 +82,7 @@ def consume_batch(
     batch is claimed). A body over `message_limits.max_message_bytes` is moved aside as it
     arrives (see the module docstring). `before_commit` runs between landing and commit (fault
     injection in tests); if it, or `land`, raises, the unit of work is backed out."""
+    zone.probe()  # before any get: a landing outage must not back out (and count) messages
     deadline = clock() + limits.max_seconds
     messages: list[ReceivedMessage | MovedAside] = []
     size = 0

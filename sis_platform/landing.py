@@ -158,6 +158,19 @@ class LandingZone:
         self.batches_dir.mkdir(parents=True, exist_ok=True)
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
 
+    def probe(self) -> None:
+        """Prove the zone can take a batch now: create, write, fsync and remove a small file in
+        its temporary folder. Raises OSError (a full disk, a read-only or unreachable mount)."""
+        self.ensure()
+        probe = self.tmp_dir / f"probe.{uuid.uuid4().hex}.partial"
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, b"probe")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            probe.unlink(missing_ok=True)
+
     def batch_path(self, key: str) -> Path:
         return self.batches_dir / f"{key}.parquet"
 

@@ -124,6 +124,13 @@ def sportsdata_queue_sensor(
                 f"{exc}; the messages got in this tick were backed out and stay on "
                 f"{source.description} for the holder"
             ) from exc
+        except OSError as exc:
+            # The landing zone is probed before the first get, so an outage found there got
+            # nothing; one found while landing backed out what it got (it stays on the queue).
+            raise dg.Failure(
+                description=f"landing zone {zone.root} unavailable: {exc}; nothing was "
+                f"committed off {source.description}; retrying next tick"
+            ) from exc
         except SourceUnavailable as exc:
             # A failed tick, not a skip: an outage must be visible in the UI (STYLE.md rule 7).
             raise dg.Failure(
