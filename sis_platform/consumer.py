@@ -1,13 +1,13 @@
 """Getting one landing batch off the queue: get under syncpoint, land durably, then commit.
 
-This is the only place that moves messages from the queue into the platform (DESIGN.md
+This is the only place that moves messages from the queue into the platform (docs/design.md
 invariant 1). The order of the three steps is the whole point: a crash before `land` returns
 leaves every message on the queue (the unit of work is backed out, and redelivered with a
 higher delivery count); a crash after `land` but before `commit` leaves the messages both on
 the queue and in a batch, and their redelivered copies are later recorded as duplicates by
 message id (invariant 2). With a consumer lease, `land` is fenced: a consumer that lost the
 lease gets `FencedOff` from it, lands nothing and backs out, so the messages stay on the queue
-for the new holder (invariant 6). No Dagster or Spark import: the sensor calls this every tick.
+for the new holder (invariant 8). No Dagster or Spark import: the sensor calls this every tick.
 
 A message whose body is over the per-message bound (`Limits.max_message_bytes`,
 SIS_MAX_MESSAGE_BYTES) is not kept in the batch: its bytes go to an overflow file before the

@@ -1,7 +1,7 @@
 """The landing zone: immutable, durable batches of raw messages, the platform's source of truth.
 
 The sensor gets messages under syncpoint, writes them here as one batch and only then commits
-the queue's unit of work (DESIGN.md invariant 1, "No loss"). A batch file is written to a
+the queue's unit of work (docs/design.md invariant 1, "No loss"). A batch file is written to a
 temporary name, fsync'd, atomically renamed into place and its folder fsync'd, so after a crash
 a batch either exists whole or not at all. Everything downstream is a pure function of these
 files, which is what makes partitions re-materializable without touching the queue.

@@ -1,5 +1,5 @@
-"""The consumer lease: production and disaster recovery never consume at once (DESIGN.md,
-invariant 6).
+"""The consumer lease: production and disaster recovery never consume at once (docs/design.md,
+invariant 8).
 
 Both deployments point at the same queue and the same landing zone (shared storage, e.g. NFS).
 The lease is a small JSON file in the landing zone's root, `lease.json`:

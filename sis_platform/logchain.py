@@ -1,5 +1,5 @@
 """The message log's hash chain: what a link covers, the anchors that pin it, and how a stored
-sequence of messages is checked against both (DESIGN.md invariant 5, "Integrity").
+sequence of messages is checked against both (docs/design.md invariant 5, "Integrity").
 
 A link covers every logged field of a message, in one canonical encoding:
 

@@ -1,10 +1,10 @@
 """Trace one message through the message log: the answer to a dispute about it.
 
 Given a message id, `trace_message` reads the Delta tables only (never the queue or the landing
-zone) and tells, for every logged copy of the message (a redelivery is logged again, DESIGN.md
+zone) and tells, for every logged copy of the message (a redelivery is logged again, docs/design.md
 invariant 1): when it was received, its batch, its delivery count, its bytes' digest and hash
 chain link; how it was parsed (its items, or why the whole message was invalid); and what became
-of each item (SPORTSDATA.md "Splitting, order, exactly once", DESIGN.md invariant 4): the master
+of each item (docs/feed.md "Items: splitting a message", docs/design.md invariant 4): the master
 version it produced, the earlier copy it duplicated, filtered, or its dead letter.
 
 Only committed fold steps count. The fold appends its rows first and commits by appending to
@@ -400,7 +400,7 @@ def _is_unaccounted(copy: MessageCopy) -> bool:
 
 def _link_duplicates(copies: list[MessageCopy]) -> tuple[MessageCopy, ...]:
     # The fold records a duplicate without saying which copy counted (exactly once by message
-    # id, SPORTSDATA.md): it is the first copy in landing order that was not itself a duplicate.
+    # id, docs/feed.md): it is the first copy in landing order that was not itself a duplicate.
     from dataclasses import replace
 
     counted = _counted(copies)

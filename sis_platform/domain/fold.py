@@ -2,9 +2,9 @@
 
 This is the oracle. The Spark fold groups items by master id, sorts each group by (landing
 order, position) and calls `fold_master` on it; the serial `ReferencePipeline` does the same,
-so both produce the same states, versions and results (DESIGN.md, invariant 3).
+so both produce the same states, versions and results (docs/design.md, invariant 3).
 
-Rules (SPORTSDATA.md, "Master messages", "Update messages", "Invalid items and poison
+Rules (docs/feed.md, "Master messages", "Update messages", "Invalid items and poison
 messages"), and the decisions taken where the contract is silent:
 
 - A master `new` creates the document. A `new` for a master that already exists replaces it as

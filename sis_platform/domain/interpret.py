@@ -1,6 +1,6 @@
 """The interpreted model: a master document read as rows of events, markets and selections.
 
-This is what Opportunity Management reads. Prices are fractional odds (SPORTSDATA.md); the
+This is what Opportunity Management reads. Prices are fractional odds (docs/feed.md); the
 decimal price (num/den + 1) is added because that is what downstream pricing compares.
 
 Integers are read as xs:integer's lexical form (XML Schema Part 2, 3.3.13), which is what the

@@ -1,5 +1,5 @@
 """Splitting a message into items, and what a JMS selector sees of an item
-(SPORTSDATA.md, "Splitting, order, exactly once").
+(docs/feed.md, "Items: splitting a message").
 
 An item is the unit of processing: one per listed master id, keeping the message id and the
 id's 0-based position in the message's id list. Items carry bytes only, so they pickle and

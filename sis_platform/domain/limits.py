@@ -1,4 +1,4 @@
-"""The resource bounds every message is held to (DESIGN.md invariant 6, "Bounded cost").
+"""The resource bounds every message is held to (docs/design.md invariant 6, "Bounded cost").
 
 Whatever its bytes, a message reaches an end state (applied, duplicate, filtered or
 dead-lettered) within bounded time and memory. Each bound below is enforced before the work it

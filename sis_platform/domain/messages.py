@@ -1,5 +1,5 @@
-"""Parsing and validating one Sportsdata message body (SPORTSDATA.md, "The message",
-"The document", "Invalid items and poison messages"; DESIGN.md invariant 6, "Bounded cost").
+"""Parsing and validating one Sportsdata message body (docs/feed.md, "A message on the queue",
+"The document", "Invalid messages and items"; docs/design.md invariant 6, "Bounded cost").
 
 `parse_message` either returns a `ParsedMessage` or raises `InvalidMessage` with the reason
 the whole message is dead-lettered. Checks run cheapest first, each bound before the work it
@@ -27,7 +27,7 @@ protects, and the body is parsed once and validated once:
    of the node bounds and no more `=` than `max_attributes` cannot cross one (every node starts
    with `<`, every attribute has its `=`), and is parsed without counting.
 5. `schema-invalid` when the root is not an unqualified `sportsdata` element.
-6. `invalid-envelope`: the root attributes (SPORTSDATA.md table): unknown attribute,
+6. `invalid-envelope`: the root attributes (docs/feed.md table): unknown attribute,
    category not master/update, type missing on a master or present on an update, id list
    empty, an id not matching `[A-Za-z0-9_.:-]{1,64}`, an id twice, `sent` not an xs:dateTime.
    These are checked in code before the schema so the reason names the envelope. Among them,
@@ -62,7 +62,7 @@ DEFAULT_MAX_BYTES = DEFAULT_LIMITS.max_message_bytes
 
 ENVELOPE_ATTRIBUTES = frozenset({"category", "type", "id", "sent"})
 
-# SPORTSDATA.md, "The document": an id matches [A-Za-z0-9_.:-]{1,64}; ids are separated by
+# docs/feed.md, "The document": an id matches [A-Za-z0-9_.:-]{1,64}; ids are separated by
 # XML whitespace only (a no-break space is not a separator, and not an id character either).
 _ID = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
 _XML_SPACE = " \t\r\n"

@@ -1,6 +1,6 @@
 """Validating a patched master by re-checking only what the patch can have changed.
 
-SPORTSDATA.md ("Update messages"): the patched document must still be valid against the
+docs/feed.md ("Update messages"): the patched document must still be valid against the
 schema. Validating the whole `event` after every update is the fold's largest cost (a race
 with four markets is a few hundred elements), while a typical update moves a price or a
 status: a handful of attributes. This module proves, from the operations alone, which parts
@@ -19,7 +19,7 @@ checked as a copy without its children.
 
 Which regions, and when the proof holds. The regions are only derived for selectors whose
 parsed form (sis_platform.domain.xpath, the one selector parser) is plain, the form the
-provider uses and SPORTSDATA.md shows:
+provider uses and docs/feed.md shows:
 
     /event(/name([@attr='literal'])*)*(/@name)?
 

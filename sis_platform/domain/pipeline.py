@@ -1,5 +1,5 @@
 """The reference pipeline: the message log in landing order to masters, versions and dead
-letters, serially, in plain Python (SPORTSDATA.md; DESIGN.md, invariants 2-4).
+letters, serially, in plain Python (docs/feed.md; docs/design.md, invariants 2-4).
 
 Per message, in this order:
 

@@ -1,4 +1,5 @@
-"""Reason codes: why a message or item did not advance a master (SPORTSDATA.md, "Invalid items")."""
+"""Reason codes: why a message or item did not advance a master (docs/feed.md, "Invalid
+messages and items")."""
 
 from enum import StrEnum
 

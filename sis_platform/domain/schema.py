@@ -1,4 +1,4 @@
-"""The Sportsdata RELAX NG schema, compiled once per process (SPORTSDATA.md, "The document").
+"""The Sportsdata RELAX NG schema, compiled once per process (docs/feed.md, "The document").
 
 `schema/sportsdata.rnc` is authoritative; `schema/sportsdata.rng` is its rnc2rng conversion,
 checked in so that loading needs no converter (a test keeps the two equal). Three validators
@@ -7,7 +7,7 @@ come from the one grammar:
 - the envelope schema (the grammar's own `start`, root `sportsdata`) for whole messages;
 - the event schema (the same grammar with `start` replaced by `<ref name="event"/>`) for
   a standalone master document, which is what a master is after splitting and after every
-  patch (SPORTSDATA.md, "Update messages": the patched document must still be valid);
+  patch (docs/feed.md, "Update messages": the patched document must still be valid);
 - the fragment schema (start: any one of event, market, selection, price) for checking just
   the part of a master an update changed (sis_platform.domain.patchscope).
 

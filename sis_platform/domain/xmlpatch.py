@@ -13,7 +13,7 @@ Decisions where RFC 5261 is silent or its peers disagree (each is cited where it
   attribute, namespace, text, comment or processing-instruction step. General XPath (`//`,
   other axes, functions, operators, unions, variables) is `invalid-attribute-value`, and a
   selector over a bound of sis_platform.domain.limits is `too-complex`: evaluation then costs
-  at most the selector's steps times the document, whatever its bytes (DESIGN.md invariant 6).
+  at most the selector's steps times the document, whatever its bytes (docs/design.md invariant 6).
   The parsed path is rendered to an XPath 1.0 expression libxml2 evaluates, with RFC 5261
   section 4.1/4.2 semantics on top: the context node is the document root node, the selector
   must locate exactly one node (else `unlocated-node`), prefixes resolve against the

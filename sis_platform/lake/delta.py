@@ -2,7 +2,7 @@
 
 Tables live at `<base_path>/<table name>` (a local folder, or s3a://, abfss://, gs:// on a
 cluster): paths, not a metastore, so the same code runs on a laptop and a cluster, and every
-asset says in its metadata exactly where it wrote (STYLE.md: no IO manager hiding the location).
+asset says in its metadata exactly where it wrote (no IO manager hiding the location).
 
 Table operations beyond reads and DataFrame writes (create, merge, delete, update, restore,
 history) are Delta's SQL commands on `delta.`<path>``, not the `DeltaTable` Python API: the
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# Bounded retry of a Delta commit that lost an optimistic-concurrency race (DESIGN.md: one
+# Bounded retry of a Delta commit that lost an optimistic-concurrency race (docs/design.md: one
 # writer per table is the rule, through the sis_fold pool; batch_log and the partitioned
 # message-log tables are written by concurrent backfill runs, which can conflict). A write that
 # raised a DeltaConcurrentModificationException did not commit, so repeating it is safe.

@@ -1,7 +1,7 @@
 """The Delta tables of the platform: names, Spark schemas and partitioning, in one place.
 
 Schemas are built by functions (not at import) because pyspark is a heavy import that the sensor
-process must never pay for (STYLE.md: heavy imports inside functions).
+process must never pay for (heavy imports stay inside functions).
 """
 
 from __future__ import annotations

@@ -127,7 +127,7 @@ class RedeliveryCounts:
             target = ":memory:"
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            # Created private (DESIGN.md invariant 9); SQLite gives its -wal and -shm files the
+            # Created private (docs/design.md invariant 9); SQLite gives its -wal and -shm files the
             # database file's permissions.
             os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
             target = str(self.path)

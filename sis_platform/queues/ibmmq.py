@@ -4,7 +4,7 @@ pymqi is an optional extra (`pip install 'sis-platform[ibmmq]'`) and needs the I
 library (the IBM MQ redistributable client, `libmqic_r.so`) at run time. It is imported only
 when a connection is opened, so this module imports without it.
 
-What the queue manager does and what this module does (DESIGN.md "Sources"):
+What the queue manager does and what this module does (docs/design.md "Sources"):
 - Gets are MQGMO_SYNCPOINT: a got message stays invisible to other consumers until MQCMIT
   (gone) or MQBACK (reinstated with BackoutCount + 1).
 - The queue manager counts backouts but does not act on BOTHRESH/BOQNAME: that is the

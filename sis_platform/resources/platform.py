@@ -88,7 +88,7 @@ class DeltaLakeResource(dg.ConfigurableResource):
 
 
 class FeedProcessingResource(dg.ConfigurableResource):
-    """How the feed is interpreted (SPORTSDATA.md): resource bounds, limits and the item
+    """How the feed is interpreted (docs/feed.md): resource bounds, limits and the item
     selector. The bounds are documented in sis_platform/domain/limits.py."""
 
     max_message_bytes: int = Field(

@@ -132,7 +132,7 @@ def sportsdata_queue_sensor(
                 f"committed off {source.description}; retrying next tick"
             ) from exc
         except SourceUnavailable as exc:
-            # A failed tick, not a skip: an outage must be visible in the UI (STYLE.md rule 7).
+            # A failed tick, not a skip: an outage must be visible in the UI.
             raise dg.Failure(
                 description=f"queue unavailable ({source.description}): {exc}; retrying next tick"
             ) from exc

@@ -2,7 +2,7 @@
 
 None of these is applied to the simulator's model: a whole-message reason makes the consumer
 dead-letter the message, an orphan update names no master, and an invalid patch is atomic
-(SPORTSDATA.md, "Update messages"), so it changes nothing either.
+(docs/feed.md, "Update messages"), so it changes nothing either.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ How a feed is built:
   probability k/r, which places exactly the requested number of each kind at uniformly random
   positions without holding any list of positions.
 - An invalid patch (`unlocated-node`, `invalid-result`) is never applied by the consumer, and it
-  makes the master stale (SPORTSDATA.md, "Invalid items and poison messages"): updates to that
+  makes the master stale (docs/feed.md, "Invalid messages and items"): updates to that
   master are dead-lettered as `master-stale` until the next master message for it. The
   simulator therefore turns one of the race's next few messages into a master `refresh`
   carrying its model, after which the consumer's master and the model agree again.

@@ -236,7 +236,7 @@ def remove_op(sel: str) -> str:
     return f'<remove sel="{attr(sel)}"/>'
 
 
-# Message envelopes (SPORTSDATA.md, "The document").
+# Message envelopes (docs/feed.md, "The document").
 
 XML_DECLARATION: Final[str] = '<?xml version="1.0" encoding="UTF-8"?>\n'
 

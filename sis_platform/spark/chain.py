@@ -1,4 +1,4 @@
-"""Verifying the message log's hash chain, one batch at a time (DESIGN.md invariant 5).
+"""Verifying the message log's hash chain, one batch at a time (docs/design.md invariant 5).
 
 A batch is checked three ways against its anchors (sis_platform/logchain.py): its anchor file
 must exist and start where the previous batch's anchor ends; its landing file and its rows in

@@ -1,4 +1,4 @@
-"""The message log's integrity (DESIGN.md invariant 5) on real Spark and Delta: every kind of
+"""The message log's integrity (docs/design.md invariant 5) on real Spark and Delta: every kind of
 tampering with the Delta table or a landing file, and truncation of the last batch, is caught
 by the blocking `hash_chain_intact` check (run again later, as from the UI) and by
 `sis-verify-log`; an intact log passes both.

@@ -1,5 +1,5 @@
 """Already-folded input that changes is refolded in feed order: a backfill after a fix, and a
-dead-letter replay (DESIGN.md invariant 3; issue 4, "Backfills converge" and "Replay").
+dead-letter replay (docs/design.md invariant 3).
 
 The fix here is a configuration one (the redelivery limit raised from 5 to 10), so that the
 "fixed" platform is the same code: a message dead-lettered `redelivery-limit` before the fix is

@@ -367,7 +367,7 @@ def test_simulated_feed_outcomes_match_the_simulators_labels():
     """The simulator labels what each message is meant to be; the pipeline must agree.
 
     One known difference: the simulator keeps sending updates for a master it has made stale
-    (until its refresh) and labels them "update"; SPORTSDATA.md makes them `master-stale`.
+    (until its refresh) and labels them "update"; docs/feed.md makes them `master-stale`.
     """
     invalid = {str(reason): 0.004 for reason in INVALID_REASONS}
     feed = list(generate_feed(5, 6000, invalid=invalid, duplicates=0.01))

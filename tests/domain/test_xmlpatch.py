@@ -137,7 +137,7 @@ def test_empty_patch_returns_an_equal_copy() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# SPORTSDATA.md: updates to `event` masters
+# docs/feed.md: updates to `event` masters
 
 MASTER = """<event id="{id}" sport="horse-racing" country="GB" course="Ascot" name="{name}"
  start="2026-11-21T14:30:00Z" status="active" going="good">
@@ -541,7 +541,7 @@ def test_a_shared_operation_is_reported_at_its_position_in_each_patch() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Selectors are bounded (DESIGN.md invariant 6; sis_platform.domain.xpath, limits)
+# Selectors are bounded (docs/design.md invariant 6; sis_platform.domain.xpath, limits)
 
 RACE_DOC = MASTER.format(id="ASC-20261121-1430", name="Race 1")
 

@@ -1,4 +1,4 @@
-"""Every peer conformance case of ../shared/conformance/rfc5261-xml-patch.json, run.
+"""Every peer conformance case of tests/conformance/rfc5261-xml-patch.json, run.
 
 A case passes when the engine produces the expected document (compared as an infoset, see
 `canonical`) or raises PatchError with the expected RFC 5261 error name. The cases this
@@ -28,7 +28,7 @@ _MSEL = (
 _DESCENDANT = (
     "'//' (the descendant axis) is not in RFC 5261's selector grammar (section 8 schema); the "
     "engine accepts only that grammar, so a selector's cost stays bounded by its steps times "
-    "the document (DESIGN.md invariant 6): invalid-attribute-value"
+    "the document (docs/design.md invariant 6): invalid-attribute-value"
 )
 _FUNCTION = (
     "a predicate calling a function (local-name(), namespace-uri()) is not in RFC 5261's "

@@ -1,5 +1,5 @@
 """A body over the per-message bound is moved aside at intake, never held in a landing batch
-(DESIGN.md invariant 6), on the real embedded queue and landing zone (no Spark)."""
+(docs/design.md invariant 6), on the real embedded queue and landing zone (no Spark)."""
 
 from __future__ import annotations
 

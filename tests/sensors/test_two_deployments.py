@@ -1,4 +1,4 @@
-"""Production and disaster recovery on one queue and one landing zone (DESIGN.md invariant 6):
+"""Production and disaster recovery on one queue and one landing zone (docs/design.md invariant 8):
 two sensors, in one process with a hand-moved clock, and in two real processes."""
 
 from __future__ import annotations
