@@ -298,7 +298,7 @@ class WorkerPlan:
     """What the driver hands every fold worker with the fold function."""
 
     selector_text: str | None
-    budget_seconds: float  # wall-clock seconds per item (Limits.item_budget_seconds)
+    limits: Limits  # the fold's bounds, and the per-item budget of the guard
     # Items that overran the budget in an earlier attempt, by (message id, position): each is
     # dead-lettered `too-complex` with this detail and never folded again.
     timed_out: Mapping[tuple[str, int], str] = field(default_factory=dict)
@@ -316,7 +316,7 @@ def _fold_partition(
     from pyspark.sql.pandas.types import to_arrow_schema
 
     schema = to_arrow_schema(_fold_out_schema())
-    guard = Guard(inflight_dir, plan.budget_seconds)
+    guard = Guard(inflight_dir, plan.limits.item_budget_seconds)
     master_id: str | None = None
     state: dict[str, Any] | None = None
     items: list[dict[str, Any]] = []
@@ -437,7 +437,7 @@ def _fold_items(
     def fold(state: MasterState | None, part: list[Item]) -> MasterFoldResult:
         return fold_master(
             master_id, state, _Watched(part, guard, plan.injected),
-            selector=_selector(plan.selector_text), patches=_patch_cache(),
+            selector=_selector(plan.selector_text), patches=_patch_cache(), limits=plan.limits,
         )
 
     if not plan.timed_out:
@@ -879,7 +879,7 @@ def fold_step(
             )
         )
     plan = WorkerPlan(
-        selector_text=selector, budget_seconds=limits.item_budget_seconds,
+        selector_text=selector, limits=limits,
         timed_out=known.timed_out, injected=injected_fold_failure(),
     )
     folder = InFlightFolder.create(lake.base_path, f"fold-{step}")
