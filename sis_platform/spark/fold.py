@@ -519,6 +519,10 @@ class MasterFailure:
     position: int | None = None
 
 
+# The outcome a `failure` row of the fold takes among the step's outcomes (never written).
+FAILED = "failed"
+
+
 def _failure_rows(rows: list[Row]) -> list[MasterFailure]:
     """The fold's `failure` rows (collected before anything is written)."""
     return [MasterFailure(str(r["master_id"]), ERROR, str(r["detail"])) for r in rows]
@@ -899,14 +903,6 @@ def fold_step(
                        cause=error)
     finally:
         folder.remove()
-    # Masters whose fold raised, from their rows' master_id column: collected before anything
-    # of the step is written.
-    raised = _failure_rows(
-        folded.where(F.col("kind") == "failure").select("master_id", "detail").collect()
-    )
-    if raised:
-        _fail_step(lake, raised, step=step, run_id=run_id, quarantine_after=quarantine_after)
-
     step_col = F.lit(step).cast("long")
     raw = lake.read(RAW_MESSAGES).where(F.col("batch_key").isin(keys + changed_keys) | (
         F.col("batch_seq") <= F.lit(last) if rewinding else F.lit(False)
@@ -914,7 +910,12 @@ def fold_step(
     raw_cols = raw.select("batch_seq", "msg_seq", "batch_key", "body", "delivery_count")
 
     # Outcomes: one row per item, one per duplicate or invalid message (position null).
-    results = folded.where("kind = 'result'")
+    # A master whose fold raised has one `failure` row and no other: it rides with the outcomes
+    # (outcome FAILED), so the tally below, before anything is written, finds it without a job
+    # of its own.
+    results = folded.where("kind IN ('result', 'failure')").withColumn(
+        "outcome", F.when(F.col("kind") == "failure", F.lit(FAILED)).otherwise(F.col("outcome"))
+    )
     outcomes = (
         results.select(
             "message_id", "batch_seq", "msg_seq", "position", "master_id", "outcome", "version",
@@ -983,8 +984,14 @@ def fold_step(
     tally = outcomes.agg(
         F.count_distinct("batch_seq", "msg_seq").alias("messages"),
         *[F.count_if(F.col("outcome") == str(o)).alias(str(o)) for o in Outcome],
+        F.count_if(F.col("outcome") == FAILED).alias(FAILED),
     ).first()
     assert tally is not None
+    if int(tally[FAILED]):
+        # The masters named by their failure rows' master_id column, never by an error's text.
+        raised = outcomes.where(F.col("outcome") == FAILED).select("master_id", "detail")
+        _fail_step(lake, _failure_rows(raised.collect()), step=step, run_id=run_id,
+                   quarantine_after=quarantine_after)
     counts = {str(o): int(tally[str(o)]) for o in Outcome}
     n_rewound = rewound.count() if rewinding else 0
     result = FoldStepResult(
