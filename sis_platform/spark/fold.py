@@ -1,7 +1,7 @@
 """The fold on Spark: items to master documents, per master id in feed order, parallel across ids.
 
 One fold step takes the gap-free run of batches after the last committed step (the fold never
-advances over a missing batch: DESIGN.md invariant 3), drops messages already seen by message
+advances over a missing batch: docs/design.md invariant 3), drops messages already seen by message
 id (invariant 2), dead-letters invalid messages, and folds each master's items with the domain's
 `fold_master` in Spark's Python workers: masters are hash-partitioned, each partition is sorted
 so a master's state and items are contiguous, and one `mapInArrow` call streams the partition.
@@ -14,7 +14,7 @@ behind: it deletes appended rows of steps after the last committed one and resto
 master_documents to the version the last committed step recorded. So a crash anywhere in a
 step leaves no trace once the next step starts, and the refold produces the same rows.
 
-Unknown failures (DESIGN.md invariants 4 and 6). Each master is folded under the worker guard
+Unknown failures (docs/design.md invariants 4 and 6). Each master is folded under the worker guard
 (spark/guard.py): an in-flight marker and a per-item wall-clock budget. A master whose fold
 raises yields one `failure` row, its id a column; the driver collects those rows before it
 writes anything. A worker that dies leaves its master in its marker; one the watchdog killed
@@ -689,7 +689,7 @@ def fold_step(
 ) -> FoldStepResult:
     """Recover, then fold the next gap-free run of batches and commit it as one step.
 
-    Rewind (DESIGN.md invariant 3): when a batch already folded has different items now (its
+    Rewind (docs/design.md invariant 3): when a batch already folded has different items now (its
     message_items were re-materialized after a fix, so its digest in batch_log differs from the
     one folded), the masters it touches, before or after, are rewound: each goes back to its
     last version before the first changed batch, taken from master_versions (right after an

@@ -4,7 +4,7 @@ Each raw message goes through the domain's `classify_message` (the same function
 pipeline uses), so Spark and the reference agree by construction on what a message means; what
 Spark adds is running it in parallel, next to the data.
 
-Isolation (DESIGN.md invariants 4 and 6): each message is classified under the worker guard
+Isolation (docs/design.md invariants 4 and 6): each message is classified under the worker guard
 (spark/guard.py) with the per-item budget. An exception from classifying a message (a bug, not
 an invalid message: those are dead letters already) dead-letters it `quarantined` at once, since
 classification is a pure function of the message. A worker that dies on a message, or that the
