@@ -104,7 +104,8 @@ def sensor_interval_seconds(env: Mapping[str, str] | None = None) -> int:
 
 def queue_resource(env: Mapping[str, str], profile: str) -> QueueSourceResource:
     """The configured queue source. The backout settings apply to every source: a message
-    backed out SIS_BACKOUT_THRESHOLD times (default 10; 0 turns it off) is moved to
+    backed out SIS_BACKOUT_THRESHOLD times (default 10, or twice a higher SIS_REDELIVERY_LIMIT;
+    0 turns it off) is moved to
     SIS_BACKOUT_QUEUE instead of being delivered again (on IBM MQ the queue's own BOTHRESH and
     BOQNAME come first)."""
     default_source = {"activemq": "stomp", "ibmmq": "ibmmq"}.get(profile, "embedded")
@@ -192,15 +193,18 @@ def _require_other_queue(backout_queue: str | None, queue: str) -> None:
 def _backout_threshold(env: Mapping[str, str]) -> int:
     """SIS_BACKOUT_THRESHOLD: 0 (off) or more backouts than SIS_REDELIVERY_LIMIT allows
     deliveries, so that a message coming back is landed and dead-lettered by the fold, with
-    its record in the message log, before the source moves it aside unlogged."""
-    threshold = _int(env, "SIS_BACKOUT_THRESHOLD", DEFAULT_BACKOUT_THRESHOLD)
+    its record in the message log, before the source moves it aside unlogged. Unset, it is
+    twice the redelivery limit and at least DEFAULT_BACKOUT_THRESHOLD (10 with the default
+    limit of 5), so raising the limit alone never makes the configuration invalid."""
     redelivery_limit = _int(
         env, "SIS_REDELIVERY_LIMIT", FeedProcessingResource.model_fields["redelivery_limit"].default
     )
+    default = max(DEFAULT_BACKOUT_THRESHOLD, 2 * redelivery_limit)
+    threshold = _int(env, "SIS_BACKOUT_THRESHOLD", default)
     if threshold < 0 or 0 < threshold <= redelivery_limit:
         raise ConfigurationError(
             f"SIS_BACKOUT_THRESHOLD={threshold} must be above SIS_REDELIVERY_LIMIT="
-            f"{redelivery_limit} (default {DEFAULT_BACKOUT_THRESHOLD}), or 0 to turn it off"
+            f"{redelivery_limit} (unset: {default}), or 0 to turn it off"
         )
     return threshold
 

@@ -172,6 +172,7 @@ def message_items(
         limits=processing.limits(),
         redelivery_limit=processing.redelivery_limit,
         run_id=context.run.run_id,
+        quarantine_after=processing.quarantine_after,
     )
     digest, messages, n_items, invalid = (
         summary.digest, summary.messages, summary.items, summary.invalid_by_reason

@@ -437,7 +437,8 @@ def _fold_items(
     def fold(state: MasterState | None, part: list[Item]) -> MasterFoldResult:
         return fold_master(
             master_id, state, _Watched(part, guard, plan.injected),
-            selector=_selector(plan.selector_text), patches=_patch_cache(), limits=plan.limits,
+            selector=_selector(plan.selector_text), patches=_patch_cache(plan.limits),
+            limits=plan.limits,
         )
 
     if not plan.timed_out:
@@ -622,16 +623,18 @@ def release_quarantine(lake: Lake, masters: set[str]) -> None:
 
 
 _SELECTORS: dict[str, object] = {}
-_PATCHES = None  # a PatchCache per Python worker, made on first use
+# A PatchCache per Python worker and limits, made on first use: the cache compiles selectors
+# under its limits (their length and steps), so the configured ones must reach it.
+_PATCHES: dict[Limits, object] = {}
 
 
-def _patch_cache():  # type: ignore[no-untyped-def]
-    global _PATCHES
-    if _PATCHES is None:
+def _patch_cache(limits: Limits):  # type: ignore[no-untyped-def]
+    patches = _PATCHES.get(limits)
+    if patches is None:
         from sis_platform.domain.fold import PatchCache
 
-        _PATCHES = PatchCache()
-    return _PATCHES
+        patches = _PATCHES[limits] = PatchCache(limits)
+    return patches
 
 
 def _selector(text: str | None):  # type: ignore[no-untyped-def]

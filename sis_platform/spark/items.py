@@ -344,7 +344,13 @@ def batch_condition(key: str) -> str:
 
 
 def log_items(
-    lake: Lake, key: str, *, limits: Limits, redelivery_limit: int, run_id: str | None
+    lake: Lake,
+    key: str,
+    *,
+    limits: Limits,
+    redelivery_limit: int,
+    run_id: str | None,
+    quarantine_after: int = 3,
 ) -> ItemsSummary:
     """(Re)write one batch's message_items from its raw_messages, then its batch_log row (in
     that order: the fold reads batch_log's version first, see spark/fold.py)."""
@@ -352,7 +358,8 @@ def log_items(
 
     lake.ensure(MESSAGE_ITEMS, BATCH_LOG)
     where = batch_condition(key)
-    write_items(lake, key, limits=limits, redelivery_limit=redelivery_limit, run_id=run_id)
+    write_items(lake, key, limits=limits, redelivery_limit=redelivery_limit, run_id=run_id,
+                quarantine_after=quarantine_after)
 
     summary = items_summary(lake.read(MESSAGE_ITEMS).where(where))
     log_row = lake.spark.createDataFrame(

@@ -126,6 +126,14 @@ def test_every_source_has_the_default_backout_threshold_and_zero_turns_it_off(tm
     assert embedded.backout_queue == "SPORTSDATA.BACKOUT"
 
 
+def test_the_default_backout_threshold_follows_a_raised_redelivery_limit(tmp_path):
+    # Raising SIS_REDELIVERY_LIMIT alone must not make the configuration invalid.
+    base = {"SIS_DATA_DIR": str(tmp_path), "SIS_REDELIVERY_LIMIT": "10"}
+    assert config.resources(base)["queue"].build().backout_threshold == 20
+    with pytest.raises(config.ConfigurationError, match="SIS_BACKOUT_THRESHOLD=10"):
+        config.resources({**base, "SIS_BACKOUT_THRESHOLD": "10"})
+
+
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
