@@ -103,8 +103,13 @@ class Lake:
             Path(local) if self.remote and local and os.path.isabs(local) and os.path.isdir(local)
             else None
         )
+        # Importing Delta's exceptions installs the conversion of its JVM conflicts into them:
+        # a conflict raised before that arrives as a bare Py4JJavaError, which the bounded retry
+        # (retrying_conflicts) does not recognise.
         if self.remote:
             import delta.connect.exceptions  # noqa: F401  (see _conflict_exceptions)
+        else:
+            import delta.exceptions  # noqa: F401
 
     def claim_writer(self, role: str) -> list[str]:
         """Make this Lake the writer of `role` (one at a time: the fold's pool), tagging each of
