@@ -16,14 +16,12 @@ import argparse
 import base64
 import dataclasses
 import json
-import os
 import sys
-import tempfile
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from sis_platform.cli.platform import EXIT_USAGE, configured_resources, spark_session
 from sis_platform.trace import (
     NOT_FOLDED,
     NOT_PARSED,
@@ -37,12 +35,8 @@ from sis_platform.trace import (
     trace_message,
 )
 
-if TYPE_CHECKING:
-    from sis_platform.resources.spark import DeltaSparkResource
-
 EXIT_FOUND = 0
 EXIT_NOT_FOUND = 1
-EXIT_USAGE = 2
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -79,16 +73,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"sis-trace: error: not a message id: {args.message_id!r}", file=sys.stderr)
         return EXIT_USAGE
 
-    # Imported here: dagster and pyspark are heavy, and --help or a bad argument needs neither.
-    from sis_platform import config
-
-    try:
-        resources = config.resources()
-    except config.ConfigurationError as exc:
-        print(f"sis-trace: configuration error: {exc}", file=sys.stderr)
+    resources = configured_resources("sis-trace")
+    if resources is None:
         return EXIT_USAGE
-    spark = _spark_session(resources["spark"])
-    lake = resources["lake"].lake(spark)
+    lake = resources["lake"].lake(spark_session(resources["spark"]))
     trace = trace_message(lake, message_id, include_body=args.show_body)
 
     if args.json:
@@ -104,42 +92,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return EXIT_NOT_FOUND
     return EXIT_FOUND
-
-
-def _spark_session(resource: DeltaSparkResource) -> Any:
-    with _startup_output_captured():
-        session = resource.spark_session
-    if "spark.remote" not in resource.spark_config:  # Spark Connect: the server's logs, not ours
-        session.sparkContext.setLogLevel("ERROR")
-    return session
-
-
-@contextmanager
-def _startup_output_captured() -> Iterator[None]:
-    """Spark's JVM inherits this process's stdout and stderr when it starts; its banner, Ivy's
-    dependency report and log4j's start-up warnings would bury the report (and corrupt --json
-    on stdout). They go to a temporary file instead, replayed on stderr only if start-up fails.
-    Once started, the log level is ERROR, and a failing query raises in Python with the Java
-    error attached, so nothing the operator needs is lost."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    with tempfile.TemporaryFile() as sink:
-        saved = {fd: os.dup(fd) for fd in (1, 2)}
-        ok = False
-        try:
-            for fd in saved:
-                os.dup2(sink.fileno(), fd)
-            yield
-            ok = True
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            for fd, copy in saved.items():
-                os.dup2(copy, fd)
-                os.close(copy)
-            if not ok:
-                sink.seek(0)
-                sys.stderr.write(sink.read().decode("utf-8", "replace"))
 
 
 def to_json(trace: MessageTrace) -> dict[str, Any]:

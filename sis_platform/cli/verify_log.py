@@ -21,6 +21,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from sis_platform.cli.platform import EXIT_USAGE, configured_resources, spark_session
 from sis_platform.landing import batch_key, batch_seq_of
 
 if TYPE_CHECKING:
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
 
 EXIT_INTACT = 0
 EXIT_BROKEN = 1
-EXIT_USAGE = 2
 MAX_PRINTED = 100
 
 
@@ -67,16 +67,10 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return EXIT_USAGE
 
-    # Imported here: dagster and pyspark are heavy, and --help or a bad argument needs neither.
-    from sis_platform import config
-    from sis_platform.cli.trace import _spark_session
-
-    try:
-        resources = config.resources()
-    except config.ConfigurationError as exc:
-        print(f"sis-verify-log: configuration error: {exc}", file=sys.stderr)
+    resources = configured_resources("sis-verify-log")
+    if resources is None:
         return EXIT_USAGE
-    lake = resources["lake"].lake(_spark_session(resources["spark"]))
+    lake = resources["lake"].lake(spark_session(resources["spark"]))
     zone = resources["landing"].zone()
     return verify(lake, zone, args.first, args.last)
 
