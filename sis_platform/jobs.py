@@ -14,7 +14,11 @@ from sis_platform.assets.masters import FOLD_POOL, fold_masters, interpreted_mod
 from sis_platform.assets.message_log import message_items, raw_messages
 from sis_platform.assets.policies import TRANSIENT_RETRY
 from sis_platform.landing import batch_key
-from sis_platform.resources.platform import DeltaLakeResource, FeedProcessingResource
+from sis_platform.resources.platform import (
+    DeltaLakeResource,
+    FeedProcessingResource,
+    LandingZoneResource,
+)
 
 # One process and one Spark session per run: the in-process executor runs every step of the
 # batch in the run's own process, instead of starting a JVM per step.
@@ -47,6 +51,7 @@ def replay_op(
     spark: LazyPySparkResource,
     lake: DeltaLakeResource,
     processing: FeedProcessingResource,
+    landing: LandingZoneResource,
 ) -> Iterator[dg.AssetMaterialization]:
     """Classify the batches holding the selected dead letters again with the code and settings
     deployed now, and rewind and refold the masters they touch, in feed order."""
@@ -65,6 +70,7 @@ def replay_op(
         selector=processing.selector,
         quarantine_after=processing.quarantine_after,
         run_id=context.run.run_id,
+        landing_root=landing.root,
         on_relogged=lambda key, s: relogged.append(
             dg.AssetMaterialization(
                 "message_items",

@@ -17,6 +17,8 @@ import dagster as dg
 
 from sis_platform import config
 from sis_platform.definitions import build_definitions
+from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
+from sis_platform.domain.pipeline import LoggedMessage
 from sis_platform.landing import LandingZone
 
 SENSOR = "sportsdata_queue_sensor"
@@ -104,11 +106,28 @@ class Harness:
         for key in list(order if order is not None else self.requested):
             self.run(key)
 
-    def logged_messages(self) -> list[Any]:
+    def logged_messages(self, limits: Limits = DEFAULT_LIMITS) -> list[LoggedMessage]:
         """The message log in landing order, as the reference pipeline consumes it."""
-        from sis_platform.domain.pipeline import LoggedMessage
+        return logged_messages(self.zone, limits)
 
-        return [
-            LoggedMessage(str(r["message_id"]), bytes(r["body"]), int(r["delivery_count"]))
-            for r in self.zone.iter_messages()
-        ]
+
+def logged_messages(zone: LandingZone, limits: Limits = DEFAULT_LIMITS) -> list[LoggedMessage]:
+    """The message log in landing order, as the reference pipeline consumes it: a body moved
+    aside at intake stays aside unless it fits `limits` now, as message_items reads it back
+    (LandingZone.restored_body)."""
+    logged = []
+    for r in zone.iter_messages():
+        message_id, count = str(r["message_id"]), int(r["delivery_count"])
+        location = r["body_location"]
+        if location is None:
+            logged.append(LoggedMessage(message_id, bytes(r["body"]), count))
+            continue
+        size = int(r["body_size"])
+        restored = zone.restored_body(
+            str(location), size, str(r["body_sha256"]), limits.max_message_bytes
+        )
+        if restored is None:
+            logged.append(LoggedMessage(message_id, b"", count, size, str(location)))
+        else:
+            logged.append(LoggedMessage(message_id, restored, count))
+    return logged

@@ -161,6 +161,7 @@ def message_items(
     spark: LazyPySparkResource,
     lake: DeltaLakeResource,
     processing: FeedProcessingResource,
+    landing: LandingZoneResource,
 ) -> dg.MaterializeResult:
     """Each logged message parsed, validated against the Sportsdata schema and split into one
     item per master id it lists (message id, master id, position, payload). A message that is
@@ -173,6 +174,7 @@ def message_items(
         redelivery_limit=processing.redelivery_limit,
         run_id=context.run.run_id,
         quarantine_after=processing.quarantine_after,
+        landing_root=landing.root,
     )
     digest, messages, n_items, invalid = (
         summary.digest, summary.messages, summary.items, summary.invalid_by_reason

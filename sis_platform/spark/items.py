@@ -20,13 +20,14 @@ import hashlib
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sis_platform.domain.limits import Limits
 from sis_platform.domain.reasons import Reason
 from sis_platform.faults import InjectedFailure, fail_as_injected, injected_classify_failure
 from sis_platform.lake.tables import BATCH_LOG, CLASSIFY_FAILURES, MESSAGE_ITEMS, RAW_MESSAGES
-from sis_platform.landing import batch_seq_of
+from sis_platform.landing import LandingZone, batch_seq_of
 from sis_platform.spark.arrow import record_batches
 from sis_platform.spark.guard import (
     RUNNING,
@@ -66,6 +67,7 @@ def _classify_batches(
     held: Mapping[str, Held] | None = None,
     inflight_dir: str | None = None,
     injected: InjectedFailure | None = None,
+    landing_root: str | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Raw message rows to message_items rows, Arrow batches both ways (`mapInArrow`): no
     pandas frame per batch, and the bodies reach `classify_message` as the bytes Arrow holds.
@@ -78,6 +80,7 @@ def _classify_batches(
         yield from _classify_rows(
             batches, schema, guard, limits=limits, redelivery_limit=redelivery_limit,
             held=held or {}, injected=injected,
+            zone=LandingZone(Path(landing_root)) if landing_root else None,
         )
     finally:
         guard.close()
@@ -92,24 +95,29 @@ def _classify_rows(
     redelivery_limit: int,
     held: Mapping[str, Held],
     injected: InjectedFailure | None,
+    zone: LandingZone | None,
 ) -> Iterator[pa.RecordBatch]:
     from sis_platform.domain.pipeline import DeadLetter, LoggedMessage
 
     for batch in batches:
         rows: list[tuple[object, ...]] = []
         columns = batch.to_pydict()
-        for key, batch_seq, msg_seq, message_id, delivery_count, body, size, location in zip(
-            columns["batch_key"], columns["batch_seq"], columns["msg_seq"],
-            columns["message_id"], columns["delivery_count"], columns["body"],
-            columns["body_size"], columns["body_location"], strict=True,
+        for key, batch_seq, msg_seq, message_id, delivery_count, body, size, sha256, location in (
+            zip(
+                columns["batch_key"], columns["batch_seq"], columns["msg_seq"],
+                columns["message_id"], columns["delivery_count"], columns["body"],
+                columns["body_size"], columns["body_sha256"], columns["body_location"],
+                strict=True,
+            )
         ):
             base = (key, batch_seq, msg_seq, message_id, delivery_count)
+            message = LoggedMessage(message_id, body, delivery_count, size, location)
+            if location is not None and zone is not None:
+                restored = zone.restored_body(location, size, sha256, limits.max_message_bytes)
+                if restored is not None:
+                    message = LoggedMessage(message_id, restored, delivery_count)
             outcome = held.get(message_id) or _classify_one(
-                guard,
-                injected,
-                LoggedMessage(message_id, body, delivery_count, size, location),
-                limits=limits,
-                redelivery_limit=redelivery_limit,
+                guard, injected, message, limits=limits, redelivery_limit=redelivery_limit
             )
             if isinstance(outcome, DeadLetter | Held):
                 rows.append(
@@ -165,6 +173,7 @@ def classify_batch(
     redelivery_limit: int,
     held: Mapping[str, Held] | None = None,
     inflight_dir: str | None = None,
+    landing_root: str | None = None,
 ) -> DataFrame:
     """Raw message rows (one batch) to message_items rows; `held` and `inflight_dir` as for
     `_classify_batches` (see `write_items`)."""
@@ -172,11 +181,12 @@ def classify_batch(
 
     return raw.select(
         "batch_key", "batch_seq", "msg_seq", "message_id", "delivery_count", "body",
-        "body_size", "body_location",
+        "body_size", "body_sha256", "body_location",
     ).mapInArrow(
         partial(
             _classify_batches, limits=limits, redelivery_limit=redelivery_limit, held=held,
             inflight_dir=inflight_dir, injected=injected_classify_failure(),
+            landing_root=landing_root,
         ),
         schema=MESSAGE_ITEMS.schema(),
     )
@@ -195,9 +205,12 @@ def write_items(
     redelivery_limit: int,
     run_id: str | None,
     quarantine_after: int = 3,
+    landing_root: str | None = None,
 ) -> None:
     """Classify one batch's raw_messages into its message_items (replacing them), holding back
-    the messages earlier attempts of this run failed on (see the module docstring)."""
+    the messages earlier attempts of this run failed on (see the module docstring). With
+    `landing_root`, a body moved aside at intake that fits `limits` now is read back from its
+    overflow file and classified (LandingZone.restored_body)."""
     where = batch_condition(key)
     raw = lake.read(RAW_MESSAGES).where(where)
     held = _held_messages(lake, key, run_id=run_id, quarantine_after=quarantine_after)
@@ -205,7 +218,7 @@ def write_items(
     try:
         items = classify_batch(
             raw, limits=limits, redelivery_limit=redelivery_limit, held=held,
-            inflight_dir=folder.path,
+            inflight_dir=folder.path, landing_root=landing_root,
         )
         try:
             lake.replace_where(MESSAGE_ITEMS, items, where)
@@ -351,6 +364,7 @@ def log_items(
     redelivery_limit: int,
     run_id: str | None,
     quarantine_after: int = 3,
+    landing_root: str | None = None,
 ) -> ItemsSummary:
     """(Re)write one batch's message_items from its raw_messages, then its batch_log row (in
     that order: the fold reads batch_log's version first, see spark/fold.py)."""
@@ -359,7 +373,7 @@ def log_items(
     lake.ensure(MESSAGE_ITEMS, BATCH_LOG)
     where = batch_condition(key)
     write_items(lake, key, limits=limits, redelivery_limit=redelivery_limit, run_id=run_id,
-                quarantine_after=quarantine_after)
+                quarantine_after=quarantine_after, landing_root=landing_root)
 
     summary = items_summary(lake.read(MESSAGE_ITEMS).where(where))
     log_row = lake.spark.createDataFrame(

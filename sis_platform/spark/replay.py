@@ -47,6 +47,7 @@ def replay_dead_letters(
     quarantine_after: int = 3,
     run_id: str | None,
     on_relogged: Callable[[str, ItemsSummary], None] | None = None,
+    landing_root: str | None = None,
 ) -> ReplayResult:
     """Replay the committed dead letters (those with a reason in `reasons` and in a batch of
     `batch_keys`, each filter unless empty)."""
@@ -68,7 +69,8 @@ def replay_dead_letters(
             rewind[str(r["master_id"])] = min(seq, rewind.get(str(r["master_id"]), seq))
     for key in keys:
         summary = log_items(
-            lake, key, limits=limits, redelivery_limit=redelivery_limit, run_id=run_id
+            lake, key, limits=limits, redelivery_limit=redelivery_limit, run_id=run_id,
+            quarantine_after=quarantine_after, landing_root=landing_root,
         )
         if on_relogged is not None:
             on_relogged(key, summary)

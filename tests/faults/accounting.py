@@ -6,17 +6,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from sis_platform.domain.pipeline import LoggedMessage
 from sis_platform.lake.tables import MESSAGE_OUTCOMES, RAW_MESSAGES
 from sis_platform.landing import LandingZone
+from tests.harness import logged_messages
 
-
-def logged_messages(zone: LandingZone) -> list[LoggedMessage]:
-    """The message log in landing order, as the reference pipeline consumes it."""
-    return [
-        LoggedMessage(str(r["message_id"]), bytes(r["body"]), int(r["delivery_count"]))
-        for r in zone.iter_messages()
-    ]
+__all__ = ["assert_log_accounts_for_every_message", "logged_messages"]
 
 
 def assert_log_accounts_for_every_message(lake: Any, zone: LandingZone) -> None:

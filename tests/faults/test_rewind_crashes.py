@@ -46,7 +46,8 @@ def test_fold_killed_while_rewinding_converges_to_the_reference(tmp_path, reques
     # The backfill with the fix deployed: both batches classified again.
     for key in (B1, B2):
         log_items(
-            lake, key, limits=Limits(max_message_bytes=10 * limit), redelivery_limit=5, run_id=None
+            lake, key, limits=Limits(max_message_bytes=10 * limit), redelivery_limit=5,
+            run_id=None, landing_root=str(zone.root),
         )
 
     for point, runs in REWIND_SEQUENCE:

@@ -70,3 +70,17 @@ def test_a_batch_never_holds_more_than_its_byte_bound_plus_one_message(tmp_path)
     assert batch is not None
     assert batch.messages == 3
     assert batch.bytes <= limits.max_bytes + BOUND
+
+
+def test_a_moved_aside_body_is_restored_only_when_it_fits_and_its_file_is_intact(tmp_path):
+    big = b"<sportsdata>" + b"x" * 5_000 + b"</sportsdata>"
+    _, zone, batch, _ = _consume(tmp_path, [big])
+    (row,) = zone.read(batch.key).to_pylist()
+    where, size, digest = row["body_location"], row["body_size"], row["body_sha256"]
+    # A raised bound (a replay after the fix) reads the bytes back; the old one does not.
+    assert zone.restored_body(where, size, digest, max_bytes=size) == big
+    assert zone.restored_body(where, size, digest, max_bytes=size - 1) is None
+    # Only the bytes the log vouches for: a changed file, or a path outside overflow/, is refused.
+    (zone.root / where).write_bytes(big.replace(b"x", b"y", 1))
+    assert zone.restored_body(where, size, digest, max_bytes=size) is None
+    assert zone.restored_body("../queue/queue.db", size, digest, max_bytes=10 * size) is None

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 import pytest
 from lxml import etree
 
+from sis_platform.domain.limits import Limits
 from sis_platform.domain.messages import InvalidMessage, parse_message
 from sis_platform.domain.pipeline import LoggedMessage, ReferencePipeline
 from sis_platform.domain.reasons import Outcome, Reason
@@ -36,7 +37,7 @@ DeadLetterKey = tuple[str, str | None, str]
 
 
 def _fold(messages: Iterable[SimulatedMessage], max_bytes: int) -> ReferencePipeline:
-    pipeline = ReferencePipeline(max_bytes=max_bytes)
+    pipeline = ReferencePipeline(limits=Limits(max_message_bytes=max_bytes))
     pipeline.process(LoggedMessage(m.message_id, m.body) for m in messages)
     return pipeline
 
@@ -104,7 +105,7 @@ def _assert_masters_match_the_model(
 def test_every_message_not_labelled_invalid_parses() -> None:
     for message in clean_day() + dirty_day():
         if not message.kind.startswith("invalid:"):
-            parse_message(message.body, max_bytes=SMALL_LIMIT)
+            parse_message(message.body, limits=Limits(max_message_bytes=SMALL_LIMIT))
 
 
 @pytest.mark.parametrize("reason", MESSAGE_LEVEL)
@@ -113,7 +114,7 @@ def test_each_invalid_message_fails_with_exactly_its_reason(reason: str) -> None
     assert len(labelled) == 120
     for message in labelled:
         with pytest.raises(InvalidMessage) as error:
-            parse_message(message.body, max_bytes=SMALL_LIMIT)
+            parse_message(message.body, limits=Limits(max_message_bytes=SMALL_LIMIT))
         assert error.value.reason == reason
 
 
@@ -122,7 +123,7 @@ def test_item_level_invalid_messages_are_valid_messages(reason: str) -> None:
     labelled = [m for m in dirty_day() if m.kind == f"invalid:{reason}"]
     assert labelled
     for message in labelled:
-        parsed = parse_message(message.body, max_bytes=SMALL_LIMIT)
+        parsed = parse_message(message.body, limits=Limits(max_message_bytes=SMALL_LIMIT))
         assert parsed.category == "update" and len(parsed.ids) == 1
 
 
