@@ -92,42 +92,37 @@ def classify_message(
 ) -> list[Item] | DeadLetter:
     """The items of a (deduplicated) message, or its dead letter (steps 2-4 above)."""
     if message.delivery_count > redelivery_limit:
-        return DeadLetter(
-            message_id=message.message_id,
-            master_id=None,
-            position=None,
-            reason=Reason.REDELIVERY_LIMIT,
-            detail=(
-                f"delivered {message.delivery_count} times, "
-                f"over the redelivery limit of {redelivery_limit}"
-            ),
-            body=message.body,
+        return _whole_message_dead_letter(
+            message,
+            Reason.REDELIVERY_LIMIT,
+            f"delivered {message.delivery_count} times, "
+            f"over the redelivery limit of {redelivery_limit}",
         )
     if message.body_location is not None:
-        return DeadLetter(
-            message_id=message.message_id,
-            master_id=None,
-            position=None,
-            reason=Reason.TOO_LARGE,
-            detail=(
-                f"body is {message.body_size} bytes, over the limit of "
-                f"{limits.max_message_bytes} (SIS_MAX_MESSAGE_BYTES); moved aside at intake to "
-                f"{message.body_location}"
-            ),
-            body=message.body,
+        return _whole_message_dead_letter(
+            message,
+            Reason.TOO_LARGE,
+            f"body is {message.body_size} bytes, over the limit of "
+            f"{limits.max_message_bytes} (SIS_MAX_MESSAGE_BYTES); moved aside at intake to "
+            f"{message.body_location}",
         )
     try:
         parsed = parse_message(message.body, limits=limits)
         return split_message(message.message_id, parsed, limits=limits)
     except InvalidMessage as error:
-        return DeadLetter(
-            message_id=message.message_id,
-            master_id=None,
-            position=None,
-            reason=error.reason,
-            detail=error.detail,
-            body=message.body,
-        )
+        return _whole_message_dead_letter(message, error.reason, error.detail)
+
+
+def _whole_message_dead_letter(message: LoggedMessage, reason: Reason, detail: str) -> DeadLetter:
+    """A message dead-lettered before splitting: no master id, no position, its own bytes."""
+    return DeadLetter(
+        message_id=message.message_id,
+        master_id=None,
+        position=None,
+        reason=reason,
+        detail=detail,
+        body=message.body,
+    )
 
 
 def message_result(dead_letter: DeadLetter) -> MessageResult:
