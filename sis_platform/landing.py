@@ -395,10 +395,8 @@ class LandingZone:
         """The bytes of a body moved aside at intake, when they fit `max_bytes` now (the bound
         was raised since: a replay of its `too-large` dead letter then classifies the message
         itself) and its overflow file still holds exactly them; None otherwise."""
-        if size > max_bytes:
-            return None
-        path = (self.root / location).resolve()
-        if not path.is_relative_to(self.overflow_dir.resolve()):
+        path = self._overflow_path(location)
+        if size > max_bytes or path is None:
             return None
         try:
             with open(path, "rb") as f:
@@ -409,9 +407,15 @@ class LandingZone:
             return None
         return body
 
-    def _aside_sha256(self, location: str) -> str:
+    def _overflow_path(self, location: str) -> Path | None:
+        """The file a logged body location names, when it lies inside overflow/ (a location is
+        data read back from the log: it must not lead anywhere else)."""
         path = (self.root / location).resolve()
-        if not path.is_relative_to(self.overflow_dir.resolve()) or not path.is_file():
+        return path if path.is_relative_to(self.overflow_dir.resolve()) else None
+
+    def _aside_sha256(self, location: str) -> str:
+        path = self._overflow_path(location)
+        if path is None or not path.is_file():
             return ""
         digest = hashlib.sha256()
         with open(path, "rb") as f:
