@@ -7,10 +7,12 @@ commands call these only once their arguments are parsed.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
+from argparse import Namespace
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +20,15 @@ if TYPE_CHECKING:
     from sis_platform.resources.spark import DeltaSparkResource
 
 EXIT_USAGE = 2  # bad arguments or configuration, for every command
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> Namespace | int:
+    """The parsed arguments, or the exit status argparse chose (0 for --help, EXIT_USAGE for bad
+    arguments), returned rather than exited so `main` stays callable from tests."""
+    try:
+        return parser.parse_args(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
 
 
 def configured_resources(program: str) -> dict[str, Any] | None:

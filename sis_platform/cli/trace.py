@@ -21,7 +21,12 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sis_platform.cli.platform import EXIT_USAGE, configured_resources, spark_session
+from sis_platform.cli.platform import (
+    EXIT_USAGE,
+    configured_resources,
+    parse_args,
+    spark_session,
+)
 from sis_platform.trace import (
     NOT_FOLDED,
     NOT_PARSED,
@@ -63,10 +68,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse: --help exits 0, bad arguments 2; return, not exit
-        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    args = parse_args(parser, argv)
+    if isinstance(args, int):
+        return args
     message_id = normalize_message_id(args.message_id)
     if not message_id or any(c.isspace() or not c.isprintable() for c in message_id):
         parser.print_usage(sys.stderr)

@@ -21,7 +21,12 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from sis_platform.cli.platform import EXIT_USAGE, configured_resources, spark_session
+from sis_platform.cli.platform import (
+    EXIT_USAGE,
+    configured_resources,
+    parse_args,
+    spark_session,
+)
 from sis_platform.landing import batch_key, batch_seq_of
 
 if TYPE_CHECKING:
@@ -58,10 +63,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse: --help exits 0, bad arguments 2; return, not exit
-        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    args = parse_args(parser, argv)
+    if isinstance(args, int):
+        return args
     if args.first and args.last and args.first > args.last:
         print(f"sis-verify-log: error: --from {args.first} is after --to {args.last}",
               file=sys.stderr)
