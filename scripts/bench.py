@@ -108,9 +108,15 @@ class PeakMemory(threading.Thread):
             for p in tree:
                 try:
                     info = p.memory_full_info()
-                    name = "java" if p.name().startswith("java") else (
-                        "spark python worker" if "pyspark" in " ".join(p.cmdline()[:4])
-                        else "python / other")
+                    name = (
+                        "java"
+                        if p.name().startswith("java")
+                        else (
+                            "spark python worker"
+                            if "pyspark" in " ".join(p.cmdline()[:4])
+                            else "python / other"
+                        )
+                    )
                 except psutil.Error:
                     continue
                 rss += info.rss
@@ -129,12 +135,18 @@ def run_child(args: list[str], log: Path, timeout: float) -> tuple[dict[str, Any
     """Run `bench.py --worker ...` in a child process; its JSON result (with the tree's peak
     memory added) and the peak PSS of its process tree in MiB."""
     result_file = Path(tempfile.mkstemp(prefix="sis-bench-", suffix=".json")[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    }
     with log.open("ab") as out:
         proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), *args, "--result", str(result_file)],
-            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         sampler = PeakMemory(psutil.Process(proc.pid))
         sampler.start()
@@ -177,8 +189,7 @@ def delta_commits(table: Path) -> list[tuple[int, float, list[dict[str, Any]]]]:
                 timestamp = action["commitInfo"]["timestamp"] / 1000.0
             elif "add" in action:
                 rows += pq.read_table(table / action["add"]["path"]).to_pylist()
-        commits.append((version, timestamp if timestamp is not None else log.stat().st_mtime,
-                        rows))
+        commits.append((version, timestamp if timestamp is not None else log.stat().st_mtime, rows))
     return commits
 
 
@@ -197,8 +208,11 @@ def masters_current(data: Path) -> tuple[bool, str]:
     last = batch_seq_of(keys[-1])
     folded = max((int(r["last_batch_seq"]) for _, r in fold_commits(data / "lake")), default=0)
     model = max(
-        (int(r["fold_step"]) for _, _, rows in delta_commits(data / "lake" / "model_steps")
-         for r in rows),
+        (
+            int(r["fold_step"])
+            for _, _, rows in delta_commits(data / "lake" / "model_steps")
+            for r in rows
+        ),
         default=0,
     )
     ok = folded == last and model == last
@@ -238,7 +252,8 @@ def landed_and_classified(data: Path, env: dict[str, str], messages: int, seed: 
     job = h.defs.resolve_job_def("process_batch")
     for key in h.requested:
         assert job.execute_in_process(
-            partition_key=key, instance=h.instance,
+            partition_key=key,
+            instance=h.instance,
             asset_selection=[dg.AssetKey("raw_messages"), dg.AssetKey("message_items")],
         ).success
     return h
@@ -352,9 +367,16 @@ def start_daemon(data: Path, env: dict[str, str], log: Path) -> subprocess.Popen
     dg.DagsterInstance.get().get_run_records(limit=1)
     with log.open("ab") as out:
         return subprocess.Popen(
-            [str(Path(sys.executable).parent / "dagster-daemon"), "run", "-w",
-             str(REPO / "workspace.yaml")],
-            cwd=REPO, env=full_env, stdout=out, stderr=subprocess.STDOUT,
+            [
+                str(Path(sys.executable).parent / "dagster-daemon"),
+                "run",
+                "-w",
+                str(REPO / "workspace.yaml"),
+            ],
+            cwd=REPO,
+            env=full_env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
 
@@ -374,8 +396,11 @@ def failed_runs() -> int:
     import dagster as dg
 
     instance = dg.DagsterInstance.get()
-    return len(instance.get_run_records(
-        dg.RunsFilter(job_name="process_batch", statuses=[dg.DagsterRunStatus.FAILURE])))
+    return len(
+        instance.get_run_records(
+            dg.RunsFilter(job_name="process_batch", statuses=[dg.DagsterRunStatus.FAILURE])
+        )
+    )
 
 
 def run_daemon(data: Path, env: dict[str, str], log: Path) -> int:
@@ -459,12 +484,20 @@ def _backlog(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
         if not current:
             raise RuntimeError(f"masters not current after the run: {detail}")
         batches = len(list((data / "landing" / "batches").glob("*.parquet")))
-        return {"messages": n, "preload_s": round(preload_s, 2), "wall_s": round(wall, 2),
-                "messages_per_s": round(n / wall, 1), "batches": batches, "runs": runs,
-                "mode": mode_label(args, backlog_mode(args)), "load_before": load,
-                "load_after": load_average(),
-                "batch_max_messages": batch_max_messages(env), "check": detail,
-                **{k: round(v, 1) if isinstance(v, float) else v for k, v in timings.items()}}
+        return {
+            "messages": n,
+            "preload_s": round(preload_s, 2),
+            "wall_s": round(wall, 2),
+            "messages_per_s": round(n / wall, 1),
+            "batches": batches,
+            "runs": runs,
+            "mode": mode_label(args, backlog_mode(args)),
+            "load_before": load,
+            "load_after": load_average(),
+            "batch_max_messages": batch_max_messages(env),
+            "check": detail,
+            **{k: round(v, 1) if isinstance(v, float) else v for k, v in timings.items()},
+        }
     finally:
         if not args.keep:
             shutil.rmtree(data, ignore_errors=True)
@@ -519,12 +552,16 @@ def worker_fold(args: argparse.Namespace) -> dict[str, Any]:
         messages = h.logged_messages()
         items, reference_s = reference_fold(messages)
         return {
-            "messages": len(messages), "items": items, "batches": len(h.requested),
-            "spark_fold_s": round(spark_s, 2), "reference_fold_s": round(reference_s, 2),
+            "messages": len(messages),
+            "items": items,
+            "batches": len(h.requested),
+            "spark_fold_s": round(spark_s, 2),
+            "reference_fold_s": round(reference_s, 2),
             "spark_items_per_s": round(items / spark_s, 1),
             "reference_items_per_s": round(items / reference_s, 1),
             "ratio": round(reference_s / spark_s, 3),
-            "spark_step_applied": step.applied, "load_before": load,
+            "spark_step_applied": step.applied,
+            "load_before": load,
             "load_after": load_average(),
         }
     finally:
@@ -548,8 +585,10 @@ def _latency(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
 
     data = Path(tempfile.mkdtemp(prefix="sis-bench-latency-"))
     env = {
-        **env, "SIS_DATA_DIR": str(data),
-        "SIS_SENSOR_INTERVAL_SECONDS": "1", "SIS_BATCH_MAX_SECONDS": "2",
+        **env,
+        "SIS_DATA_DIR": str(data),
+        "SIS_SENSOR_INTERVAL_SECONDS": "1",
+        "SIS_BATCH_MAX_SECONDS": "2",
         "SIS_GET_WAIT_SECONDS": "0.5",
     }
     log = Path(args.log)
@@ -577,10 +616,21 @@ def _latency(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
         builder.getOrCreate().range(1).count()
     out = log.open("ab")
     publisher = subprocess.Popen(
-        [str(Path(sys.executable).parent / "sis-feed"), "publish",
-         "--to", f"embedded://{queue_dir}", "--seed", str(args.seed),
-         "--messages", str(count), "--rate", str(args.rate)],
-        cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+        [
+            str(Path(sys.executable).parent / "sis-feed"),
+            "publish",
+            "--to",
+            f"embedded://{queue_dir}",
+            "--seed",
+            str(args.seed),
+            "--messages",
+            str(count),
+            "--rate",
+            str(args.rate),
+        ],
+        cwd=REPO,
+        stdout=out,
+        stderr=subprocess.STDOUT,
     )
     published_at = None
     try:
@@ -618,8 +668,11 @@ def _latency(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
         latencies: list[float] = []
         for key in zone.keys():
             seq = int(key)
-            committed = [ts for ts, r in steps
-                         if int(r["first_batch_seq"]) <= seq <= int(r["last_batch_seq"])]
+            committed = [
+                ts
+                for ts, r in steps
+                if int(r["first_batch_seq"]) <= seq <= int(r["last_batch_seq"])
+            ]
             table = zone.read(key)
             for put in table.column("put_time").to_pylist():
                 if committed and put is not None:
@@ -628,13 +681,18 @@ def _latency(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
         if not latencies:
             raise RuntimeError(f"no message was folded within {args.drain_timeout}s: see {log}")
         return {
-            "rate": args.rate, "mode": mode_label(args, args.mode), "published": count,
+            "rate": args.rate,
+            "mode": mode_label(args, args.mode),
+            "published": count,
             "folded": folded,
-            "batches": len(zone.keys()), "fold_steps": len(steps),
+            "batches": len(zone.keys()),
+            "fold_steps": len(steps),
             "p50_s": round(percentile(latencies, 50), 2),
             "p95_s": round(percentile(latencies, 95), 2),
-            "max_s": round(max(latencies), 2), "drain_after_publish_s": round(drained_s, 1),
-            "load_before": load, "load_after": load_average(),
+            "max_s": round(max(latencies), 2),
+            "drain_after_publish_s": round(drained_s, 1),
+            "load_before": load,
+            "load_after": load_average(),
         }
     finally:
         if not args.keep:
@@ -671,37 +729,90 @@ def table_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
         elif n == 1_200_000:
             target, ok = f"<= {TARGET_1M2_S:.0f} s", r["wall_s"] <= TARGET_1M2_S
         load = f"{r['load_before']} / {r['load_after']}"
-        rows.append((f"backlog {n:,} ({r['mode']}, batches of {r['batch_max_messages']:,}): "
-                     f"wall", f"{r['wall_s']:.1f} s ({r['batches']} batches)", target,
-                     verdict(ok), load))
-        rows.append((f"backlog {n:,}: throughput", f"{r['messages_per_s']:.0f} msg/s", "", "",
-                     load))
-        rows.append((f"backlog {n:,}: peak memory, process tree (PSS; RSS sum "
-                     f"{r['peak_rss_sum_mib']:,} MiB)", f"{r['peak_pss_mib']:,} MiB",
-                     f"<= {TARGET_PEAK_MIB:.0f} MiB",
-                     verdict(r["peak_pss_mib"] <= TARGET_PEAK_MIB), load))
+        rows.append(
+            (
+                f"backlog {n:,} ({r['mode']}, batches of {r['batch_max_messages']:,}): wall",
+                f"{r['wall_s']:.1f} s ({r['batches']} batches)",
+                target,
+                verdict(ok),
+                load,
+            )
+        )
+        rows.append(
+            (f"backlog {n:,}: throughput", f"{r['messages_per_s']:.0f} msg/s", "", "", load)
+        )
+        rows.append(
+            (
+                f"backlog {n:,}: peak memory, process tree (PSS; RSS sum "
+                f"{r['peak_rss_sum_mib']:,} MiB)",
+                f"{r['peak_pss_mib']:,} MiB",
+                f"<= {TARGET_PEAK_MIB:.0f} MiB",
+                verdict(r["peak_pss_mib"] <= TARGET_PEAK_MIB),
+                load,
+            )
+        )
     by_n = {r["messages"]: r for r in backlog}
     if 120_000 in by_n and 1_200_000 in by_n:
         growth = by_n[1_200_000]["wall_s"] / by_n[120_000]["wall_s"]
-        rows.append(("backlog: wall(1.2 M) / wall(120 k)", f"{growth:.2f}x",
-                     f"<= {TARGET_GROWTH:.0f}x", verdict(growth <= TARGET_GROWTH), ""))
+        rows.append(
+            (
+                "backlog: wall(1.2 M) / wall(120 k)",
+                f"{growth:.2f}x",
+                f"<= {TARGET_GROWTH:.0f}x",
+                verdict(growth <= TARGET_GROWTH),
+                "",
+            )
+        )
     for r in results.get("fold", []):
         load = f"{r['load_before']} / {r['load_after']}"
-        rows.append((f"fold {r['messages']:,} msgs / {r['items']:,} items: reference",
-                     f"{r['reference_items_per_s']:.0f} items/s", "", "", load))
-        rows.append((f"fold {r['messages']:,}: Spark (one step, {r['batches']} batches)",
-                     f"{r['spark_items_per_s']:.0f} items/s", "", "", load))
-        rows.append((f"fold {r['messages']:,}: Spark / reference", f"{r['ratio']:.3f}x",
-                     f">= {TARGET_FOLD_RATIO:.1f}x", verdict(r["ratio"] >= TARGET_FOLD_RATIO),
-                     load))
+        rows.append(
+            (
+                f"fold {r['messages']:,} msgs / {r['items']:,} items: reference",
+                f"{r['reference_items_per_s']:.0f} items/s",
+                "",
+                "",
+                load,
+            )
+        )
+        rows.append(
+            (
+                f"fold {r['messages']:,}: Spark (one step, {r['batches']} batches)",
+                f"{r['spark_items_per_s']:.0f} items/s",
+                "",
+                "",
+                load,
+            )
+        )
+        rows.append(
+            (
+                f"fold {r['messages']:,}: Spark / reference",
+                f"{r['ratio']:.3f}x",
+                f">= {TARGET_FOLD_RATIO:.1f}x",
+                verdict(r["ratio"] >= TARGET_FOLD_RATIO),
+                load,
+            )
+        )
     for r in results.get("latency", []):
         load = f"{r['load_before']} / {r['load_after']}"
-        what = (f"latency at {r['rate']} msg/s, {r['mode']} ({r['folded']}/{r['published']} "
-                "msgs)")
-        rows.append((f"{what}: p50", f"{r['p50_s']:.1f} s", f"<= {TARGET_P50_S:.0f} s",
-                     verdict(r["p50_s"] <= TARGET_P50_S), load))
-        rows.append((f"{what}: p95", f"{r['p95_s']:.1f} s", f"<= {TARGET_P95_S:.0f} s",
-                     verdict(r["p95_s"] <= TARGET_P95_S), load))
+        what = f"latency at {r['rate']} msg/s, {r['mode']} ({r['folded']}/{r['published']} msgs)"
+        rows.append(
+            (
+                f"{what}: p50",
+                f"{r['p50_s']:.1f} s",
+                f"<= {TARGET_P50_S:.0f} s",
+                verdict(r["p50_s"] <= TARGET_P50_S),
+                load,
+            )
+        )
+        rows.append(
+            (
+                f"{what}: p95",
+                f"{r['p95_s']:.1f} s",
+                f"<= {TARGET_P95_S:.0f} s",
+                verdict(r["p95_s"] <= TARGET_P95_S),
+                load,
+            )
+        )
         rows.append((f"{what}: max", f"{r['max_s']:.1f} s", "", "", load))
     return rows
 
@@ -735,10 +846,15 @@ def plot(results: dict[str, Any], path: Path) -> bool:
             # Least squares wall = a + b N: a is the fixed cost, b the cost per message.
             mean_n, mean_w = sum(ns) / len(ns), sum(walls) / len(walls)
             b = sum((n - mean_n) * (w - mean_w) for n, w in zip(ns, walls, strict=True)) / sum(
-                (n - mean_n) ** 2 for n in ns)
+                (n - mean_n) ** 2 for n in ns
+            )
             a = mean_w - b * mean_n
-            ax1.plot(xs, [a + b * x for x in xs], "--",
-                     label=f"linear fit: {a:.0f} s + {b * 1000:.2f} ms/msg")
+            ax1.plot(
+                xs,
+                [a + b * x for x in xs],
+                "--",
+                label=f"linear fit: {a:.0f} s + {b * 1000:.2f} ms/msg",
+            )
         else:
             top_n, top_w = ns[-1], walls[-1]
             ax1.plot(xs, [top_w * x / top_n for x in xs], "--", label=f"linear from {top_n:,}")
@@ -756,16 +872,18 @@ def plot(results: dict[str, Any], path: Path) -> bool:
         ax2.legend()
     fold = results.get("fold", [])
     if fold:
-        ax2.set_title("Backlog memory; Spark/reference fold: "
-                      + ", ".join(f"{r['ratio']:.2f}x" for r in fold))
+        ax2.set_title(
+            "Backlog memory; Spark/reference fold: " + ", ".join(f"{r['ratio']:.2f}x" for r in fold)
+        )
     latency = results.get("latency", [])
     if latency:
         labels = [f"{r['rate']} msg/s\n{r.get('mode', 'daemon')}" for r in latency]
         width = 0.25
         xs = range(len(latency))
         for i, key in enumerate(("p50_s", "p95_s", "max_s")):
-            ax3.bar([x + (i - 1) * width for x in xs], [r[key] for r in latency], width,
-                    label=key[:-2])
+            ax3.bar(
+                [x + (i - 1) * width for x in xs], [r[key] for r in latency], width, label=key[:-2]
+            )
         ax3.set_xticks(list(xs), labels)
         ax3.axhline(TARGET_P50_S, color="g", linestyle="--", label="p50 target")
         ax3.axhline(TARGET_P95_S, color="r", linestyle="--", label="p95 target")
@@ -788,36 +906,60 @@ def plot(results: dict[str, Any], path: Path) -> bool:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", default="backlog,fold,latency",
-                        help="comma-separated: backlog, fold, latency")
-    parser.add_argument("--messages", type=int, action="append",
-                        help="backlog size N (repeatable; 12000, 120000, 1200000)")
+    parser.add_argument(
+        "--parts", default="backlog,fold,latency", help="comma-separated: backlog, fold, latency"
+    )
+    parser.add_argument(
+        "--messages",
+        type=int,
+        action="append",
+        help="backlog size N (repeatable; 12000, 120000, 1200000)",
+    )
     parser.add_argument("--mode", choices=["inprocess", "daemon"], default="inprocess")
-    parser.add_argument("--landing", choices=["overlap", "serial"], default="overlap",
-                        help="backlog --mode inprocess: overlap: batches landed while runs run, "
-                        "as under the daemon; serial: land a batch, run it, land the next "
-                        "(the harness before session 9)")
-    parser.add_argument("--batch", type=int, default=None,
-                        help="SIS_BATCH_MAX_MESSAGES (default: the platform's)")
+    parser.add_argument(
+        "--landing",
+        choices=["overlap", "serial"],
+        default="overlap",
+        help="backlog --mode inprocess: overlap: batches landed while runs run, "
+        "as under the daemon; serial: land a batch, run it, land the next "
+        "(the harness before session 9)",
+    )
+    parser.add_argument(
+        "--batch", type=int, default=None, help="SIS_BATCH_MAX_MESSAGES (default: the platform's)"
+    )
     parser.add_argument("--fold-messages", type=int, default=12_000)
     parser.add_argument("--latency-rates", default="0.42,4.2")
     parser.add_argument("--latency-seconds", type=float, default=120.0)
-    parser.add_argument("--latency-mode", choices=["daemon", "inprocess"], default="daemon",
-                        help="daemon: dagster-daemon, a process and Spark driver per run; "
-                        "inprocess: ticks and runs in one process with one long-lived Spark")
-    parser.add_argument("--spark", choices=["local", "connect"], default="local",
-                        help="backlog and latency: local: the runs' own local Spark drivers "
-                        "(the default); connect: one long-lived sis-spark-connect server that "
-                        "every run uses (SIS_SPARK_MASTER=sc://...)")
+    parser.add_argument(
+        "--latency-mode",
+        choices=["daemon", "inprocess"],
+        default="daemon",
+        help="daemon: dagster-daemon, a process and Spark driver per run; "
+        "inprocess: ticks and runs in one process with one long-lived Spark",
+    )
+    parser.add_argument(
+        "--spark",
+        choices=["local", "connect"],
+        default="local",
+        help="backlog and latency: local: the runs' own local Spark drivers "
+        "(the default); connect: one long-lived sis-spark-connect server that "
+        "every run uses (SIS_SPARK_MASTER=sc://...)",
+    )
     parser.add_argument("--drain-timeout", type=float, default=900.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", type=Path, default=REPO / "bench-out")
     parser.add_argument("--keep", action="store_true", help="keep each measurement's data")
-    parser.add_argument("--append", action="store_true",
-                        help="add to the figures already in --out/results.json (same N, rate: "
-                        "replaced) and print the table of all of them")
-    parser.add_argument("--profile", action="store_true",
-                        help="fold: print a cProfile of the Spark fold step to the log")
+    parser.add_argument(
+        "--append",
+        action="store_true",
+        help="add to the figures already in --out/results.json (same N, rate: "
+        "replaced) and print the table of all of them",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="fold: print a cProfile of the Spark fold step to the log",
+    )
     parser.add_argument("--worker", choices=["backlog", "fold", "latency"], help=argparse.SUPPRESS)
     parser.add_argument("--rate", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--seconds", type=float, help=argparse.SUPPRESS)
@@ -862,8 +1004,16 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"unknown parts: {', '.join(sorted(unknown))}")
     args.out.mkdir(parents=True, exist_ok=True)
     log = args.out / "bench.log"
-    common = ["--seed", str(args.seed), "--log", str(log), "--spark", args.spark,
-              "--landing", args.landing]
+    common = [
+        "--seed",
+        str(args.seed),
+        "--log",
+        str(log),
+        "--spark",
+        args.spark,
+        "--landing",
+        args.landing,
+    ]
     if args.batch is not None:
         common += ["--batch", str(args.batch)]
     if args.keep:
@@ -885,34 +1035,61 @@ def main(argv: list[str] | None = None) -> int:
         results["backlog"] = []
         for n in args.messages or [12_000]:
             print(f"backlog {n:,} ({args.mode}) ... load {load_average()}", flush=True)
-            r, peak = run_child(["--worker", "backlog", "--messages", str(n), "--mode",
-                                 args.mode, *common], log, timeout=4 * 3600)
+            r, peak = run_child(
+                ["--worker", "backlog", "--messages", str(n), "--mode", args.mode, *common],
+                log,
+                timeout=4 * 3600,
+            )
             r["peak_pss_mib"] = round(peak)
             results["backlog"].append(r)
-            print(f"  {r['wall_s']:.1f} s, {r['messages_per_s']:.0f} msg/s, "
-                  f"{peak:.0f} MiB peak PSS, {r['batches']} batches", flush=True)
+            print(
+                f"  {r['wall_s']:.1f} s, {r['messages_per_s']:.0f} msg/s, "
+                f"{peak:.0f} MiB peak PSS, {r['batches']} batches",
+                flush=True,
+            )
     if "fold" in parts:
         print(f"fold {args.fold_messages:,} ... load {load_average()}", flush=True)
-        r, peak = run_child(["--worker", "fold", "--messages", str(args.fold_messages),
-                             *common], log, timeout=3600)
+        r, peak = run_child(
+            ["--worker", "fold", "--messages", str(args.fold_messages), *common], log, timeout=3600
+        )
         r["peak_pss_mib"] = round(peak)
         results["fold"] = [r]
-        print(f"  Spark {r['spark_items_per_s']:.0f} items/s, reference "
-              f"{r['reference_items_per_s']:.0f} items/s: {r['ratio']:.3f}x", flush=True)
+        print(
+            f"  Spark {r['spark_items_per_s']:.0f} items/s, reference "
+            f"{r['reference_items_per_s']:.0f} items/s: {r['ratio']:.3f}x",
+            flush=True,
+        )
     if "latency" in parts:
         results["latency"] = []
         for rate in [float(x) for x in args.latency_rates.split(",") if x.strip()]:
-            print(f"latency at {rate} msg/s for {args.latency_seconds:.0f} s ... "
-                  f"load {load_average()}", flush=True)
-            r, peak = run_child(["--worker", "latency", "--mode", args.latency_mode,
-                                 "--rate", str(rate), "--seconds",
-                                 str(args.latency_seconds), "--drain-timeout",
-                                 str(args.drain_timeout), *common], log,
-                                timeout=args.latency_seconds + args.drain_timeout + 300)
+            print(
+                f"latency at {rate} msg/s for {args.latency_seconds:.0f} s ... "
+                f"load {load_average()}",
+                flush=True,
+            )
+            r, peak = run_child(
+                [
+                    "--worker",
+                    "latency",
+                    "--mode",
+                    args.latency_mode,
+                    "--rate",
+                    str(rate),
+                    "--seconds",
+                    str(args.latency_seconds),
+                    "--drain-timeout",
+                    str(args.drain_timeout),
+                    *common,
+                ],
+                log,
+                timeout=args.latency_seconds + args.drain_timeout + 300,
+            )
             r["peak_pss_mib"] = round(peak)
             results["latency"].append(r)
-            print(f"  p50 {r['p50_s']:.1f} s, p95 {r['p95_s']:.1f} s, max {r['max_s']:.1f} s",
-                  flush=True)
+            print(
+                f"  p50 {r['p50_s']:.1f} s, p95 {r['p95_s']:.1f} s, max {r['max_s']:.1f} s",
+                flush=True,
+            )
     if args.append and (args.out / "results.json").is_file():
         results = merged(json.loads((args.out / "results.json").read_text()), results)
     print()

@@ -92,8 +92,12 @@ def main(argv: list[str] | None = None) -> int:
         for name in ("collect", "count", "first", "localCheckpoint", "toLocalIterator", "toArrow"):
             _timed(DataFrame, name, records)
         _timed(DataFrameWriter, "save", records)
-        for cls, name in ((dt.DeltaMergeBuilder, "execute"), (dt.DeltaTable, "delete"),
-                          (dt.DeltaTable, "restoreToVersion"), (dt.DeltaTable, "update")):
+        for cls, name in (
+            (dt.DeltaMergeBuilder, "execute"),
+            (dt.DeltaTable, "delete"),
+            (dt.DeltaTable, "restoreToVersion"),
+            (dt.DeltaTable, "update"),
+        ):
             _timed(cls, name, records)
         lake = h.lake(SparkSession.builder.getOrCreate())
         t0 = time.perf_counter()
@@ -105,9 +109,16 @@ def main(argv: list[str] | None = None) -> int:
             key = h.requested[batch - 1]
             steps: list[tuple[str, Callable[[], object]]] = [
                 # The same items again (same digest), so the fold step after it is unchanged.
-                ("message_items", lambda key=key: log_items(
-                    lake, key, limits=processing.limits(),
-                    redelivery_limit=processing.redelivery_limit, run_id=None)),
+                (
+                    "message_items",
+                    lambda key=key: log_items(
+                        lake,
+                        key,
+                        limits=processing.limits(),
+                        redelivery_limit=processing.redelivery_limit,
+                        run_id=None,
+                    ),
+                ),
                 ("fold step", lambda: fold_step(lake, max_batches=1)),
                 ("model refresh", lambda: refresh_model(lake)),
             ]
@@ -117,8 +128,10 @@ def main(argv: list[str] | None = None) -> int:
                 result = step()
                 total = time.perf_counter() - t0
                 # Concurrent writes (the model's three tables) overlap: their sum exceeds the wall.
-                print(f"\n== batch {batch}, {what}: {total:.2f} s wall; actions and writes "
-                      f"{sum(r[2] for r in records):.2f} s\n   {result}")
+                print(
+                    f"\n== batch {batch}, {what}: {total:.2f} s wall; actions and writes "
+                    f"{sum(r[2] for r in records):.2f} s\n   {result}"
+                )
                 for site, name, seconds in records:
                     print(f"   {seconds:6.2f} s  {name:16s} {site}")
     finally:

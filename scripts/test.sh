@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 if [ -x scripts/activemq.sh ]; then
   ./scripts/activemq.sh install
 fi
+# Lint and formatting first: a minute's check that fails fast before the long suite.
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
 # Two pytest-xdist workers, a test file at a time each: the Spark tests spend much of their time
 # waiting (JVM starts, Delta commits), so two of them overlap well even on two cores. Files go
 # out in collection order, which tests/conftest.py sorts heaviest first (their `cost` marks).

@@ -183,6 +183,7 @@ def _stomp_prefetch(env: Mapping[str, str]) -> int:
 def _require_other_queue(backout_queue: str | None, queue: str) -> None:
     """SIS_BACKOUT_QUEUE must not name the queue itself (STOMP names with or without their
     /queue/ prefix)."""
+
     def bare(name: str) -> str:
         return name.removeprefix("/queue/")
 
@@ -226,9 +227,7 @@ def _spark_conf(env: Mapping[str, str]) -> dict[str, str]:
     for pair in env.get("SIS_SPARK_CONF", "").split():
         key, sep, value = pair.partition("=")
         if not sep or not key.startswith("spark.") or not value:
-            raise ConfigurationError(
-                f"SIS_SPARK_CONF: {pair!r} is not a spark.<name>=<value> pair"
-            )
+            raise ConfigurationError(f"SIS_SPARK_CONF: {pair!r} is not a spark.<name>=<value> pair")
         conf[key] = value
     return conf
 
@@ -286,7 +285,8 @@ def limits_settings(env: Mapping[str, str]) -> dict[str, Any]:
     for name, variable in LIMIT_VARIABLES.items():
         default = getattr(DEFAULT_LIMITS, name)
         value: float = (
-            _float(env, variable, default) if isinstance(default, float)
+            _float(env, variable, default)
+            if isinstance(default, float)
             else _int(env, variable, default)
         )
         if value <= 0:
@@ -304,8 +304,9 @@ def resources(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     data = data_dir(env)
     master = _get(env, "SIS_SPARK_MASTER", "local[*]")
     if profile == "cluster" and master.startswith("local"):
-        raise ConfigurationError("profile 'cluster' needs SIS_SPARK_MASTER (spark://, k8s://, "
-                                 "yarn or sc://)")
+        raise ConfigurationError(
+            "profile 'cluster' needs SIS_SPARK_MASTER (spark://, k8s://, yarn or sc://)"
+        )
     lake_path = _get(env, "SIS_LAKE_PATH", str(data / "lake"))
     if master.startswith("sc://"):
         master = shared_spark_session(master, lake_path)

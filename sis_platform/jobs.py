@@ -24,8 +24,9 @@ from sis_platform.resources.platform import (
 # batch in the run's own process, instead of starting a JVM per step.
 process_batch_job = dg.define_asset_job(
     "process_batch",
-    selection=dg.AssetSelection.assets(raw_messages, message_items, fold_masters,
-                                       interpreted_model),
+    selection=dg.AssetSelection.assets(
+        raw_messages, message_items, fold_masters, interpreted_model
+    ),
     executor_def=dg.in_process_executor,
     description="Log, parse and split one landing batch, fold it into the master documents "
     "and refresh the interpreted model.",
@@ -39,8 +40,7 @@ class ReplayConfig(dg.Config):
     )
     batches: list[str] = Field(
         default_factory=list,
-        description="Replay only dead letters of these batches (partition keys; all when "
-        "empty).",
+        description="Replay only dead letters of these batches (partition keys; all when empty).",
     )
 
 
@@ -76,8 +76,11 @@ def replay_op(
                 "message_items",
                 partition=key,
                 description="classified again by a dead-letter replay",
-                metadata={"items": s.items, "invalid_by_reason": s.invalid_by_reason,
-                          "items_digest": s.digest},
+                metadata={
+                    "items": s.items,
+                    "invalid_by_reason": s.invalid_by_reason,
+                    "items_digest": s.digest,
+                },
             )
         ),
     )
@@ -86,8 +89,12 @@ def replay_op(
     context.log.info(
         f"replayed {result.dead_letters} dead letter(s) from {len(result.batches)} batch(es); "
         f"{step.rewound_masters} master(s) rewound and refolded"
-        + (f" in fold step {step.fold_step}: {step.applied} applied, {step.dead_lettered} "
-           f"dead-lettered" if step.fold_step is not None else "; nothing to refold")
+        + (
+            f" in fold step {step.fold_step}: {step.applied} applied, {step.dead_lettered} "
+            f"dead-lettered"
+            if step.fold_step is not None
+            else "; nothing to refold"
+        )
     )
     if step.fold_step is None:
         return
@@ -97,12 +104,19 @@ def replay_op(
             asset,
             partition=partition,
             description="refolded by a dead-letter replay",
-            metadata={"fold_step": step.fold_step, "rewound_masters": step.rewound_masters,
-                      "applied": step.applied, "dead_lettered": step.dead_lettered},
+            metadata={
+                "fold_step": step.fold_step,
+                "rewound_masters": step.rewound_masters,
+                "applied": step.applied,
+                "dead_lettered": step.dead_lettered,
+            },
         )
     model = refresh_model(lk)
-    for asset, rows in (("events", model.events), ("markets", model.markets),
-                        ("selections", model.selections)):
+    for asset, rows in (
+        ("events", model.events),
+        ("markets", model.markets),
+        ("selections", model.selections),
+    ):
         yield dg.AssetMaterialization(
             asset, partition=partition, metadata={"fold_step": model.fold_step, "rows": rows}
         )

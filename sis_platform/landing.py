@@ -81,6 +81,7 @@ class ClosedBy(StrEnum):
     SECONDS = "seconds"  # SIS_BATCH_MAX_SECONDS passed with messages still arriving
     DRAINED = "drained"  # a get waited SIS_GET_WAIT_SECONDS and found no message
 
+
 LANDING_SCHEMA = pa.schema(
     [
         pa.field("batch_key", pa.string(), nullable=False),
@@ -389,9 +390,7 @@ class LandingZone:
                     aside_body_sha256=aside,
                 )
 
-    def restored_body(
-        self, location: str, size: int, sha256: str, max_bytes: int
-    ) -> bytes | None:
+    def restored_body(self, location: str, size: int, sha256: str, max_bytes: int) -> bytes | None:
         """The bytes of a body moved aside at intake, when they fit `max_bytes` now (the bound
         was raised since: a replay of its `too-large` dead letter then classifies the message
         itself) and its overflow file still holds exactly them; None otherwise."""
@@ -463,8 +462,16 @@ def _records(batch: pa.RecordBatch) -> Iterator[ChainRecord]:
     """The chain records of Arrow rows in the landing schema (timestamps as microseconds)."""
     columns = {
         name: batch.column(name).to_pylist()
-        for name in ("batch_seq", "msg_seq", "message_id", "delivery_count", "properties_json",
-                     "body_size", "body_sha256", "body_location")
+        for name in (
+            "batch_seq",
+            "msg_seq",
+            "message_id",
+            "delivery_count",
+            "properties_json",
+            "body_size",
+            "body_sha256",
+            "body_location",
+        )
     }
     put_us = batch.column("put_time").cast(pa.int64()).to_pylist()
     received_us = batch.column("received_at").cast(pa.int64()).to_pylist()

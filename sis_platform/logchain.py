@@ -219,7 +219,11 @@ class ChainReport:
 
 
 def verify_messages(
-    key: str, messages: Iterable[StoredMessage], *, first_prev: str, source: str,
+    key: str,
+    messages: Iterable[StoredMessage],
+    *,
+    first_prev: str,
+    source: str,
     anchor: Anchor | None,
 ) -> ChainReport:
     """Check a batch's messages in log order: positions 0, 1, 2, ... in the right batch, each
@@ -233,8 +237,9 @@ def verify_messages(
 
     def problem(m: StoredMessage, text: str) -> None:
         if len(problems) < MAX_PROBLEMS:
-            problems.append(Problem(key, f"{text} ({source})", m.record.msg_seq,
-                                    m.record.message_id))
+            problems.append(
+                Problem(key, f"{text} ({source})", m.record.msg_seq, m.record.message_id)
+            )
 
     for m in messages:
         r = m.record
@@ -246,8 +251,11 @@ def verify_messages(
         if problem_with_body:
             problem(m, problem_with_body)
         if m.prev_link != expected_prev:
-            problem(m, "does not follow the previous link (a message before it was deleted, "
-                    "inserted or moved)")
+            problem(
+                m,
+                "does not follow the previous link (a message before it was deleted, "
+                "inserted or moved)",
+            )
         if not _link_matches(m):
             problem(m, "its link does not match its fields (a logged field was changed)")
         expected_prev = m.chain_link
@@ -255,16 +263,20 @@ def verify_messages(
         n += 1
     if anchor is not None:
         if n != anchor.messages:
-            problems.append(Problem(key, f"{n} message(s) where the anchor says "
-                                    f"{anchor.messages} ({source})"))
+            problems.append(
+                Problem(key, f"{n} message(s) where the anchor says {anchor.messages} ({source})")
+            )
         head = last.chain_link if last is not None else first_prev
         if head != anchor.head:
-            problems.append(Problem(
-                key, f"the last link {head[:16]}... is not the anchored head "
-                f"{anchor.head[:16]}... ({source})",
-                last.record.msg_seq if last is not None else None,
-                last.record.message_id if last is not None else None,
-            ))
+            problems.append(
+                Problem(
+                    key,
+                    f"the last link {head[:16]}... is not the anchored head "
+                    f"{anchor.head[:16]}... ({source})",
+                    last.record.msg_seq if last is not None else None,
+                    last.record.message_id if last is not None else None,
+                )
+            )
     return ChainReport(key, source, n, last.chain_link if last else None, tuple(problems))
 
 
@@ -291,7 +303,11 @@ def _body_problem(m: StoredMessage) -> str | None:
 
 
 def anchor_problems(
-    key: str, anchor: Anchor | None, previous: Anchor | None, *, first: bool,
+    key: str,
+    anchor: Anchor | None,
+    previous: Anchor | None,
+    *,
+    first: bool,
     unanchored_head: str | None = None,
 ) -> tuple[str, list[Problem]]:
     """The link the batch must start from, and what is wrong with its anchors: the batch's own
@@ -305,19 +321,25 @@ def anchor_problems(
     elif previous is None and unanchored_head is not None:
         expected = unanchored_head
     elif previous is None:
-        problems.append(Problem(key, "the previous batch has no anchor: where this batch's "
-                                "chain must start is not pinned"))
+        problems.append(
+            Problem(
+                key,
+                "the previous batch has no anchor: where this batch's "
+                "chain must start is not pinned",
+            )
+        )
         expected = anchor.first_prev if anchor is not None else GENESIS_LINK.hex()
     else:
         expected = previous.head
     if anchor is None:
-        problems.append(Problem(key, "no anchor (the batch was inserted, or its anchor "
-                                "deleted)"))
+        problems.append(Problem(key, "no anchor (the batch was inserted, or its anchor deleted)"))
     else:
         if anchor.format != CHAIN_FORMAT:
-            problems.append(Problem(key, f"anchor in chain format {anchor.format}, expected "
-                                    f"{CHAIN_FORMAT}"))
+            problems.append(
+                Problem(key, f"anchor in chain format {anchor.format}, expected {CHAIN_FORMAT}")
+            )
         if anchor.batch_key != key or anchor.first_prev != expected:
-            problems.append(Problem(key, "its anchor does not follow the previous batch's "
-                                    "anchored head"))
+            problems.append(
+                Problem(key, "its anchor does not follow the previous batch's anchored head")
+            )
     return expected, problems

@@ -187,15 +187,26 @@ def trace_message(lake: Lake, message_id: str, *, include_body: bool = False) ->
     if not lake.exists(RAW_MESSAGES):
         return MessageTrace(message_id, lake.base_path, None, ())
     raw_columns: list[str | Column] = [
-        "batch_key", "batch_seq", "msg_seq", "put_time", "received_at", "delivery_count",
-        "body_sha256", "prev_link", "chain_link",
-        "message_id", "properties_json", "body_size", "body_location",
+        "batch_key",
+        "batch_seq",
+        "msg_seq",
+        "put_time",
+        "received_at",
+        "delivery_count",
+        "body_sha256",
+        "prev_link",
+        "chain_link",
+        "message_id",
+        "properties_json",
+        "body_size",
+        "body_location",
         F.unix_micros("put_time").alias("put_us"),
         F.unix_micros("received_at").alias("received_us"),
         F.length("body").alias("body_bytes"),
         # A body moved aside at intake is logged empty; its digest is of the moved-aside file.
         F.when(F.col("body_location").isNotNull(), F.length("body") == 0)
-        .otherwise(F.sha2(F.col("body"), 256) == F.col("body_sha256")).alias("body_intact"),
+        .otherwise(F.sha2(F.col("body"), 256) == F.col("body_sha256"))
+        .alias("body_intact"),
     ]
     if include_body:
         raw_columns.append("body")
@@ -216,8 +227,17 @@ def trace_message(lake: Lake, message_id: str, *, include_body: bool = False) ->
         items = (
             lake.read(MESSAGE_ITEMS)
             .where(F.col("batch_key").isin(keys) & by_id)  # partition pruning, then stats
-            .select("batch_seq", "msg_seq", "status", "position", "master_id", "category",
-                    "type", "reason", "detail")
+            .select(
+                "batch_seq",
+                "msg_seq",
+                "status",
+                "position",
+                "master_id",
+                "category",
+                "type",
+                "reason",
+                "detail",
+            )
             .collect()
         )
 
@@ -228,8 +248,18 @@ def trace_message(lake: Lake, message_id: str, *, include_body: bool = False) ->
         outcomes = (
             lake.read(MESSAGE_OUTCOMES)
             .where(as_committed)
-            .select("batch_seq", "msg_seq", "position", "master_id", "outcome", "version",
-                    "reason", "detail", "warning", "fold_step")
+            .select(
+                "batch_seq",
+                "msg_seq",
+                "position",
+                "master_id",
+                "outcome",
+                "version",
+                "reason",
+                "detail",
+                "warning",
+                "fold_step",
+            )
             .collect()
         )
     statuses = {str(r["outcome"]) for r in outcomes}
@@ -238,8 +268,9 @@ def trace_message(lake: Lake, message_id: str, *, include_body: bool = False) ->
         versions = (
             lake.read(MASTER_VERSIONS)
             .where(as_committed)
-            .select("batch_seq", "msg_seq", "position", "master_id", "version", "operation",
-                    "fold_step")
+            .select(
+                "batch_seq", "msg_seq", "position", "master_id", "version", "operation", "fold_step"
+            )
             .collect()
         )
     dead: list[Any] = []
@@ -247,8 +278,15 @@ def trace_message(lake: Lake, message_id: str, *, include_body: bool = False) ->
         dead = (
             lake.read(DEAD_LETTERS)
             .where(as_committed)
-            .select("batch_seq", "msg_seq", "position", "reason", "detail", "dead_lettered_at",
-                    "fold_step")
+            .select(
+                "batch_seq",
+                "msg_seq",
+                "position",
+                "reason",
+                "detail",
+                "dead_lettered_at",
+                "fold_step",
+            )
             .collect()
         )
 
@@ -345,17 +383,28 @@ def _assemble(
                 master_id=str(p["master_id"]),
                 category=p["category"],
                 type=p["type"],
-                outcome=whole if whole is not None
+                outcome=whole
+                if whole is not None
                 else outcome_of((batch_seq, msg_seq, int(p["position"]))),
             )
             for p in item_rows
         )
         sha = str(r["body_sha256"])
-        link = chain_link(bytes.fromhex(str(r["prev_link"])), ChainRecord(
-            batch_seq, msg_seq, message_id, r["put_us"], int(r["received_us"]),
-            int(r["delivery_count"]), r["properties_json"], int(r["body_size"]), sha,
-            r["body_location"],
-        )).hex()
+        link = chain_link(
+            bytes.fromhex(str(r["prev_link"])),
+            ChainRecord(
+                batch_seq,
+                msg_seq,
+                message_id,
+                r["put_us"],
+                int(r["received_us"]),
+                int(r["delivery_count"]),
+                r["properties_json"],
+                int(r["body_size"]),
+                sha,
+                r["body_location"],
+            ),
+        ).hex()
         drafts.append(
             MessageCopy(
                 batch_key=str(r["batch_key"]),
@@ -370,8 +419,11 @@ def _assemble(
                 prev_link=str(r["prev_link"]),
                 chain_link=str(r["chain_link"]),
                 link_consistent=link == str(r["chain_link"]),
-                parsed=PARSED_INVALID if invalid is not None
-                else PARSED_ITEMS if item_rows else NOT_PARSED,
+                parsed=PARSED_INVALID
+                if invalid is not None
+                else PARSED_ITEMS
+                if item_rows
+                else NOT_PARSED,
                 invalid_reason=invalid["reason"] if invalid is not None else None,
                 invalid_detail=invalid["detail"] if invalid is not None else None,
                 items=traced_items,

@@ -31,7 +31,10 @@ def spark() -> Iterator[SparkSession]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder
     for key, value in delta_spark_config(
-        master="local[2]", app_name="sis-platform-tests", shuffle_partitions=2, ui_enabled=False,
+        master="local[2]",
+        app_name="sis-platform-tests",
+        shuffle_partitions=2,
+        ui_enabled=False,
         class_archive=configured_archive(os.environ.get("SIS_SPARK_CLASS_ARCHIVE") or None),
     ).items():
         builder = builder.config(key, value)
@@ -81,6 +84,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     one worker, the other files of several minutes to the other, and the many short files fill
     in behind them, instead of a long file starting last on one worker.
     """
+
     def cost(item: pytest.Item) -> float:
         mark = item.get_closest_marker("cost")
         return float(mark.args[0]) if mark is not None else 0.0

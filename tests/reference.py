@@ -28,8 +28,7 @@ def assert_lake_matches_reference(lake: Any, ref: ReferencePipeline) -> None:
         if r["document"] is not None or r["stale"] or r["filtered"]
     }
     expected_masters = {
-        m: (s.version, s.document.decode() if s.document is not None else None, s.stale,
-            s.filtered)
+        m: (s.version, s.document.decode() if s.document is not None else None, s.stale, s.filtered)
         for m, s in ref.masters.items()
     }
     assert sorted(masters) == sorted(expected_masters), (
@@ -38,8 +37,14 @@ def assert_lake_matches_reference(lake: Any, ref: ReferencePipeline) -> None:
     assert masters == expected_masters
 
     versions = sorted(
-        (r["master_id"], r["version"], r["message_id"], r["position"], r["operation"],
-         r["document"])
+        (
+            r["master_id"],
+            r["version"],
+            r["message_id"],
+            r["position"],
+            r["operation"],
+            r["document"],
+        )
         for r in lake.read(MASTER_VERSIONS).collect()
     )
     expected_versions = sorted(

@@ -12,5 +12,6 @@ def test_code_location_loads_as_the_daemon_loads_it(tmp_path):
     defs = build_definitions({"SIS_DATA_DIR": str(tmp_path)})
     dg.Definitions.validate_loadable(defs)
     assert {j.name for j in defs.get_repository_def().get_all_jobs()} >= {
-        "process_batch", "replay_dead_letters"
+        "process_batch",
+        "replay_dead_letters",
     }

@@ -76,8 +76,11 @@ def fold_masters(
     processing.compiled_selector()  # a bad selector fails here, loudly, before any write
     lk = lake.lake(spark.spark_session)
     result = fold_step(
-        lk, selector=processing.selector, run_id=context.run.run_id,
-        quarantine_after=processing.quarantine_after, limits=processing.limits(),
+        lk,
+        selector=processing.selector,
+        run_id=context.run.run_id,
+        quarantine_after=processing.quarantine_after,
+        limits=processing.limits(),
     )
     if result.fold_step is None:
         context.log.info(f"nothing to fold: waiting for batch {result.waiting_for}")
@@ -102,8 +105,11 @@ def fold_masters(
     }
     yield dg.MaterializeResult(
         asset_key="master_documents",
-        metadata={**common, "masters_changed": result.masters_changed,
-                  "table": dg.MetadataValue.path(lk.path(MASTER_DOCUMENTS))},
+        metadata={
+            **common,
+            "masters_changed": result.masters_changed,
+            "table": dg.MetadataValue.path(lk.path(MASTER_DOCUMENTS)),
+        },
     )
     yield dg.MaterializeResult(
         asset_key="master_versions",
@@ -111,15 +117,23 @@ def fold_masters(
     )
     yield dg.MaterializeResult(
         asset_key="dead_letters",
-        metadata={**common, "dead_lettered": result.dead_lettered,
-                  "table": dg.MetadataValue.path(lk.path(DEAD_LETTERS))},
+        metadata={
+            **common,
+            "dead_lettered": result.dead_lettered,
+            "table": dg.MetadataValue.path(lk.path(DEAD_LETTERS)),
+        },
     )
     yield dg.MaterializeResult(
         asset_key="message_outcomes",
-        metadata={**common, "messages": result.messages, "applied": result.applied,
-                  "duplicates": result.duplicates, "filtered": result.filtered,
-                  "dead_lettered": result.dead_lettered,
-                  "table": dg.MetadataValue.path(lk.path(MESSAGE_OUTCOMES))},
+        metadata={
+            **common,
+            "messages": result.messages,
+            "applied": result.applied,
+            "duplicates": result.duplicates,
+            "filtered": result.filtered,
+            "dead_lettered": result.dead_lettered,
+            "table": dg.MetadataValue.path(lk.path(MESSAGE_OUTCOMES)),
+        },
     )
 
 

@@ -1,7 +1,6 @@
 """The message log (raw_messages), its integrity check, and its parsed, split form
 (message_items), per batch."""
 
-
 from typing import TYPE_CHECKING
 
 import dagster as dg
@@ -51,8 +50,10 @@ def raw_messages(
     lk = lake.lake(session)
     lk.ensure(RAW_MESSAGES)
     if added := add_missing_columns(lk):
-        context.log.warning(f"raw_messages: added the column(s) {', '.join(added)} (rows logged "
-                            "before they existed hold nulls)")
+        context.log.warning(
+            f"raw_messages: added the column(s) {', '.join(added)} (rows logged "
+            "before they existed hold nulls)"
+        )
     zone = landing.zone()
     landed = session.read.parquet(str(zone.batch_path(key)))
     if "body_size" not in landed.columns:  # landed before bodies could be moved aside
@@ -97,8 +98,9 @@ def add_missing_columns(lake: "Lake") -> list[str]:
     existing = set(lake.read(RAW_MESSAGES).columns)
     missing = [f for f in RAW_MESSAGES.schema().fields if f.name not in existing]
     if missing:
-        columns = ", ".join(f"{sql_identifier(f.name)} {f.dataType.simpleString()}"
-                            for f in missing)
+        columns = ", ".join(
+            f"{sql_identifier(f.name)} {f.dataType.simpleString()}" for f in missing
+        )
         lake.spark.sql(f"ALTER TABLE {lake.sql_table(RAW_MESSAGES)} ADD COLUMNS ({columns})")
     return [f.name for f in missing]
 
@@ -133,8 +135,9 @@ def hash_chain_intact(
     )
     first = verdict.first_problem
     if first is not None:
-        context.log.error(f"message log batch {key}: {len(verdict.problems)} problem(s), "
-                          f"first: {first}")
+        context.log.error(
+            f"message log batch {key}: {len(verdict.problems)} problem(s), first: {first}"
+        )
     return dg.AssetCheckResult(
         passed=verdict.intact,
         severity=dg.AssetCheckSeverity.ERROR,
@@ -169,7 +172,8 @@ def message_items(
     fold. Deduplication by message id happens in the fold, across batches, in feed order."""
     lk = lake.lake(spark.spark_session)
     summary = log_items(
-        lk, context.partition_key,
+        lk,
+        context.partition_key,
         limits=processing.limits(),
         redelivery_limit=processing.redelivery_limit,
         run_id=context.run.run_id,
@@ -177,7 +181,10 @@ def message_items(
         landing_root=landing.root,
     )
     digest, messages, n_items, invalid = (
-        summary.digest, summary.messages, summary.items, summary.invalid_by_reason
+        summary.digest,
+        summary.messages,
+        summary.items,
+        summary.invalid_by_reason,
     )
     return dg.MaterializeResult(
         metadata={

@@ -1,6 +1,6 @@
 """`sis-spark-archive`: build the Spark driver's class-data archive (see resources/jvm_archive.py).
 
-    sis-spark-archive [--if-missing] [--print-path]
+sis-spark-archive [--if-missing] [--print-path]
 """
 
 from __future__ import annotations

@@ -60,17 +60,30 @@ READY = "Spark Connect server started at"
 
 
 def start(
-    port: int, *, host: str = "127.0.0.1", env: Mapping[str, str] | None = None,
+    port: int,
+    *,
+    host: str = "127.0.0.1",
+    env: Mapping[str, str] | None = None,
     log: IO[str] | None = None,
 ) -> subprocess.Popen[str]:
     """Start the server as a child process (in a process group of its own: stop it with
     os.killpg) and return once it listens, as its own log line says; its output goes on to
     `log` (or nowhere). Raises RuntimeError, with the output, if it exits first."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sis_platform.cli.spark_connect", "--host", host,
-         "--port", str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env=dict(os.environ if env is None else env), start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "sis_platform.cli.spark_connect",
+            "--host",
+            host,
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=dict(os.environ if env is None else env),
+        start_new_session=True,
     )
     assert proc.stdout is not None
     seen: list[str] = []

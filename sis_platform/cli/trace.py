@@ -60,9 +60,7 @@ def _parser() -> argparse.ArgumentParser:
         "alone are accepted too)",
     )
     parser.add_argument("--json", action="store_true", help="print the trace as JSON")
-    parser.add_argument(
-        "--show-body", action="store_true", help="include each copy's logged bytes"
-    )
+    parser.add_argument("--show-body", action="store_true", help="include each copy's logged bytes")
     return parser
 
 

@@ -54,10 +54,20 @@ def _parser() -> argparse.ArgumentParser:
         epilog="Exit status: 0 intact, 1 broken (names the first broken batch and message), "
         "2 bad arguments or configuration.",
     )
-    parser.add_argument("--from", dest="first", type=_key, metavar="KEY",
-                        help="first batch to verify (default: the first batch)")
-    parser.add_argument("--to", dest="last", type=_key, metavar="KEY",
-                        help="last batch to verify (default: the last batch anything knows of)")
+    parser.add_argument(
+        "--from",
+        dest="first",
+        type=_key,
+        metavar="KEY",
+        help="first batch to verify (default: the first batch)",
+    )
+    parser.add_argument(
+        "--to",
+        dest="last",
+        type=_key,
+        metavar="KEY",
+        help="last batch to verify (default: the last batch anything knows of)",
+    )
     return parser
 
 
@@ -67,8 +77,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if isinstance(args, int):
         return args
     if args.first and args.last and args.first > args.last:
-        print(f"sis-verify-log: error: --from {args.first} is after --to {args.last}",
-              file=sys.stderr)
+        print(
+            f"sis-verify-log: error: --from {args.first} is after --to {args.last}", file=sys.stderr
+        )
         return EXIT_USAGE
 
     resources = configured_resources("sis-verify-log")
@@ -100,14 +111,20 @@ def verify(lake: Lake, zone: LandingZone, first: str | None, last: str | None) -
             first_problem = verdict.first_problem
     where = f"{zone.root} and {lake.base_path}"
     if first_problem is None:
-        print(f"sis-verify-log: intact: {batches} batch(es), {messages} message(s) verified "
-              f"({where})")
+        print(
+            f"sis-verify-log: intact: {batches} batch(es), {messages} message(s) verified ({where})"
+        )
         return EXIT_INTACT
-    print(f"sis-verify-log: BROKEN: {problems} problem(s) in {batches} batch(es); first "
-          f"broken batch {first_problem.batch_key}"
-          + (f" message {first_problem.msg_seq} ({first_problem.message_id})"
-             if first_problem.message_id is not None else "")
-          + f": {first_problem.text} ({where})")
+    print(
+        f"sis-verify-log: BROKEN: {problems} problem(s) in {batches} batch(es); first "
+        f"broken batch {first_problem.batch_key}"
+        + (
+            f" message {first_problem.msg_seq} ({first_problem.message_id})"
+            if first_problem.message_id is not None
+            else ""
+        )
+        + f": {first_problem.text} ({where})"
+    )
     return EXIT_BROKEN
 
 

@@ -83,16 +83,27 @@ def interpret(master_id: str, document: bytes) -> Interpretation:
     root = parse_xml(document)
     get = root.get
     event = EventRow(
-        master_id, get("sport"), get("country"), get("course"), get("name"), get("start"),
-        get("status"), get("going"),
+        master_id,
+        get("sport"),
+        get("country"),
+        get("course"),
+        get("name"),
+        get("start"),
+        get("status"),
+        get("going"),
     )
     markets: list[MarketRow] = []
     selections: list[SelectionRow] = []
     for market in root.iterchildren("market"):
         market_id = market.get("id", "")
         markets.append(
-            MarketRow(master_id, market_id, market.get("type"), market.get("status"),
-                      xs_integer(market.get("places")))
+            MarketRow(
+                master_id,
+                market_id,
+                market.get("type"),
+                market.get("status"),
+                xs_integer(market.get("places")),
+            )
         )
         for sel in market.iterchildren("selection"):
             price = sel.find("price")
@@ -100,9 +111,16 @@ def interpret(master_id: str, document: bytes) -> Interpretation:
             den = xs_integer(price.get("den")) if price is not None else None
             selections.append(
                 SelectionRow(
-                    master_id, market_id, sel.get("id", ""), xs_integer(sel.get("number")),
-                    sel.get("name"), sel.get("status"), sel.get("jockey"), sel.get("trainer"),
-                    num, den,
+                    master_id,
+                    market_id,
+                    sel.get("id", ""),
+                    xs_integer(sel.get("number")),
+                    sel.get("name"),
+                    sel.get("status"),
+                    sel.get("jockey"),
+                    sel.get("trainer"),
+                    num,
+                    den,
                     round(num / den + 1, 6) if num is not None and den else None,
                     price.get("at") if price is not None else None,
                 )

@@ -29,8 +29,7 @@ from dataclasses import dataclass, fields
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-message and per-item bounds. Every field is an `SIS_*` setting (docs/configuration.md).
-    """
+    """Per-message and per-item bounds; each field is an `SIS_*` setting (docs/configuration.md)."""
 
     # Body bytes (SIS_MAX_MESSAGE_BYTES). A larger message is moved aside at intake and never
     # held in a batch; it is logged with its size and digest and dead-lettered `too-large`.

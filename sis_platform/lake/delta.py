@@ -75,9 +75,13 @@ def _conflict_exceptions() -> tuple[type[Exception], ...]:
     from delta import exceptions as e
 
     return (
-        e.DeltaConcurrentModificationException, e.ConcurrentWriteException,
-        e.MetadataChangedException, e.ProtocolChangedException, e.ConcurrentAppendException,
-        e.ConcurrentDeleteReadException, e.ConcurrentDeleteDeleteException,
+        e.DeltaConcurrentModificationException,
+        e.ConcurrentWriteException,
+        e.MetadataChangedException,
+        e.ProtocolChangedException,
+        e.ConcurrentAppendException,
+        e.ConcurrentDeleteReadException,
+        e.ConcurrentDeleteDeleteException,
         e.ConcurrentTransactionException,
     )
 
@@ -100,7 +104,8 @@ class Lake:
         # Over Spark Connect, a lake folder that exists here is the server's (see _log_versions).
         local = base_path.removeprefix("file:") if "://" not in base_path else None
         self._local_base = (
-            Path(local) if self.remote and local and os.path.isabs(local) and os.path.isdir(local)
+            Path(local)
+            if self.remote and local and os.path.isabs(local) and os.path.isdir(local)
             else None
         )
         # Importing Delta's exceptions installs the conversion of its JVM conflicts into them:
@@ -122,7 +127,10 @@ class Lake:
         if interrupted:
             log.warning(
                 "interrupted %d operation(s) a previous %s left running on the Spark Connect "
-                "server: %s", len(interrupted), role, ", ".join(interrupted),
+                "server: %s",
+                len(interrupted),
+                role,
+                ", ".join(interrupted),
             )
         self.writer_tag = role
         return interrupted
@@ -154,7 +162,11 @@ class Lake:
                 delay *= random.uniform(0.5, 1.5)
                 log.warning(
                     "%s: Delta conflict (%s), attempt %d of %d, retrying in %.2f s",
-                    what, type(error).__name__, attempt, self.conflict_attempts, delay,
+                    what,
+                    type(error).__name__,
+                    attempt,
+                    self.conflict_attempts,
+                    delay,
                 )
                 time.sleep(delay)  # backoff between attempts, not synchronisation
         raise AssertionError("unreachable")
@@ -238,9 +250,11 @@ class Lake:
         from pyspark.errors import AnalysisException
 
         try:
-            row = self.spark.sql(
-                f"DESCRIBE HISTORY {self.sql_table(table)} LIMIT 1"
-            ).select("version").first()
+            row = (
+                self.spark.sql(f"DESCRIBE HISTORY {self.sql_table(table)} LIMIT 1")
+                .select("version")
+                .first()
+            )
         except AnalysisException as error:
             if error.getCondition() in _NOT_A_DELTA_TABLE:
                 return None
@@ -268,9 +282,7 @@ class Lake:
         sets = ", ".join(f"{sql_identifier(c)} = {e}" for c, e in assignments.items())
         self.retrying_conflicts(
             f"{table.name} update where {condition}",
-            lambda: self.spark.sql(
-                f"UPDATE {self.sql_table(table)} SET {sets} WHERE {condition}"
-            ),
+            lambda: self.spark.sql(f"UPDATE {self.sql_table(table)} SET {sets} WHERE {condition}"),
         )
 
     def replace_where(self, table: Table, df: DataFrame, condition: str) -> None:
@@ -306,7 +318,9 @@ class Lake:
         """Upsert `rows` by `keys` (insert or replace whole rows): idempotent by construction."""
         condition = " AND ".join(f"t.{sql_identifier(k)} = s.{sql_identifier(k)}" for k in keys)
         self._merge(
-            table, kill_during_write(rows, f"write.{table.name}"), condition,
+            table,
+            kill_during_write(rows, f"write.{table.name}"),
+            condition,
             "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *",
         )
 

@@ -81,7 +81,9 @@ def _workload(dump_to: str) -> None:
     with tempfile.TemporaryDirectory(prefix="sis-spark-archive-") as tmp:
         path = f"{tmp}/t"
         rows = spark.range(200).select(
-            F.col("id"), (F.col("id") % 4).alias("part"), F.col("id").cast("string").alias("s"),
+            F.col("id"),
+            (F.col("id") % 4).alias("part"),
+            F.col("id").cast("string").alias("s"),
             F.lit(b"x").alias("b"),
         )
         rows.write.format("delta").partitionBy("part").save(path)
@@ -92,8 +94,9 @@ def _workload(dump_to: str) -> None:
             "txnVersion", 1
         ).save(path)
         table = DeltaTable.forPath(spark, path)
-        table.alias("t").merge(rows.limit(20).alias("s"), "t.id = s.id").whenMatchedUpdateAll(
-        ).whenNotMatchedInsertAll().execute()
+        table.alias("t").merge(
+            rows.limit(20).alias("s"), "t.id = s.id"
+        ).whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()
         table.delete("id < 3")
         spark.read.format("delta").option("versionAsOf", 1).load(path).exceptAll(
             spark.read.format("delta").load(path)

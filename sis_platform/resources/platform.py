@@ -55,7 +55,7 @@ class LandingZoneResource(dg.ConfigurableResource):
     )
     get_wait_seconds: float = Field(
         default=DEFAULT_GET_WAIT_SECONDS,
-        description="How long one get waits for a message before the batch closes."
+        description="How long one get waits for a message before the batch closes.",
     )
     deployment: str | None = Field(
         default=None,
@@ -98,7 +98,8 @@ class FeedProcessingResource(dg.ConfigurableResource):
         "`too-large`.",
     )
     max_elements: int = Field(
-        default=DEFAULT_LIMITS.max_elements, gt=0,
+        default=DEFAULT_LIMITS.max_elements,
+        gt=0,
         description="Most elements in a message or a patched master (`too-complex` beyond).",
     )
     max_depth: int = Field(
@@ -114,24 +115,29 @@ class FeedProcessingResource(dg.ConfigurableResource):
         default=DEFAULT_LIMITS.max_ids, gt=0, description="Most master ids in one message."
     )
     max_split_bytes: int = Field(
-        default=DEFAULT_LIMITS.max_split_bytes, gt=0,
+        default=DEFAULT_LIMITS.max_split_bytes,
+        gt=0,
         description="Most bytes the items of one message carry together (ids x an update's "
         "operation bytes); `too-complex` beyond.",
     )
     max_patch_operations: int = Field(
-        default=DEFAULT_LIMITS.max_patch_operations, gt=0,
+        default=DEFAULT_LIMITS.max_patch_operations,
+        gt=0,
         description="Most patch operations in one update message.",
     )
     max_selector_length: int = Field(
-        default=DEFAULT_LIMITS.max_selector_length, gt=0,
+        default=DEFAULT_LIMITS.max_selector_length,
+        gt=0,
         description="Longest XPath selector (`sel`), in characters.",
     )
     max_selector_steps: int = Field(
-        default=DEFAULT_LIMITS.max_selector_steps, gt=0,
+        default=DEFAULT_LIMITS.max_selector_steps,
+        gt=0,
         description="Most location steps plus predicates in one XPath selector.",
     )
     item_budget_seconds: float = Field(
-        default=DEFAULT_LIMITS.item_budget_seconds, gt=0,
+        default=DEFAULT_LIMITS.item_budget_seconds,
+        gt=0,
         description="Wall-clock seconds one item may take to fold; a worker over it is killed "
         "and the item dead-lettered `too-complex`.",
     )

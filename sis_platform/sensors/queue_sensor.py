@@ -115,7 +115,10 @@ def sportsdata_queue_sensor(
         try:
             with source.connect() as session:
                 batch = consume_batch(
-                    session, zone, limits, fence=lease.fence(current),
+                    session,
+                    zone,
+                    limits,
+                    fence=lease.fence(current),
                     message_limits=processing.limits(),
                 )
         except FencedOff as exc:
@@ -156,12 +159,16 @@ def sportsdata_queue_sensor(
         had_anchor = zone.anchors.path(key).exists()
         anchor = zone.ensure_anchor(key)
         if anchor is None:
-            context.log.error(f"batch {key} has no chain anchor and its landing file carries "
-                              "none: its run's hash_chain_intact check will fail")
+            context.log.error(
+                f"batch {key} has no chain anchor and its landing file carries "
+                "none: its run's hash_chain_intact check will fail"
+            )
         else:
             if not had_anchor:
-                context.log.warning(f"batch {key} had no anchor file (a crash right after it "
-                                    "landed): written from its landing file's metadata")
+                context.log.warning(
+                    f"batch {key} had no anchor file (a crash right after it "
+                    "landed): written from its landing file's metadata"
+                )
             tags |= {CHAIN_HEAD_TAG: anchor.head, MESSAGES_TAG: str(anchor.messages)}
         run_requests.append(dg.RunRequest(partition_key=key, run_key=f"batch-{key}", tags=tags))
     return dg.SensorResult(

@@ -48,9 +48,12 @@ def _variable_width(schema: pa.Schema) -> list[int]:
     import pyarrow as pa
 
     return [
-        i for i, f in enumerate(schema)
-        if pa.types.is_binary(f.type) or pa.types.is_string(f.type)
-        or pa.types.is_large_binary(f.type) or pa.types.is_large_string(f.type)
+        i
+        for i, f in enumerate(schema)
+        if pa.types.is_binary(f.type)
+        or pa.types.is_string(f.type)
+        or pa.types.is_large_binary(f.type)
+        or pa.types.is_large_string(f.type)
     ]
 
 

@@ -61,8 +61,10 @@ class BatchVerdict:
     @property
     def first_problem(self) -> Problem | None:
         """The first problem that names a message, else the first problem."""
-        return next((p for p in self.problems if p.message_id is not None),
-                    self.problems[0] if self.problems else None)
+        return next(
+            (p for p in self.problems if p.message_id is not None),
+            self.problems[0] if self.problems else None,
+        )
 
 
 def verify_batch(
@@ -73,22 +75,33 @@ def verify_batch(
     problems: list[Problem] = []
     anchor = _read_anchor(zone, key, problems)
     previous = _read_anchor(zone, batch_key(seq - 1), problems) if seq > 1 else None
-    unanchored = (
-        zone.unanchored_head(batch_key(seq - 1)) if seq > 1 and previous is None else None
+    unanchored = zone.unanchored_head(batch_key(seq - 1)) if seq > 1 and previous is None else None
+    first_prev, found = anchor_problems(
+        key, anchor, previous, first=seq == 1, unanchored_head=unanchored
     )
-    first_prev, found = anchor_problems(key, anchor, previous, first=seq == 1,
-                                        unanchored_head=unanchored)
     problems += found
-    if run_anchor is not None and anchor is not None and (
-        run_anchor.head != anchor.head or run_anchor.messages != anchor.messages
+    if (
+        run_anchor is not None
+        and anchor is not None
+        and (run_anchor.head != anchor.head or run_anchor.messages != anchor.messages)
     ):
-        problems.append(Problem(key, f"the run was requested for {run_anchor.messages} "
-                                f"message(s) ending on {run_anchor.head[:16]}..., the anchor "
-                                f"says {anchor.messages} ending on {anchor.head[:16]}..."))
+        problems.append(
+            Problem(
+                key,
+                f"the run was requested for {run_anchor.messages} "
+                f"message(s) ending on {run_anchor.head[:16]}..., the anchor "
+                f"says {anchor.messages} ending on {anchor.head[:16]}...",
+            )
+        )
     problems += _verify_landing_file(zone, key, first_prev, anchor)
     if lake.exists(RAW_MESSAGES):
-        report = verify_messages(key, delta_messages(lake, key), first_prev=first_prev,
-                                 source=DELTA_SOURCE, anchor=anchor)
+        report = verify_messages(
+            key,
+            delta_messages(lake, key),
+            first_prev=first_prev,
+            source=DELTA_SOURCE,
+            anchor=anchor,
+        )
         problems += report.problems
         checked = report.messages
     else:
@@ -115,14 +128,25 @@ def _verify_landing_file(
     try:
         claimed = zone.anchor_from_file(key)
         if claimed is None:
-            return [Problem(key, "its landing file carries no chain metadata (written before "
-                            "chain format 2, or rewritten)")]
+            return [
+                Problem(
+                    key,
+                    "its landing file carries no chain metadata (written before "
+                    "chain format 2, or rewritten)",
+                )
+            ]
         problems: list[Problem] = []
         if anchor is not None and claimed != anchor:
-            problems.append(Problem(key, "its landing file's chain metadata differs from its "
-                                    "anchor"))
-        report = verify_messages(key, zone.stored_messages(key), first_prev=first_prev,
-                                 source=LANDING_SOURCE, anchor=anchor or claimed)
+            problems.append(
+                Problem(key, "its landing file's chain metadata differs from its anchor")
+            )
+        report = verify_messages(
+            key,
+            zone.stored_messages(key),
+            first_prev=first_prev,
+            source=LANDING_SOURCE,
+            anchor=anchor or claimed,
+        )
         return problems + list(report.problems)
     except (OSError, KeyError, pa.ArrowException) as exc:
         return [Problem(key, f"its landing file cannot be read as a landing batch: {exc}")]
@@ -136,12 +160,21 @@ def delta_messages(lake: Lake, key: str) -> Iterator[StoredMessage]:
         lake.read(RAW_MESSAGES)
         .where(batch_condition(key))
         .select(
-            "batch_key", "batch_seq", "msg_seq", "message_id",
+            "batch_key",
+            "batch_seq",
+            "msg_seq",
+            "message_id",
             F.unix_micros("put_time").alias("put_us"),
             F.unix_micros("received_at").alias("received_us"),
-            "delivery_count", "properties_json", "body_size", "body_sha256", "body_location",
-            F.length("body").alias("row_size"), F.sha2("body", 256).alias("row_sha256"),
-            "prev_link", "chain_link",
+            "delivery_count",
+            "properties_json",
+            "body_size",
+            "body_sha256",
+            "body_location",
+            F.length("body").alias("row_size"),
+            F.sha2("body", 256).alias("row_sha256"),
+            "prev_link",
+            "chain_link",
         )
         .orderBy("msg_seq", "chain_link")
     )

@@ -141,10 +141,18 @@ def fold_step_rows(lake: Lake) -> list[Row]:
     """Every committed step's row of fold_steps (one small row per step), read once per fold
     step for both the last committed step and what each batch was when folded."""
     lake.ensure(FOLD_STEPS)
-    return lake.read(FOLD_STEPS).select(
-        "fold_step", "first_batch_seq", "last_batch_seq", "master_documents_version",
-        "table_versions", "items_digest",
-    ).collect()
+    return (
+        lake.read(FOLD_STEPS)
+        .select(
+            "fold_step",
+            "first_batch_seq",
+            "last_batch_seq",
+            "master_documents_version",
+            "table_versions",
+            "items_digest",
+        )
+        .collect()
+    )
 
 
 def committed_step(lake: Lake, rows: list[Row] | None = None) -> CommittedStep:
@@ -158,7 +166,9 @@ def committed_step(lake: Lake, rows: list[Row] | None = None) -> CommittedStep:
         # Before the first step every table is as `ensure` created it: version 0.
         return CommittedStep(0, 0, 0, {t.name: 0 for t in STEP_TABLES})
     return CommittedStep(
-        int(last["fold_step"]), int(last["last_batch_seq"]), int(last["master_documents_version"]),
+        int(last["fold_step"]),
+        int(last["last_batch_seq"]),
+        int(last["master_documents_version"]),
         {k: int(v) for k, v in json.loads(last["table_versions"]).items()},
     )
 
@@ -236,8 +246,17 @@ def _changed_items(
     from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
 
-    columns = ["batch_seq", "msg_seq", "position", "master_id", "status", "category", "type",
-               "payload", "reason"]
+    columns = [
+        "batch_seq",
+        "msg_seq",
+        "position",
+        "master_id",
+        "status",
+        "category",
+        "type",
+        "payload",
+        "reason",
+    ]
     parts: list[DataFrame] = []
     by_version: dict[int | None, list[int]] = {}
     for seq in changed:
@@ -246,15 +265,19 @@ def _changed_items(
         current = now.where(F.col("batch_seq").isin(seqs)).select(*columns)
         if version is not None:
             try:
-                before = lake.read(MESSAGE_ITEMS, version=version).where(
-                    F.col("batch_seq").isin(seqs)
-                ).select(*columns)
+                before = (
+                    lake.read(MESSAGE_ITEMS, version=version)
+                    .where(F.col("batch_seq").isin(seqs))
+                    .select(*columns)
+                )
                 diff = before.exceptAll(current).unionByName(current.exceptAll(before))
                 parts.append(diff.select("master_id", "batch_seq").localCheckpoint())
                 continue
             except AnalysisException as error:
-                log.warning(f"message_items version {version} unavailable ({error}); "
-                            f"rewinding every master of batches {seqs}")
+                log.warning(
+                    f"message_items version {version} unavailable ({error}); "
+                    f"rewinding every master of batches {seqs}"
+                )
         outcomes = lake.read(MESSAGE_OUTCOMES).where(F.col("batch_seq").isin(seqs))
         parts.append(
             outcomes.select("master_id", "batch_seq").unionByName(
@@ -279,11 +302,22 @@ def _fold_input(items: DataFrame, state: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
     item_rows = items.select(
-        "master_id", F.lit(_ITEM_ROW).alias("row_kind"), "message_id", "position", "category",
-        "type", "payload", "batch_seq", "msg_seq",
+        "master_id",
+        F.lit(_ITEM_ROW).alias("row_kind"),
+        "message_id",
+        "position",
+        "category",
+        "type",
+        "payload",
+        "batch_seq",
+        "msg_seq",
     )
     state_rows = state.select(
-        "master_id", F.lit(_STATE_ROW).alias("row_kind"), "version", "document", "stale",
+        "master_id",
+        F.lit(_STATE_ROW).alias("row_kind"),
+        "version",
+        "document",
+        "stale",
         "filtered",
     )
     return (
@@ -386,32 +420,89 @@ def _fold_one(
         # text, which may quote content (an lxml error quotes the document).
         guard.done()
         return [
-            ("failure", master_id, None, None, None, None, None, None, type(error).__name__,
-             f"{type(error).__name__}: {error}"[:FAILURE_DETAIL_CHARS], None, None, None, None,
-             None)
+            (
+                "failure",
+                master_id,
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                type(error).__name__,
+                f"{type(error).__name__}: {error}"[:FAILURE_DETAIL_CHARS],
+                None,
+                None,
+                None,
+                None,
+                None,
+            )
         ]
     guard.done()
     rows: list[tuple[object, ...]] = []
     for v in result.versions:
         b, m = where[(v.message_id, v.position)]
         rows.append(
-            ("version", master_id, v.version, v.message_id, v.position, v.operation,
-             v.document.decode("utf-8"), None, None, None, None, None, None, b, m)
+            (
+                "version",
+                master_id,
+                v.version,
+                v.message_id,
+                v.position,
+                v.operation,
+                v.document.decode("utf-8"),
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                b,
+                m,
+            )
         )
     for r in result.results:
         b, m = where[(r.message_id, r.position)]
         rows.append(
-            ("result", master_id, r.version, r.message_id, r.position, None, None,
-             str(r.outcome), str(r.reason) if r.reason else None, r.detail, r.warning, None,
-             None, b, m)
+            (
+                "result",
+                master_id,
+                r.version,
+                r.message_id,
+                r.position,
+                None,
+                None,
+                str(r.outcome),
+                str(r.reason) if r.reason else None,
+                r.detail,
+                r.warning,
+                None,
+                None,
+                b,
+                m,
+            )
         )
     st = result.state
     # Like the reference, an orphan update leaves no master behind.
     if st.exists or st.stale or st.filtered:
         rows.append(
-            ("state", master_id, st.version, None, None, None,
-             st.document.decode("utf-8") if st.document is not None else None, None, None,
-             None, None, st.stale, st.filtered, None, None)
+            (
+                "state",
+                master_id,
+                st.version,
+                None,
+                None,
+                None,
+                st.document.decode("utf-8") if st.document is not None else None,
+                None,
+                None,
+                None,
+                None,
+                st.stale,
+                st.filtered,
+                None,
+                None,
+            )
         )
     return rows
 
@@ -436,8 +527,11 @@ def _fold_items(
 
     def fold(state: MasterState | None, part: list[Item]) -> MasterFoldResult:
         return fold_master(
-            master_id, state, _Watched(part, guard, plan.injected),
-            selector=_selector(plan.selector_text), patches=_patch_cache(plan.limits),
+            master_id,
+            state,
+            _Watched(part, guard, plan.injected),
+            selector=_selector(plan.selector_text),
+            patches=_patch_cache(plan.limits),
             limits=plan.limits,
         )
 
@@ -458,8 +552,16 @@ def _fold_items(
             state, pending = part.state, []
         if item is not None:
             results.append(
-                ItemResult(item.message_id, item.position, master_id, Outcome.DEAD_LETTERED,
-                           None, Reason.TOO_COMPLEX, detail, None)
+                ItemResult(
+                    item.message_id,
+                    item.position,
+                    master_id,
+                    Outcome.DEAD_LETTERED,
+                    None,
+                    Reason.TOO_COMPLEX,
+                    detail,
+                    None,
+                )
             )
             state = replace(state, stale=state.stale or state.exists)
     return MasterFoldResult(state=state, versions=versions, results=results)
@@ -470,9 +572,7 @@ class _Watched(Sequence["Item"]):
     an item is where that item's budget starts (and the previous item's ends). The injected
     test failure strikes there too, inside the fold of its item."""
 
-    def __init__(
-        self, items: list[Item], guard: Guard, injected: InjectedFailure | None
-    ) -> None:
+    def __init__(self, items: list[Item], guard: Guard, injected: InjectedFailure | None) -> None:
         self._items = items
         self._guard = guard
         self._injected = injected
@@ -481,7 +581,8 @@ class _Watched(Sequence["Item"]):
         for item in self._items:
             self._guard.item(item.message_id, item.position)
             if self._injected is not None and self._injected.target in (
-                item.master_id, item.message_id
+                item.master_id,
+                item.message_id,
             ):
                 fail_as_injected(self._injected.how, quoting=item.payload)
             yield item
@@ -537,13 +638,15 @@ def _died_in_flight(folder: InFlightFolder, error: BaseException) -> list[Master
     records = folder.records()
     timeouts = [
         MasterFailure(r.key, TIMEOUT, budget_detail(r.budget_seconds), r.message_id, r.position)
-        for r in records if r.state == TIMEOUT
+        for r in records
+        if r.state == TIMEOUT
     ]
     if timeouts:
         return timeouts
     return [
         MasterFailure(r.key, CRASH, f"its Python worker died ({type(error).__name__})")
-        for r in records if r.state == RUNNING
+        for r in records
+        if r.state == RUNNING
     ]
 
 
@@ -565,7 +668,8 @@ def known_failures(lake: Lake, after: int) -> KnownFailures:
     table = lake.read(FOLD_FAILURES)
     if "kind" not in table.columns:  # a lake from before kinds: every row an error or crash
         table = table.select(
-            "*", F.lit(None).cast("string").alias("kind"),
+            "*",
+            F.lit(None).cast("string").alias("kind"),
             F.lit(None).cast("string").alias("message_id"),
             F.lit(None).cast("int").alias("position"),
         )
@@ -585,9 +689,7 @@ def known_failures(lake: Lake, after: int) -> KnownFailures:
         master = str(r["master_id"])
         counts[master] = counts.get(master, 0) + 1
         last[master] = str(r["error"])
-    quarantined = {
-        m: f"fold failed {n} times: {last[m]}" for m, n in counts.items() if n >= after
-    }
+    quarantined = {m: f"fold failed {n} times: {last[m]}" for m, n in counts.items() if n >= after}
     return KnownFailures(quarantined, timed_out)
 
 
@@ -597,8 +699,17 @@ def record_failures(
     now = datetime.now(UTC)
     _add_kind_columns(lake)
     rows = [
-        (f.master_id, step, f.error[:FAILURE_DETAIL_CHARS], now, run_id, False, f.kind,
-         f.message_id, f.position)
+        (
+            f.master_id,
+            step,
+            f.error[:FAILURE_DETAIL_CHARS],
+            now,
+            run_id,
+            False,
+            f.kind,
+            f.message_id,
+            f.position,
+        )
         for f in sorted(set(failures), key=lambda f: (f.master_id, f.kind, f.error))
     ]
     lake.append(FOLD_FAILURES, lake.spark.createDataFrame(rows, FOLD_FAILURES.schema()))
@@ -716,9 +827,11 @@ def fold_step(
     # worst case, newer items under an older digest, is seen as changed by the next step.
     log_version = lake.version(BATCH_LOG)
     items_version = lake.version(MESSAGE_ITEMS)
-    log_rows = lake.read(BATCH_LOG, version=log_version).select(
-        "batch_seq", "batch_key", "items_digest", "messages"
-    ).collect()
+    log_rows = (
+        lake.read(BATCH_LOG, version=log_version)
+        .select("batch_seq", "batch_key", "items_digest", "messages")
+        .collect()
+    )
     logged = LoggedBatches(
         {int(r["batch_seq"]): str(r["batch_key"]) for r in log_rows},
         {int(r["batch_seq"]): str(r["items_digest"]) for r in log_rows},
@@ -728,8 +841,10 @@ def fold_step(
         run = run[:max_batches]
     folded_before = folded_batches(steps)
     changed = sorted(
-        seq for seq, digest in logged.digests.items()
-        if seq in folded_before and seq <= committed.last_batch_seq
+        seq
+        for seq, digest in logged.digests.items()
+        if seq in folded_before
+        and seq <= committed.last_batch_seq
         and folded_before[seq].digest != digest
     )
     if not run and not changed and not rewind:
@@ -757,7 +872,8 @@ def fold_step(
     rewinding = bool(changed or rewind)
     if rewinding:
         touched = (
-            _changed_items(lake, log_items, changed, folded_before) if changed
+            _changed_items(lake, log_items, changed, folded_before)
+            if changed
             else spark.createDataFrame([], "master_id string, batch_seq long")
         )
         if rewind:
@@ -777,15 +893,20 @@ def fold_step(
             .withColumn("n", F.row_number().over(last_before))
             .where("n = 1")
             .select(
-                "master_id", "version", "document",
-                F.col("batch_seq").alias("p_batch"), F.col("msg_seq").alias("p_msg"),
+                "master_id",
+                "version",
+                "document",
+                F.col("batch_seq").alias("p_batch"),
+                F.col("msg_seq").alias("p_msg"),
                 F.col("position").alias("p_pos"),
             )
         )
         rewound = (
             from_batch.join(points, "master_id", "left")
             .select(
-                "master_id", "version", "document",
+                "master_id",
+                "version",
+                "document",
                 F.coalesce("p_batch", F.lit(-1).cast("long")).alias("p_batch"),
                 F.coalesce("p_msg", F.lit(-1)).alias("p_msg"),
                 F.coalesce("p_pos", F.lit(-1)).alias("p_pos"),
@@ -803,12 +924,11 @@ def fold_step(
         step_items = new_items.join(rewound_ids, "master_id", "left_anti").unionByName(refold)
         # Which copy of a message counts is a fact of the whole log (first in landing order),
         # decided afresh for every message the step emits rows for.
-        emitting = step_items.unionByName(
-            log_items.where(F.col("batch_key").isin(changed_keys))
-        )
+        emitting = step_items.unionByName(log_items.where(F.col("batch_key").isin(changed_keys)))
         messages = emitting.select("message_id", "batch_seq", "msg_seq").distinct()
         copies = (
-            log_items.select("message_id", "batch_seq", "msg_seq").distinct()
+            log_items.select("message_id", "batch_seq", "msg_seq")
+            .distinct()
             .join(messages.select("message_id").distinct(), "message_id", "left_semi")
         )
         ranked = copies.withColumn(
@@ -816,7 +936,8 @@ def fold_step(
             F.row_number().over(Window.partitionBy("message_id").orderBy("batch_seq", "msg_seq")),
         )
         dup_keys = (
-            ranked.where("copy > 1").select("batch_seq", "msg_seq")
+            ranked.where("copy > 1")
+            .select("batch_seq", "msg_seq")
             .withColumn("duplicate", F.lit(True))
         )
         # Message-level rows (duplicate, invalid) are emitted for new and changed batches only;
@@ -844,17 +965,23 @@ def fold_step(
             step_ids = F.broadcast(step_ids)
         seen = outcomes_then.select("message_id").join(step_ids, "message_id", "left_semi")
         ranked = messages.withColumn("copy", F.row_number().over(first_copy))
-        dup_keys = ranked.where("copy > 1").select("batch_seq", "msg_seq").unionByName(
-            ranked.where("copy = 1")
-            .join(seen, "message_id", "left_semi")
+        dup_keys = (
+            ranked.where("copy > 1")
             .select("batch_seq", "msg_seq")
-        ).withColumn("duplicate", F.lit(True))
+            .unionByName(
+                ranked.where("copy = 1")
+                .join(seen, "message_id", "left_semi")
+                .select("batch_seq", "msg_seq")
+            )
+            .withColumn("duplicate", F.lit(True))
+        )
     # Materialized once (localCheckpoint): every output below derives from it.
     tagged = items.join(dup_keys, ["batch_seq", "msg_seq"], "left").localCheckpoint()
 
     dup_msgs = (
         tagged.where(F.col("duplicate") & message_level)
-        .select("message_id", "batch_seq", "msg_seq").distinct()
+        .select("message_id", "batch_seq", "msg_seq")
+        .distinct()
     )
     invalid = tagged.where("duplicate IS NULL AND status = 'invalid'")
     valid = tagged.where("duplicate IS NULL AND status = 'item'")
@@ -880,14 +1007,19 @@ def fold_step(
         # A rewound master starts again from its version before the change (or from nothing).
         state = state.join(rewound_ids, "master_id", "left_anti").unionByName(
             rewound.where("version IS NOT NULL").select(
-                "master_id", "version", "document",
-                F.lit(False).alias("stale"), F.lit(False).alias("filtered"),
+                "master_id",
+                "version",
+                "document",
+                F.lit(False).alias("stale"),
+                F.lit(False).alias("filtered"),
                 F.lit(0).cast("long").alias("fold_step"),
             )
         )
     plan = WorkerPlan(
-        selector_text=selector, limits=limits,
-        timed_out=known.timed_out, injected=injected_fold_failure(),
+        selector_text=selector,
+        limits=limits,
+        timed_out=known.timed_out,
+        injected=injected_fold_failure(),
     )
     folder = InFlightFolder.create(lake.base_path, f"fold-{step}")
     try:
@@ -902,14 +1034,16 @@ def fold_step(
             died = _died_in_flight(folder, error)
             if not died:
                 raise  # not attributable to a master: a transient failure, retried as such
-            _fail_step(lake, died, step=step, run_id=run_id, quarantine_after=quarantine_after,
-                       cause=error)
+            _fail_step(
+                lake, died, step=step, run_id=run_id, quarantine_after=quarantine_after, cause=error
+            )
     finally:
         folder.remove()
     step_col = F.lit(step).cast("long")
-    raw = lake.read(RAW_MESSAGES).where(F.col("batch_key").isin(keys + changed_keys) | (
-        F.col("batch_seq") <= F.lit(last) if rewinding else F.lit(False)
-    ))
+    raw = lake.read(RAW_MESSAGES).where(
+        F.col("batch_key").isin(keys + changed_keys)
+        | (F.col("batch_seq") <= F.lit(last) if rewinding else F.lit(False))
+    )
     raw_cols = raw.select("batch_seq", "msg_seq", "batch_key", "body", "delivery_count")
 
     # Outcomes: one row per item, one per duplicate or invalid message (position null).
@@ -921,12 +1055,22 @@ def fold_step(
     )
     outcomes = (
         results.select(
-            "message_id", "batch_seq", "msg_seq", "position", "master_id", "outcome", "version",
-            "reason", "detail", "warning",
+            "message_id",
+            "batch_seq",
+            "msg_seq",
+            "position",
+            "master_id",
+            "outcome",
+            "version",
+            "reason",
+            "detail",
+            "warning",
         )
         .unionByName(
             dup_msgs.select(
-                "message_id", "batch_seq", "msg_seq",
+                "message_id",
+                "batch_seq",
+                "msg_seq",
                 F.lit(None).cast("int").alias("position"),
                 F.lit(None).cast("string").alias("master_id"),
                 F.lit(str(Outcome.DUPLICATE)).alias("outcome"),
@@ -938,21 +1082,29 @@ def fold_step(
         )
         .unionByName(
             invalid.select(
-                "message_id", "batch_seq", "msg_seq",
+                "message_id",
+                "batch_seq",
+                "msg_seq",
                 F.lit(None).cast("int").alias("position"),
                 F.lit(None).cast("string").alias("master_id"),
                 F.lit(str(Outcome.DEAD_LETTERED)).alias("outcome"),
                 F.lit(None).cast("int").alias("version"),
-                "reason", "detail",
+                "reason",
+                "detail",
                 F.lit(None).cast("string").alias("warning"),
             )
         )
         .unionByName(
             held.select(
-                "message_id", "batch_seq", "msg_seq", "position", "master_id",
+                "message_id",
+                "batch_seq",
+                "msg_seq",
+                "position",
+                "master_id",
                 F.lit(str(Outcome.DEAD_LETTERED)).alias("outcome"),
                 F.lit(None).cast("int").alias("version"),
-                F.lit(str(Reason.QUARANTINED)).alias("reason"), "detail",
+                F.lit(str(Reason.QUARANTINED)).alias("reason"),
+                "detail",
                 F.lit(None).cast("string").alias("warning"),
             )
         )
@@ -971,11 +1123,17 @@ def fold_step(
         existing = lake.read(MASTER_DOCUMENTS, version=documents_version).select("master_id")
         states = states.unionByName(
             rewound_ids.join(existing, "master_id", "left_semi")
-            .join(states.select("master_id"), "master_id", "left_anti").select(
-                F.lit("state").alias("kind"), "master_id", F.lit(0).alias("version"),
-                *[F.lit(None).cast(f.dataType).alias(f.name)
-                  for f in _fold_out_schema().fields[3:11]],
-                F.lit(False).alias("stale"), F.lit(False).alias("filtered"),
+            .join(states.select("master_id"), "master_id", "left_anti")
+            .select(
+                F.lit("state").alias("kind"),
+                "master_id",
+                F.lit(0).alias("version"),
+                *[
+                    F.lit(None).cast(f.dataType).alias(f.name)
+                    for f in _fold_out_schema().fields[3:11]
+                ],
+                F.lit(False).alias("stale"),
+                F.lit(False).alias("filtered"),
                 F.lit(None).cast("long").alias("batch_seq"),
                 F.lit(None).cast("int").alias("msg_seq"),
                 step_col.alias("fold_step"),
@@ -993,8 +1151,13 @@ def fold_step(
     if int(tally[FAILED]):
         # The masters named by their failure rows' master_id column, never by an error's text.
         raised = outcomes.where(F.col("outcome") == FAILED).select("master_id", "detail")
-        _fail_step(lake, _failure_rows(raised.collect()), step=step, run_id=run_id,
-                   quarantine_after=quarantine_after)
+        _fail_step(
+            lake,
+            _failure_rows(raised.collect()),
+            step=step,
+            run_id=run_id,
+            quarantine_after=quarantine_after,
+        )
     counts = {str(o): int(tally[str(o)]) for o in Outcome}
     n_rewound = rewound.count() if rewinding else 0
     result = FoldStepResult(
@@ -1023,8 +1186,11 @@ def fold_step(
             for table in (MESSAGE_OUTCOMES, DEAD_LETTERS):
                 lake.delete(table, f"master_id IS NULL AND batch_seq IN ({seqs})")
         crash_point("fold.after_rewind")
-    for table, rows in ((MASTER_VERSIONS, versions), (DEAD_LETTERS, dead),
-                        (MESSAGE_OUTCOMES, outcomes)):
+    for table, rows in (
+        (MASTER_VERSIONS, versions),
+        (DEAD_LETTERS, dead),
+        (MESSAGE_OUTCOMES, outcomes),
+    ):
         if table is DEAD_LETTERS and not result.dead_lettered:
             # One dead letter per dead-lettered outcome: none to write, so no commit (a Delta
             # commit, ~1 s, in most steps). The table stays at the version `recover` expects.
@@ -1047,11 +1213,20 @@ def fold_step(
     commit = spark.createDataFrame(
         [
             (
-                step, first if first is not None else last, last,
-                json.dumps(step_digests, sort_keys=True), written[MASTER_DOCUMENTS.name],
-                json.dumps(written, sort_keys=True), result.messages,
-                result.applied, result.duplicates, result.filtered, result.dead_lettered,
-                result.masters_changed, run_id, now,
+                step,
+                first if first is not None else last,
+                last,
+                json.dumps(step_digests, sort_keys=True),
+                written[MASTER_DOCUMENTS.name],
+                json.dumps(written, sort_keys=True),
+                result.messages,
+                result.applied,
+                result.duplicates,
+                result.filtered,
+                result.dead_lettered,
+                result.masters_changed,
+                run_id,
+                now,
             )
         ],
         FOLD_STEPS.schema(),
@@ -1066,4 +1241,3 @@ def fold_all(lake: Lake, *, selector: str | None = None) -> list[FoldStepResult]
     while (r := fold_step(lake, selector=selector)).fold_step is not None:
         steps.append(r)
     return steps
-

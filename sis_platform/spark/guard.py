@@ -55,8 +55,13 @@ class InFlightRecord:
         if self.state == RUNNING:  # written per key (per message in message_items): the short way
             return f'{{"key": {json.dumps(self.key)}, "state": "{RUNNING}"}}'
         return json.dumps(
-            {"key": self.key, "state": self.state, "message_id": self.message_id,
-             "position": self.position, "budget_seconds": self.budget_seconds}
+            {
+                "key": self.key,
+                "state": self.state,
+                "message_id": self.message_id,
+                "position": self.position,
+                "budget_seconds": self.budget_seconds,
+            }
         )
 
     @staticmethod
@@ -113,8 +118,13 @@ class _Watchdog:
                 # Still the same item past its deadline (under the lock: the worker cannot
                 # move on meanwhile): leave the item in the marker, then die.
                 armed.guard.write(
-                    InFlightRecord(armed.key, TIMEOUT, armed.message_id, armed.position,
-                                   armed.guard.budget_seconds)
+                    InFlightRecord(
+                        armed.key,
+                        TIMEOUT,
+                        armed.message_id,
+                        armed.position,
+                        armed.guard.budget_seconds,
+                    )
                 )
                 os.kill(os.getpid(), signal.SIGKILL)
 

@@ -78,8 +78,13 @@ def _classify_batches(
     guard = Guard(inflight_dir, limits.item_budget_seconds)
     try:
         yield from _classify_rows(
-            batches, schema, guard, limits=limits, redelivery_limit=redelivery_limit,
-            held=held or {}, injected=injected,
+            batches,
+            schema,
+            guard,
+            limits=limits,
+            redelivery_limit=redelivery_limit,
+            held=held or {},
+            injected=injected,
             zone=LandingZone(Path(landing_root)) if landing_root else None,
         )
     finally:
@@ -102,13 +107,27 @@ def _classify_rows(
     for batch in batches:
         rows: list[tuple[object, ...]] = []
         columns = batch.to_pydict()
-        for key, batch_seq, msg_seq, message_id, delivery_count, body, size, sha256, location in (
-            zip(
-                columns["batch_key"], columns["batch_seq"], columns["msg_seq"],
-                columns["message_id"], columns["delivery_count"], columns["body"],
-                columns["body_size"], columns["body_sha256"], columns["body_location"],
-                strict=True,
-            )
+        for (
+            key,
+            batch_seq,
+            msg_seq,
+            message_id,
+            delivery_count,
+            body,
+            size,
+            sha256,
+            location,
+        ) in zip(
+            columns["batch_key"],
+            columns["batch_seq"],
+            columns["msg_seq"],
+            columns["message_id"],
+            columns["delivery_count"],
+            columns["body"],
+            columns["body_size"],
+            columns["body_sha256"],
+            columns["body_location"],
+            strict=True,
         ):
             base = (key, batch_seq, msg_seq, message_id, delivery_count)
             message = LoggedMessage(message_id, body, delivery_count, size, location)
@@ -121,14 +140,32 @@ def _classify_rows(
             )
             if isinstance(outcome, DeadLetter | Held):
                 rows.append(
-                    (*base, "invalid", None, None, None, None, None, str(outcome.reason),
-                     outcome.detail)
+                    (
+                        *base,
+                        "invalid",
+                        None,
+                        None,
+                        None,
+                        None,
+                        None,
+                        str(outcome.reason),
+                        outcome.detail,
+                    )
                 )
             else:
                 for item in outcome:
                     rows.append(
-                        (*base, "item", item.position, item.master_id, item.category, item.type,
-                         item.payload, None, None)
+                        (
+                            *base,
+                            "item",
+                            item.position,
+                            item.master_id,
+                            item.category,
+                            item.type,
+                            item.payload,
+                            None,
+                            None,
+                        )
                     )
         yield from record_batches(rows, schema)
 
@@ -180,12 +217,23 @@ def classify_batch(
     from functools import partial
 
     return raw.select(
-        "batch_key", "batch_seq", "msg_seq", "message_id", "delivery_count", "body",
-        "body_size", "body_sha256", "body_location",
+        "batch_key",
+        "batch_seq",
+        "msg_seq",
+        "message_id",
+        "delivery_count",
+        "body",
+        "body_size",
+        "body_sha256",
+        "body_location",
     ).mapInArrow(
         partial(
-            _classify_batches, limits=limits, redelivery_limit=redelivery_limit, held=held,
-            inflight_dir=inflight_dir, injected=injected_classify_failure(),
+            _classify_batches,
+            limits=limits,
+            redelivery_limit=redelivery_limit,
+            held=held,
+            inflight_dir=inflight_dir,
+            injected=injected_classify_failure(),
             landing_root=landing_root,
         ),
         schema=MESSAGE_ITEMS.schema(),
@@ -217,8 +265,12 @@ def write_items(
     folder = InFlightFolder.create(lake.base_path, f"items-{key}")
     try:
         items = classify_batch(
-            raw, limits=limits, redelivery_limit=redelivery_limit, held=held,
-            inflight_dir=folder.path, landing_root=landing_root,
+            raw,
+            limits=limits,
+            redelivery_limit=redelivery_limit,
+            held=held,
+            inflight_dir=folder.path,
+            landing_root=landing_root,
         )
         try:
             lake.replace_where(MESSAGE_ITEMS, items, where)
@@ -281,11 +333,13 @@ def _deaths(records: list[InFlightRecord], *, cause: BaseException) -> list[_Dea
     other marker left then is a task Spark cancelled for it, not a crash."""
     timeouts = {
         _Death(r.key, TIMEOUT, budget_detail(r.budget_seconds))
-        for r in records if r.state == TIMEOUT
+        for r in records
+        if r.state == TIMEOUT
     }
     crashes = {
         _Death(r.key, "crash", f"its Python worker died ({type(cause).__name__})")
-        for r in records if r.state == RUNNING
+        for r in records
+        if r.state == RUNNING
     }
     return sorted(timeouts or crashes, key=lambda d: d.message_id)
 
@@ -372,13 +426,30 @@ def log_items(
 
     lake.ensure(MESSAGE_ITEMS, BATCH_LOG)
     where = batch_condition(key)
-    write_items(lake, key, limits=limits, redelivery_limit=redelivery_limit, run_id=run_id,
-                quarantine_after=quarantine_after, landing_root=landing_root)
+    write_items(
+        lake,
+        key,
+        limits=limits,
+        redelivery_limit=redelivery_limit,
+        run_id=run_id,
+        quarantine_after=quarantine_after,
+        landing_root=landing_root,
+    )
 
     summary = items_summary(lake.read(MESSAGE_ITEMS).where(where))
     log_row = lake.spark.createDataFrame(
-        [(key, batch_seq_of(key), summary.messages, summary.items,
-          sum(summary.invalid_by_reason.values()), summary.digest, datetime.now(UTC), run_id)],
+        [
+            (
+                key,
+                batch_seq_of(key),
+                summary.messages,
+                summary.items,
+                sum(summary.invalid_by_reason.values()),
+                summary.digest,
+                datetime.now(UTC),
+                run_id,
+            )
+        ],
         BATCH_LOG.schema(),
     )
     lake.merge_rows(BATCH_LOG, log_row, keys=("batch_key",))

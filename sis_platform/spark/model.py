@@ -143,13 +143,22 @@ def _master_rows(rec: dict[str, object], names: Sequence[str]) -> list[tuple[obj
     fold_step = rec["fold_step"]
     # The rows' fields are scalars: their __dict__ is what `asdict` would deep-copy.
     rows: list[dict[str, object]] = [
-        {"kind": "events", **vars(model.event), "version": rec["version"],
-         "stale": rec["stale"], "fold_step": fold_step}
+        {
+            "kind": "events",
+            **vars(model.event),
+            "version": rec["version"],
+            "stale": rec["stale"],
+            "fold_step": fold_step,
+        }
     ]
     rows.extend({"kind": "markets", **vars(m), "fold_step": fold_step} for m in model.markets)
     rows.extend(
-        {"kind": "selections", **vars(s), "fold_step": fold_step,
-         "price_decimal": decimal_price(s.price_num, s.price_den)}
+        {
+            "kind": "selections",
+            **vars(s),
+            "fold_step": fold_step,
+            "price_decimal": decimal_price(s.price_num, s.price_den),
+        }
         for s in model.selections
     )
     return [tuple(map(r.get, names)) for r in rows]
@@ -182,9 +191,13 @@ def _rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
                 # (no I/O): whatever they raise is about the document or a bug in reading it,
                 # never an outage, so it is recorded as this master's failure (model_failures,
                 # counted in the asset's metadata) and the other masters are written.
-                failure = {"kind": "model_failures", "master_id": rec["master_id"],
-                           "version": rec["version"], "fold_step": rec["fold_step"],
-                           "error": f"{type(error).__name__}: {error}"[:ERROR_CHARS]}
+                failure = {
+                    "kind": "model_failures",
+                    "master_id": rec["master_id"],
+                    "version": rec["version"],
+                    "fold_step": rec["fold_step"],
+                    "error": f"{type(error).__name__}: {error}"[:ERROR_CHARS],
+                }
                 rows = [tuple(map(failure.get, names))]
             out.extend(rows)
         yield from record_batches(out, schema)
@@ -203,14 +216,16 @@ def _upgrade_schemas(lake: Lake) -> tuple[str, ...]:
     to the next refresh, which finds them different still and rebuilds all the same. Returns
     the names of the recreated tables."""
     stale = [
-        table for table in _OUTPUT_TABLES.values()
+        table
+        for table in _OUTPUT_TABLES.values()
         if lake.exists(table) and not _same_types(lake.read(table).schema, table.schema())
     ]
     if not stale:
         return ()
     log.warning(
         "model table(s) %s have another schema than this version's: recreating them and "
-        "rebuilding the model from every master", ", ".join(t.name for t in stale),
+        "rebuilding the model from every master",
+        ", ".join(t.name for t in stale),
     )
     if lake.exists(MODEL_STEPS):
         lake.delete(MODEL_STEPS, "true")
@@ -224,11 +239,11 @@ def _recreate(lake: Lake, table: Table) -> None:
     schema; the table's history and properties stay)."""
     writer = (
         lake.spark.createDataFrame([], table.schema())
-        .write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+        .write.format("delta")
+        .mode("overwrite")
+        .option("overwriteSchema", "true")
     )
-    lake.retrying_conflicts(
-        f"{table.name} schema upgrade", lambda: writer.save(lake.path(table))
-    )
+    lake.retrying_conflicts(f"{table.name} schema upgrade", lambda: writer.save(lake.path(table)))
 
 
 def refresh_model(lake: Lake) -> ModelRefresh:
@@ -255,8 +270,10 @@ def refresh_model(lake: Lake) -> ModelRefresh:
     if ids:
         # From step 0 every master has changed: the whole tables are replaced (no list of
         # every id in the condition).
-        condition = "true" if done == 0 else "master_id IN ({})".format(
-            ", ".join(sql_string(i) for i in ids)
+        condition = (
+            "true"
+            if done == 0
+            else "master_id IN ({})".format(", ".join(sql_string(i) for i in ids))
         )
         # Built once (one pass of the interpreter over the changed masters), counted and
         # written from the same materialized rows.
@@ -273,8 +290,10 @@ def refresh_model(lake: Lake) -> ModelRefresh:
         if counts.get("model_failures"):
             failed_masters = tuple(
                 str(r["master_id"])
-                for r in failures.select("master_id").orderBy("master_id")
-                .limit(FAILED_MASTERS_SHOWN).collect()
+                for r in failures.select("master_id")
+                .orderBy("master_id")
+                .limit(FAILED_MASTERS_SHOWN)
+                .collect()
             )
         writes = [
             (table, rows.where(F.col("kind") == which), condition)
@@ -283,12 +302,15 @@ def refresh_model(lake: Lake) -> ModelRefresh:
         if failed_masters:
             # Replaced by refresh (model_step), so a re-run after a crash does not record them
             # twice. A refresh without failures writes nothing here (no commit per batch).
-            writes.append((
-                MODEL_FAILURES,
-                failures.withColumn("model_step", F.lit(target.fold_step).cast("long"))
-                .withColumn("failed_at", F.lit(now)),
-                f"model_step = {int(target.fold_step)}",
-            ))
+            writes.append(
+                (
+                    MODEL_FAILURES,
+                    failures.withColumn(
+                        "model_step", F.lit(target.fold_step).cast("long")
+                    ).withColumn("failed_at", F.lit(now)),
+                    f"model_step = {int(target.fold_step)}",
+                )
+            )
         # Independent commits, written concurrently (Spark runs jobs from several threads),
         # so each commit's driver-side work overlaps the others' tasks.
         with ThreadPoolExecutor(len(writes), thread_name_prefix="model-write") as pool:
@@ -301,6 +323,12 @@ def refresh_model(lake: Lake) -> ModelRefresh:
         lake.spark.createDataFrame([(target.fold_step, len(ids), now)], MODEL_STEPS.schema()),
     )
     return ModelRefresh(
-        target.fold_step, len(ids), counts.get("events", 0), counts.get("markets", 0),
-        counts.get("selections", 0), counts.get("model_failures", 0), failed_masters, upgraded,
+        target.fold_step,
+        len(ids),
+        counts.get("events", 0),
+        counts.get("markets", 0),
+        counts.get("selections", 0),
+        counts.get("model_failures", 0),
+        failed_masters,
+        upgraded,
     )

@@ -69,8 +69,13 @@ def replay_dead_letters(
             rewind[str(r["master_id"])] = min(seq, rewind.get(str(r["master_id"]), seq))
     for key in keys:
         summary = log_items(
-            lake, key, limits=limits, redelivery_limit=redelivery_limit, run_id=run_id,
-            quarantine_after=quarantine_after, landing_root=landing_root,
+            lake,
+            key,
+            limits=limits,
+            redelivery_limit=redelivery_limit,
+            run_id=run_id,
+            quarantine_after=quarantine_after,
+            landing_root=landing_root,
         )
         if on_relogged is not None:
             on_relogged(key, summary)
@@ -78,12 +83,19 @@ def replay_dead_letters(
     # statement that its failure is fixed (else an item over the budget stays held back).
     release_quarantine(
         lake,
-        {str(r["master_id"]) for r in rows
-         if r["reason"] in (str(Reason.QUARANTINED), str(Reason.TOO_COMPLEX))
-         and r["master_id"] is not None},
+        {
+            str(r["master_id"])
+            for r in rows
+            if r["reason"] in (str(Reason.QUARANTINED), str(Reason.TOO_COMPLEX))
+            and r["master_id"] is not None
+        },
     )
     step = fold_step(
-        lake, selector=selector, run_id=run_id, rewind=rewind or None,
-        quarantine_after=quarantine_after, limits=limits,
+        lake,
+        selector=selector,
+        run_id=run_id,
+        rewind=rewind or None,
+        quarantine_after=quarantine_after,
+        limits=limits,
     )
     return ReplayResult(len(rows), tuple(keys), len(rewind), step)

@@ -64,8 +64,11 @@ class Log:
         defs = dg.Definitions(
             assets=[raw_messages],
             asset_checks=[hash_chain_intact],
-            jobs=[dg.define_asset_job("check_log", selection=dg.AssetSelection.checks(
-                hash_chain_intact))],
+            jobs=[
+                dg.define_asset_job(
+                    "check_log", selection=dg.AssetSelection.checks(hash_chain_intact)
+                )
+            ],
             resources=self.h.resources,
         )
         result = defs.resolve_job_def("check_log").execute_in_process(
@@ -86,10 +89,16 @@ class Log:
 def log(spark, tmp_path_factory) -> Iterator[Log]:
     h = Harness(tmp_path_factory.mktemp("integrity") / "data")
     batches = [
-        [received(master(event(ASCOT_1430))), received(update(ASCOT_1430, GO_SOFT)),
-         received(update(ASCOT_1430, PRICE_7_TO_9))],
-        [received(update(ASCOT_1430, GO_SOFT)), received(b"<not-xml", delivery_count=2),
-         received(update(ASCOT_1430, PRICE_7_TO_9))],
+        [
+            received(master(event(ASCOT_1430))),
+            received(update(ASCOT_1430, GO_SOFT)),
+            received(update(ASCOT_1430, PRICE_7_TO_9)),
+        ],
+        [
+            received(update(ASCOT_1430, GO_SOFT)),
+            received(b"<not-xml", delivery_count=2),
+            received(update(ASCOT_1430, PRICE_7_TO_9)),
+        ],
         [received(update(ASCOT_1430, GO_SOFT)), received(update(ASCOT_1430, PRICE_7_TO_9))],
     ]
     keys = [h.zone.land(b).key for b in batches]
@@ -133,14 +142,18 @@ def test_an_intact_log_passes_the_check_and_sis_verify_log(log, cli):
 
 
 def _alter_body(log: Log) -> str:
-    log.lake.update(RAW_MESSAGES, "batch_key = '0000000002' AND msg_seq = 1",
-                    {"body": "CAST('<not-xml/>' AS BINARY)"})
+    log.lake.update(
+        RAW_MESSAGES,
+        "batch_key = '0000000002' AND msg_seq = 1",
+        {"body": "CAST('<not-xml/>' AS BINARY)"},
+    )
     return log.row("0000000002", 1)["message_id"]
 
 
 def _alter_delivery_count(log: Log) -> str:
-    log.lake.update(RAW_MESSAGES, "batch_key = '0000000002' AND msg_seq = 1",
-                    {"delivery_count": "1"})
+    log.lake.update(
+        RAW_MESSAGES, "batch_key = '0000000002' AND msg_seq = 1", {"delivery_count": "1"}
+    )
     return log.row("0000000002", 1)["message_id"]
 
 
@@ -155,23 +168,41 @@ def _insert_row(log: Log) -> str:
     # (message count and head) can tell.
     last = log.row("0000000002", 2)
     record = ChainRecord(
-        batch_seq=2, msg_seq=3, message_id="ID:" + "ee" * 24, put_time_us=None,
-        received_at_us=1_764_000_000_000_000, delivery_count=1, properties_json=None,
-        body_size=0, body_sha256=hashlib.sha256(b"").hexdigest(), body_location=None,
+        batch_seq=2,
+        msg_seq=3,
+        message_id="ID:" + "ee" * 24,
+        put_time_us=None,
+        received_at_us=1_764_000_000_000_000,
+        delivery_count=1,
+        properties_json=None,
+        body_size=0,
+        body_sha256=hashlib.sha256(b"").hexdigest(),
+        body_location=None,
     )
     link = chain_link(bytes.fromhex(last["chain_link"]), record).hex()
-    row = {**last.asDict(), "msg_seq": 3, "message_id": record.message_id, "put_time": None,
-           "delivery_count": 1, "properties_json": None, "body": b"", "body_size": 0,
-           "body_sha256": record.body_sha256, "body_location": None,
-           "prev_link": last["chain_link"], "chain_link": link}
+    row = {
+        **last.asDict(),
+        "msg_seq": 3,
+        "message_id": record.message_id,
+        "put_time": None,
+        "delivery_count": 1,
+        "properties_json": None,
+        "body": b"",
+        "body_size": 0,
+        "body_sha256": record.body_sha256,
+        "body_location": None,
+        "prev_link": last["chain_link"],
+        "chain_link": link,
+    }
     row["received_at"] = datetime.fromtimestamp(record.received_at_us / 1e6, UTC)
     log.lake.append(RAW_MESSAGES, log.lake.spark.createDataFrame([row], RAW_MESSAGES.schema()))
     return record.message_id
 
 
 def _swap_rows(log: Log) -> str:
-    log.lake.update(RAW_MESSAGES, "batch_key = '0000000002' AND msg_seq IN (0, 1)",
-                    {"msg_seq": "1 - msg_seq"})
+    log.lake.update(
+        RAW_MESSAGES, "batch_key = '0000000002' AND msg_seq IN (0, 1)", {"msg_seq": "1 - msg_seq"}
+    )
     return log.row("0000000002", 0)["message_id"]
 
 
@@ -206,8 +237,7 @@ def test_a_landing_file_rewritten_with_one_field_changed_is_detected(log, cli):
     counts = table.column("delivery_count").to_pylist()
     counts[2] = 3
     index = table.schema.get_field_index("delivery_count")
-    rewritten = table.set_column(index, table.schema.field(index),
-                                 pa.array(counts, pa.int32()))
+    rewritten = table.set_column(index, table.schema.field(index), pa.array(counts, pa.int32()))
     message_id = table.column("message_id")[2].as_py()
     try:
         pq.write_table(rewritten, path)  # its metadata (anchor copy included) kept as it was
@@ -273,8 +303,9 @@ def _rewrite_as_format_1(zone: Any, key: str) -> None:
     path = zone.batch_path(key)
     table = pq.read_table(path).drop_columns(["body_size", "body_location"])
     link, prev_links, links = bytes(32), [], []
-    for message_id, body in zip(table.column("message_id").to_pylist(),
-                                table.column("body").to_pylist(), strict=True):
+    for message_id, body in zip(
+        table.column("message_id").to_pylist(), table.column("body").to_pylist(), strict=True
+    ):
         prev_links.append(link.hex())
         link = hashlib.sha256(link + message_id.encode() + hashlib.sha256(body).digest()).digest()
         links.append(link.hex())
@@ -294,16 +325,21 @@ def test_a_log_from_before_chain_format_2_upgrades_and_later_batches_pass(
     lake = h.lake(spark)
     # raw_messages as created before it had body_size and body_location.
     columns = ", ".join(
-        f"{f.name} {f.dataType.simpleString()}" for f in RAW_MESSAGES.schema().fields
+        f"{f.name} {f.dataType.simpleString()}"
+        for f in RAW_MESSAGES.schema().fields
         if f.name not in ("body_size", "body_location")
     )
-    spark.sql(f"CREATE TABLE delta.`{lake.path(RAW_MESSAGES)}` ({columns}) USING delta "
-              "PARTITIONED BY (batch_key)")
+    spark.sql(
+        f"CREATE TABLE delta.`{lake.path(RAW_MESSAGES)}` ({columns}) USING delta "
+        "PARTITIONED BY (batch_key)"
+    )
     new = h.zone.land([received(update(ASCOT_1430, GO_SOFT))]).key
     h.instance.add_dynamic_partitions("batches", [old, new])
 
     result = h.defs.resolve_job_def("process_batch").execute_in_process(
-        partition_key=old, instance=h.instance, raise_on_error=False,
+        partition_key=old,
+        instance=h.instance,
+        raise_on_error=False,
         asset_selection=[dg.AssetKey("raw_messages")],
     )
     (evaluation,) = result.get_asset_check_evaluations()

@@ -70,8 +70,10 @@ def test_a_poison_batch_completes_and_the_next_batch_still_reaches_the_model(tmp
             *within,
             over,
         ],
-        [received(update(f"{ids[0]} {ASCOT_1430}", GO_SOFT)),
-         received(update(ASCOT_1430, NEW_PRICE))],
+        [
+            received(update(f"{ids[0]} {ASCOT_1430}", GO_SOFT)),
+            received(update(ASCOT_1430, NEW_PRICE)),
+        ],
     )
 
     first = h.run(poison)  # every step succeeds (Harness.run asserts it)
@@ -109,7 +111,9 @@ def test_a_poison_batch_completes_and_the_next_batch_still_reaches_the_model(tmp
     events = {r["master_id"]: r for r in lake.read(EVENTS).collect()}
     assert events[ids[0]]["going"] == "soft" and events[ids[0]]["version"] == 4
     assert events[ASCOT_1430]["going"] == "soft"
-    [one] = lake.read(SELECTIONS).where(
-        (F.col("master_id") == ASCOT_1430) & (F.col("selection_id") == "1")
-    ).collect()
+    [one] = (
+        lake.read(SELECTIONS)
+        .where((F.col("master_id") == ASCOT_1430) & (F.col("selection_id") == "1"))
+        .collect()
+    )
     assert (one["price_num"], str(one["price_decimal"])) == (4, "5.000000")

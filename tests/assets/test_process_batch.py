@@ -26,7 +26,6 @@ from tests.reference import assert_lake_matches_reference, reference_for
 pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(420)]
 
 
-
 def _land(h: Harness, *batches: list[ReceivedMessage]) -> list[str]:
     keys = [h.zone.land(batch).key for batch in batches]
     h.instance.add_dynamic_partitions("batches", keys)
@@ -69,7 +68,8 @@ def test_batches_fold_into_masters_exactly_like_the_reference(tmp_path, spark):
     events = {r["master_id"]: r for r in lake.read(EVENTS).collect()}
     assert events[ASCOT_1430]["going"] == "soft"
     price = [
-        r for r in lake.read(SELECTIONS).collect()
+        r
+        for r in lake.read(SELECTIONS).collect()
         if r["master_id"] == ASCOT_1430 and r["selection_id"] == "7"
     ]
     assert [(r["price_num"], r["price_den"], r["price_decimal"]) for r in price] == [(9, 1, 10.0)]
@@ -115,14 +115,17 @@ def test_a_redelivery_in_a_later_step_is_a_duplicate_when_the_ids_are_not_broadc
     keys = _land(
         h,
         [received(master(event(ASCOT_1430))), received(update(ASCOT_1430, GO_SOFT), dup_id)],
-        [received(update(ASCOT_1430, GO_SOFT), dup_id, delivery_count=2),
-         received(update(ASCOT_1430, PRICE_7_TO_9))],
+        [
+            received(update(ASCOT_1430, GO_SOFT), dup_id, delivery_count=2),
+            received(update(ASCOT_1430, PRICE_7_TO_9)),
+        ],
     )
     h.run_requested(keys)  # two fold steps: the copy in batch 2 meets batch 1's outcome
     lake = h.lake(spark)
     assert_lake_matches_reference(lake, reference_for(h.logged_messages()))
     outcomes = sorted(
-        (r["batch_seq"], r["outcome"]) for r in lake.read(MESSAGE_OUTCOMES).collect()
+        (r["batch_seq"], r["outcome"])
+        for r in lake.read(MESSAGE_OUTCOMES).collect()
         if r["message_id"] == dup_id
     )
     assert outcomes == [(1, "applied"), (2, "duplicate")]

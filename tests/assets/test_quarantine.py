@@ -30,7 +30,8 @@ pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(900)]
 
 def _retried_steps(h: Harness, run_id: str) -> list[str | None]:
     return [
-        e.step_key for e in h.instance.all_logs(run_id)
+        e.step_key
+        for e in h.instance.all_logs(run_id)
         if e.dagster_event is not None and e.dagster_event.event_type_value == "STEP_UP_FOR_RETRY"
     ]
 
@@ -58,7 +59,8 @@ def test_failing_master_is_quarantined_then_replayed_in_order_after_the_fix(
     )
     assert result.success
     retries = [
-        e for e in h.instance.all_logs(result.run_id)
+        e
+        for e in h.instance.all_logs(result.run_id)
         if e.dagster_event is not None and e.dagster_event.event_type_value == "STEP_UP_FOR_RETRY"
     ]
     assert [e.step_key for e in retries] == ["fold_masters"] * 3
@@ -67,9 +69,7 @@ def test_failing_master_is_quarantined_then_replayed_in_order_after_the_fix(
     assert [(r["master_id"], r["released"]) for r in failures] == [(ASCOT_1500, False)] * 3
     docs = {r["master_id"]: r for r in lake.read(MASTER_DOCUMENTS).collect()}
     assert set(docs) == {ASCOT_1430} and docs[ASCOT_1430]["version"] == 2
-    held = sorted(
-        (r["master_id"], r["reason"]) for r in lake.read(DEAD_LETTERS).collect()
-    )
+    held = sorted((r["master_id"], r["reason"]) for r in lake.read(DEAD_LETTERS).collect())
     assert held == [(ASCOT_1500, "quarantined")] * 2  # its master, then its update
 
     monkeypatch.delenv("SIS_INJECT_FOLD_FAILURE")  # the fix
@@ -191,7 +191,9 @@ def test_message_whose_classification_raises_is_dead_lettered_quarantined_at_onc
     lake = h.lake(spark)
     [letter] = lake.read(DEAD_LETTERS).collect()
     assert (letter["message_id"], letter["master_id"], letter["reason"]) == (
-        bad, None, "quarantined"
+        bad,
+        None,
+        "quarantined",
     )
     assert letter["detail"].startswith("classification raised ZeroDivisionError: ")
     docs = {r["master_id"] for r in lake.read(MASTER_DOCUMENTS).collect()}
@@ -202,13 +204,22 @@ def test_message_whose_classification_raises_is_dead_lettered_quarantined_at_onc
     ("how", "retries", "reason", "detail"),
     [
         ("crash", 3, "quarantined", "its Python worker died classifying it 3 times"),
-        ("hang", 1, "too-complex",
-         "took longer than the per-item budget of 0.5 s (SIS_ITEM_BUDGET_SECONDS)"),
+        (
+            "hang",
+            1,
+            "too-complex",
+            "took longer than the per-item budget of 0.5 s (SIS_ITEM_BUDGET_SECONDS)",
+        ),
     ],
     ids=["crash", "hang"],
 )
 def test_message_whose_worker_dies_classifying_it_is_held_back_and_the_batch_completes(
-    how: str, retries: int, reason: str, detail: str, tmp_path, spark,
+    how: str,
+    retries: int,
+    reason: str,
+    detail: str,
+    tmp_path,
+    spark,
     monkeypatch: pytest.MonkeyPatch,
 ):
     h = Harness(tmp_path / "data", overrides={"SIS_ITEM_BUDGET_SECONDS": "0.5"})
@@ -254,7 +265,8 @@ def test_fold_failures_of_a_lake_from_before_kinds_still_quarantine_and_gain_the
     lake = Lake(spark, str(tmp_path))
     old = ", ".join(
         f"{f.name} {f.dataType.simpleString()}"
-        for f in FOLD_FAILURES.schema().fields if f.name not in ("kind", "message_id", "position")
+        for f in FOLD_FAILURES.schema().fields
+        if f.name not in ("kind", "message_id", "position")
     )
     spark.sql(f"CREATE TABLE {lake.sql_table(FOLD_FAILURES)} ({old}) USING delta")
     spark.createDataFrame(

@@ -37,8 +37,15 @@ from tests.reference import assert_lake_matches_reference, reference_for
 pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(700)]
 
 FIXED = {"SIS_REDELIVERY_LIMIT": "10"}
-FOLD_AND_MODEL = ("master_documents", "master_versions", "dead_letters", "message_outcomes",
-                  "events", "markets", "selections")
+FOLD_AND_MODEL = (
+    "master_documents",
+    "master_versions",
+    "dead_letters",
+    "message_outcomes",
+    "events",
+    "markets",
+    "selections",
+)
 
 
 @dataclass(frozen=True)
@@ -98,7 +105,8 @@ def test_backfill_after_a_fix_rewinds_only_affected_masters_in_feed_order(
     # ... and the next fold (any partition's run) notices and refolds.
     result = h.materialize(folded.keys[2], *FOLD_AND_MODEL)
     meta = next(
-        m for m in result.asset_materializations_for_node("fold_masters")
+        m
+        for m in result.asset_materializations_for_node("fold_masters")
         if m.asset_key.path == ["master_documents"]
     ).metadata
     assert meta["rewound_masters"].value == 1  # ASCOT_1430; ASCOT_1500 and ROMFORD untouched
@@ -107,7 +115,8 @@ def test_backfill_after_a_fix_rewinds_only_affected_masters_in_feed_order(
     lake = h.lake(spark)
     assert_lake_matches_reference(lake, reference_for(h.logged_messages(), redelivery_limit=10))
     ascot = sorted(
-        (r["version"], r["message_id"]) for r in lake.read(MASTER_VERSIONS).collect()
+        (r["version"], r["message_id"])
+        for r in lake.read(MASTER_VERSIONS).collect()
         if r["master_id"] == ASCOT_1430
     )
     assert [m for _, m in ascot][1] == folded.redelivered_id  # version 2, before the going
@@ -121,9 +130,7 @@ def test_replay_job_applies_cured_dead_letters_in_feed_order_and_is_a_run(
     folded: Folded, tmp_path, spark
 ):
     h = _copy(folded, tmp_path)
-    result = h.defs.resolve_job_def("replay_dead_letters").execute_in_process(
-        instance=h.instance
-    )
+    result = h.defs.resolve_job_def("replay_dead_letters").execute_in_process(instance=h.instance)
     assert result.success
     lake = h.lake(spark)
     # The cured message applies at its place; the uncured ones (a patch that cannot apply, an
@@ -133,9 +140,7 @@ def test_replay_job_applies_cured_dead_letters_in_feed_order_and_is_a_run(
     assert reasons == ["master-stale", "unlocated-node"]
     runs = h.instance.get_run_records(dg.RunsFilter(job_name="replay_dead_letters"))
     assert [r.dagster_run.status for r in runs] == [dg.DagsterRunStatus.SUCCESS]
-    replayed = h.instance.fetch_materializations(
-        dg.AssetKey("message_items"), limit=10
-    ).records
+    replayed = h.instance.fetch_materializations(dg.AssetKey("message_items"), limit=10).records
     # The batches holding dead letters: 2 (the cured one, the failed patch), 3 (master-stale).
     assert sorted(r.partition_key for r in replayed) == folded.keys[1:]
 
@@ -144,8 +149,10 @@ def test_replay_with_nothing_fixed_changes_nothing(folded: Folded, tmp_path, spa
     shutil.copytree(folded.data_dir, tmp_path / "data")
     h = Harness(tmp_path / "data")  # the same settings as the fold
     result = h.defs.resolve_job_def("replay_dead_letters").execute_in_process(
-        instance=h.instance, run_config={"ops": {"replay": {"config": {
-            "reasons": ["unlocated-node", "redelivery-limit"]}}}}
+        instance=h.instance,
+        run_config={
+            "ops": {"replay": {"config": {"reasons": ["unlocated-node", "redelivery-limit"]}}}
+        },
     )
     assert result.success
     assert_lake_matches_reference(h.lake(spark), reference_for(h.logged_messages()))
@@ -165,11 +172,14 @@ def test_concurrent_backfill_of_every_batch_converges_to_one_serial_run(
     h = _copy(folded, tmp_path)
     lake = h.lake(spark)
     with ThreadPoolExecutor(len(folded.keys)) as pool:
-        list(pool.map(
-            lambda key: log_items(lake, key, limits=DEFAULT_LIMITS, redelivery_limit=10,
-                                  run_id=None),
-            folded.keys,
-        ))
+        list(
+            pool.map(
+                lambda key: log_items(
+                    lake, key, limits=DEFAULT_LIMITS, redelivery_limit=10, run_id=None
+                ),
+                folded.keys,
+            )
+        )
     step = fold_step(lake)
     assert (step.changed_batches, step.rewound_masters) == ((2,), 1)
     assert_lake_matches_reference(lake, reference_for(h.logged_messages(), redelivery_limit=10))

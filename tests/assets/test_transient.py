@@ -13,7 +13,6 @@ from tests.reference import assert_lake_matches_reference, reference_for
 pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(120)]
 
 
-
 def test_unavailable_storage_is_retried_then_fails_loudly_without_dead_letters(tmp_path, spark):
     h = Harness(tmp_path / "data")
     batch = [
@@ -31,7 +30,8 @@ def test_unavailable_storage_is_retried_then_fails_loudly_without_dead_letters(t
     )
     assert not failed.success
     retries = [
-        e.step_key for e in h.instance.all_logs(failed.run_id)
+        e.step_key
+        for e in h.instance.all_logs(failed.run_id)
         if e.dagster_event is not None and e.dagster_event.event_type_value == "STEP_UP_FOR_RETRY"
     ]
     assert retries == ["raw_messages"] * 3  # the retry policy's three, with backoff

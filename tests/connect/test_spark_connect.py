@@ -63,8 +63,9 @@ def test_the_next_fold_writer_interrupts_a_killed_runs_write_before_it_commits(s
     data.mkdir()
     started = data / "started"
     os.mkfifo(started)
-    orphan = _scenario("orphan_writer", server, data, stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT)
+    orphan = _scenario(
+        "orphan_writer", server, data, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     try:
         # The orphan's append is running on the server once its Python worker, inside the
         # append's task, writes its pid into the pipe.

@@ -394,4 +394,3 @@ def test_an_update_to_a_price_beyond_a_signed_64_bit_long_is_invalid_result():
     folded = fold_master(ASCOT_1430, folded.state, [update_item(too_big)])
     assert outcomes(folded.results) == [(Outcome.DEAD_LETTERED, Reason.INVALID_RESULT)]
     assert folded.state.stale
-

@@ -68,8 +68,9 @@ def _base() -> tuple[ReferencePipeline, tuple[bytes, ...]]:
     feed = list(generate_feed(seed=11, messages=600))
     pipeline = ReferencePipeline(limits=LIMITS)
     pipeline.process(LoggedMessage(m.message_id, m.body) for m in feed[:400])
-    seeds = tuple(m.body for m in feed[400:] if m.kind in ("update", "master-new",
-                                                             "master-refresh"))
+    seeds = tuple(
+        m.body for m in feed[400:] if m.kind in ("update", "master-new", "master-refresh")
+    )
     return pipeline, seeds
 
 
@@ -134,27 +135,30 @@ def _mutations(fifo: Path) -> st.SearchStrategy[Callable[[bytes], bytes]]:
         return int(draw_pos * len(body))
 
     flip = st.tuples(st.floats(0, 1), st.integers(0, 255)).map(
-        lambda a: lambda b: b[: at(a[0], b)] + bytes([a[1]]) + b[at(a[0], b) + 1:]
+        lambda a: lambda b: b[: at(a[0], b)] + bytes([a[1]]) + b[at(a[0], b) + 1 :]
     )
     cut = st.tuples(st.floats(0, 1), st.integers(1, 64)).map(
-        lambda a: lambda b: b[: at(a[0], b)] + b[at(a[0], b) + a[1]:]
+        lambda a: lambda b: b[: at(a[0], b)] + b[at(a[0], b) + a[1] :]
     )
     repeat = st.tuples(st.floats(0, 1), st.integers(1, 200), st.integers(2, 50)).map(
-        lambda a: lambda b: b[: at(a[0], b)]
-        + b[at(a[0], b): at(a[0], b) + a[1]] * a[2]
-        + b[at(a[0], b):]
+        lambda a: (
+            lambda b: (
+                b[: at(a[0], b)] + b[at(a[0], b) : at(a[0], b) + a[1]] * a[2] + b[at(a[0], b) :]
+            )
+        )
     )
     splice = st.tuples(st.floats(0, 1), st.sampled_from(hostile)).map(
-        lambda a: lambda b: b[: at(a[0], b)] + a[1] + b[at(a[0], b):]
+        lambda a: lambda b: b[: at(a[0], b)] + a[1] + b[at(a[0], b) :]
     )
     # Structure-aware: into the first tag (attributes), or just inside the root (operations).
-    into_root = st.sampled_from(hostile).map(
-        lambda h: lambda b: b.replace(b">", b">" + h, 1)
-    )
+    into_root = st.sampled_from(hostile).map(lambda h: lambda b: b.replace(b">", b">" + h, 1))
     attribute_flood = st.integers(1, 400).map(
-        lambda n: lambda b: b.replace(
-            b"<sportsdata ", b"<sportsdata " + b" ".join(b'z%d="v"' % i for i in range(n)) + b" ",
-            1,
+        lambda n: (
+            lambda b: b.replace(
+                b"<sportsdata ",
+                b"<sportsdata " + b" ".join(b'z%d="v"' % i for i in range(n)) + b" ",
+                1,
+            )
         )
     )
     long_ids = st.integers(1, 500).map(
@@ -167,8 +171,9 @@ def _mutations(fifo: Path) -> st.SearchStrategy[Callable[[bytes], bytes]]:
 def _element_count(body: bytes) -> int | None:
     """Elements in a well-formed body, counted independently of the platform's parser."""
     try:
-        parser = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False,
-                                 huge_tree=True)
+        parser = etree.XMLParser(
+            resolve_entities=False, no_network=True, load_dtd=False, huge_tree=True
+        )
         root = etree.fromstring(body, parser)
     except (etree.XMLSyntaxError, ValueError):
         return None
@@ -268,8 +273,11 @@ def test_generated_updates_at_and_over_every_bound_end_in_an_end_state(
         for i in range(operations)
     )
     body = (
-        b'<sportsdata category="update" id="' + " ".join(ids).encode() + b'">'
-        + ops + b"</sportsdata>"
+        b'<sportsdata category="update" id="'
+        + " ".join(ids).encode()
+        + b'">'
+        + ops
+        + b"</sportsdata>"
     )
     _run(body)
 
@@ -277,7 +285,7 @@ def test_generated_updates_at_and_over_every_bound_end_in_an_end_state(
 def test_splitting_produces_items_linear_in_the_message():
     # An update naming many masters shares one payload (the operations), whatever its id count.
     base, _ = _base()
-    ids = sorted(base.masters)[:LIMITS.max_ids]
+    ids = sorted(base.masters)[: LIMITS.max_ids]
     body = (
         b'<sportsdata category="update" id="' + " ".join(ids).encode() + b'">'
         b'<replace sel="/event/@going">soft</replace></sportsdata>'

@@ -88,9 +88,7 @@ BOUNDS = {
 
 
 @pytest.mark.parametrize(("limits", "at", "over", "detail"), BOUNDS.values(), ids=BOUNDS.keys())
-def test_a_message_at_a_bound_is_accepted_and_one_over_it_is_too_complex(
-    limits, at, over, detail
-):
+def test_a_message_at_a_bound_is_accepted_and_one_over_it_is_too_complex(limits, at, over, detail):
     assert parse_message(at, limits=limits).category == "update"
     error = rejected(over, limits)
     assert error.reason is Reason.TOO_COMPLEX
@@ -167,7 +165,7 @@ def test_an_update_whose_items_would_carry_more_than_max_split_bytes_is_too_comp
 
 
 def test_the_default_split_bound_stops_an_update_with_200_ids_and_large_operations():
-    big = "<replace sel=\"/event/@going\">" + "x" * 400_000 + "</replace>"
+    big = '<replace sel="/event/@going">' + "x" * 400_000 + "</replace>"
     body = update(" ".join(f"ID{i}" for i in range(200)), big)
     dead_letter = classify_message(LoggedMessage("ID:1", body))
     assert isinstance(dead_letter, DeadLetter)
@@ -213,7 +211,9 @@ def test_updates_that_grow_a_master_past_max_elements_are_too_complex_and_mark_i
 def test_a_patch_that_gives_a_region_too_many_children_is_too_complex():
     limits = Limits(max_children=5)
     folded = fold_master(
-        ASCOT_1430, None, [new_master(), add_selections(100, 3), add_selections(200, 1)],
+        ASCOT_1430,
+        None,
+        [new_master(), add_selections(100, 3), add_selections(200, 1)],
         limits=limits,
     )
     assert [r.reason for r in folded.results] == [None, None, Reason.TOO_COMPLEX]
@@ -269,9 +269,7 @@ def test_the_reference_pipeline_folds_with_its_own_limits():
 
     pipeline = ReferencePipeline(limits=Limits(max_children=2))
     body = update(ASCOT_1430, add(SELECTION.format(9), "/event/market[@id='WIN']"))
-    pipeline.process(
-        [LoggedMessage("ID:1", master(event())), LoggedMessage("ID:2", body)]
-    )
+    pipeline.process([LoggedMessage("ID:1", master(event())), LoggedMessage("ID:2", body)])
     assert [d.reason for d in pipeline.dead_letters] == [Reason.TOO_COMPLEX]
     assert pipeline.masters[ASCOT_1430].stale
 

@@ -24,9 +24,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.e2e, pytest.ma
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _wait_for(
-    condition, timeout: float, what: str, proc: subprocess.Popen, log_path: Path
-) -> None:
+def _wait_for(condition, timeout: float, what: str, proc: subprocess.Popen, log_path: Path) -> None:
     # Bounded polling of an observable condition (run records in the instance); the daemon
     # offers no event to subscribe to from outside its process.
     deadline = time.monotonic() + timeout
@@ -67,12 +65,20 @@ def test_daemon_lands_batches_runs_them_and_masters_match_the_reference(
     instance = dg.DagsterInstance.get()
     log = (tmp_path / "daemon.log").open("wb")
     proc = subprocess.Popen(
-        [str(Path(sys.executable).parent / "dagster-daemon"), "run", "-w",
-         str(REPO / "workspace.yaml")],
-        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+        [
+            str(Path(sys.executable).parent / "dagster-daemon"),
+            "run",
+            "-w",
+            str(REPO / "workspace.yaml"),
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
         start_new_session=True,
     )
     try:
+
         def all_batches_processed() -> bool:
             keys = h.zone.keys()
             if queue.depth() or not keys:
@@ -87,7 +93,10 @@ def test_daemon_lands_batches_runs_them_and_masters_match_the_reference(
             return {r.dagster_run.tags.get("dagster/partition") for r in done} >= set(keys)
 
         _wait_for(
-            all_batches_processed, 600, "every landed batch to be processed", proc,
+            all_batches_processed,
+            600,
+            "every landed batch to be processed",
+            proc,
             tmp_path / "daemon.log",
         )
     finally:

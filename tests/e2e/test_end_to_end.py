@@ -39,8 +39,11 @@ def test_simulated_feed_through_the_platform_equals_the_reference_fold(tmp_path,
     feed = _publish(h, 2100, seed=7)
     kinds = Counter(m.kind.split(":")[0] for m in feed)
     assert kinds["duplicate"] > 0 and kinds["invalid"] > 0
-    assert any(len(m.body.split(b' id="', 1)[1].split(b'"', 1)[0].split()) > 1 for m in feed
-               if m.kind == "update")  # multi-id updates are in the feed
+    assert any(
+        len(m.body.split(b' id="', 1)[1].split(b'"', 1)[0].split()) > 1
+        for m in feed
+        if m.kind == "update"
+    )  # multi-id updates are in the feed
 
     assert h.drain() == 3
     h.run_requested()

@@ -23,17 +23,17 @@ def assert_log_accounts_for_every_message(lake: Any, zone: LandingZone) -> None:
     )
     assert logged == landed, "raw_messages differs from the landing zone"
 
-    rows = lake.read(MESSAGE_OUTCOMES).select(
-        "message_id", "batch_seq", "msg_seq", "position", "outcome"
-    ).collect()
+    rows = (
+        lake.read(MESSAGE_OUTCOMES)
+        .select("message_id", "batch_seq", "msg_seq", "position", "outcome")
+        .collect()
+    )
     with_outcome = {(int(r["batch_seq"]), int(r["msg_seq"])) for r in rows}
     missing = set(landed) - with_outcome
     assert not missing, f"{len(missing)} logged message(s) have no outcome, e.g. {min(missing)}"
     assert with_outcome <= set(landed)
 
-    applied = Counter(
-        (r["message_id"], r["position"]) for r in rows if r["outcome"] == "applied"
-    )
+    applied = Counter((r["message_id"], r["position"]) for r in rows if r["outcome"] == "applied")
     twice = [k for k, n in applied.items() if n > 1]
     assert not twice, f"applied more than once: {twice[:5]}"
     # One outcome row per item, or one per message for a message-level outcome: the same

@@ -90,7 +90,9 @@ def run(home: Path, env: Mapping[str, str], spec: str) -> None:
     steps = names[names.index(first) :] if first else names
     selection = [dg.AssetKey(k) for s in steps for k in STEPS[s]]
     result = job.execute_in_process(
-        partition_key=key, instance=instance(home), asset_selection=selection,
+        partition_key=key,
+        instance=instance(home),
+        asset_selection=selection,
         tags={"sis/fault-test": spec},
     )
     if not result.success:

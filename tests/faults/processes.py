@@ -42,12 +42,24 @@ def drive(
     if crash_at:
         env[ENV] = crash_at
     log = tmp_path / f"driver-{args[0]}-{(crash_at or 'clean').replace(',', '+')}-{marker[:6]}.log"
-    command = [sys.executable, "-m", "tests.faults.driver", *args,
-               "--home", str(tmp_path / "dagster"), "--data", str(tmp_path / "data")]
+    command = [
+        sys.executable,
+        "-m",
+        "tests.faults.driver",
+        *args,
+        "--home",
+        str(tmp_path / "dagster"),
+        "--data",
+        str(tmp_path / "data"),
+    ]
     started = time.monotonic()
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
+            command,
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         try:

@@ -32,9 +32,7 @@ def _landed_ids(zone: LandingZone) -> list[str]:
 
 
 @pytest.mark.parametrize("point", CONSUMER_POINTS)
-def test_sensor_killed_at_a_step_boundary_loses_nothing_and_applies_nothing_twice(
-    tmp_path, point
-):
+def test_sensor_killed_at_a_step_boundary_loses_nothing_and_applies_nothing_twice(tmp_path, point):
     env = platform_env(tmp_path / "data")
     resources = config.resources(env)
     queue: EmbeddedQueue = resources["queue"].open()

@@ -43,7 +43,12 @@ def test_second_batch_killed_at_every_write_and_fold_boundary_converges_to_the_r
     tmp_path, request
 ):
     converge_after_kills(
-        tmp_path, request, messages=80, clean_runs=[B1], sequence=SECOND_BATCH_SEQUENCE,
-        final=[f"{B2}:interpreted_model"], steps=[1, 2],
+        tmp_path,
+        request,
+        messages=80,
+        clean_runs=[B1],
+        sequence=SECOND_BATCH_SEQUENCE,
+        final=[f"{B2}:interpreted_model"],
+        steps=[1, 2],
         outcomes={"applied", "duplicate", "filtered", "dead-lettered"},
     )

@@ -16,6 +16,11 @@ def test_first_batch_killed_at_every_write_and_fold_boundary_converges_to_the_re
     tmp_path, request
 ):
     converge_after_kills(
-        tmp_path, request, messages=40, clean_runs=[], sequence=FIRST_BATCH_SEQUENCE,
-        final=[f"{B1}:fold_masters"], steps=[1],
+        tmp_path,
+        request,
+        messages=40,
+        clean_runs=[],
+        sequence=FIRST_BATCH_SEQUENCE,
+        final=[f"{B1}:fold_masters"],
+        steps=[1],
     )

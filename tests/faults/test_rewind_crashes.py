@@ -46,8 +46,12 @@ def test_fold_killed_while_rewinding_converges_to_the_reference(tmp_path, reques
     # The backfill with the fix deployed: both batches classified again.
     for key in (B1, B2):
         log_items(
-            lake, key, limits=Limits(max_message_bytes=10 * limit), redelivery_limit=5,
-            run_id=None, landing_root=str(zone.root),
+            lake,
+            key,
+            limits=Limits(max_message_bytes=10 * limit),
+            redelivery_limit=5,
+            run_id=None,
+            landing_root=str(zone.root),
         )
 
     for point, runs in REWIND_SEQUENCE:
@@ -59,5 +63,7 @@ def test_fold_killed_while_rewinding_converges_to_the_reference(tmp_path, reques
     assert_log_accounts_for_every_message(lake, zone)
     assert lake.read(DEAD_LETTERS).where("reason = 'too-large'").count() == 0
     assert [r["fold_step"] for r in lake.read(FOLD_STEPS).orderBy("fold_step").collect()] == [
-        1, 2, 3
+        1,
+        2,
+        3,
     ]

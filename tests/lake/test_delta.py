@@ -154,12 +154,16 @@ def test_a_merge_into_master_documents_writes_only_the_changed_rows(tmp_path, sp
     lake = Lake(spark, str(tmp_path))
     lake.ensure(MASTER_DOCUMENTS)
     rows = [(f"M{i:03d}", 1, f"<event id='M{i:03d}'/>", False, False, 1) for i in range(200)]
-    lake.append(MASTER_DOCUMENTS, spark.createDataFrame(rows, MASTER_DOCUMENTS.schema())
-                .repartition(4))
+    lake.append(
+        MASTER_DOCUMENTS, spark.createDataFrame(rows, MASTER_DOCUMENTS.schema()).repartition(4)
+    )
     # A few masters change, spread over the files, as in a fold step over a grown lake.
     changed = [(f"M{i:03d}", 2, "<event/>", False, False, 2) for i in range(0, 200, 50)]
-    lake.merge_rows(MASTER_DOCUMENTS, spark.createDataFrame(changed, MASTER_DOCUMENTS.schema()),
-                    keys=("master_id",))
+    lake.merge_rows(
+        MASTER_DOCUMENTS,
+        spark.createDataFrame(changed, MASTER_DOCUMENTS.schema()),
+        keys=("master_id",),
+    )
 
     adds, removes = _last_commit(lake, MASTER_DOCUMENTS)
     assert removes  # the files holding the changed rows: marked, not rewritten
@@ -177,8 +181,19 @@ def test_replacing_a_masters_model_rows_writes_only_its_rows(tmp_path, spark):
     def rows(masters: range, step: int):
         values = {"fold_step": step}
         return spark.createDataFrame(
-            [tuple({"master_id": f"M{m:03d}", "market_id": "WIN", "selection_id": str(s),
-                    **values}.get(n) for n in names) for m in masters for s in range(5)],
+            [
+                tuple(
+                    {
+                        "master_id": f"M{m:03d}",
+                        "market_id": "WIN",
+                        "selection_id": str(s),
+                        **values,
+                    }.get(n)
+                    for n in names
+                )
+                for m in masters
+                for s in range(5)
+            ],
             SELECTIONS.schema(),
         )
 

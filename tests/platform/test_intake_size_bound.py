@@ -23,7 +23,9 @@ def _consume(tmp_path, bodies: list[bytes], limits: BatchLimits | None = None):
         ids = [producer.put(body) for body in bodies]
     with queue.connect() as session:
         batch = consume_batch(
-            session, zone, limits or BatchLimits(get_wait_seconds=0.05),
+            session,
+            zone,
+            limits or BatchLimits(get_wait_seconds=0.05),
             message_limits=Limits(max_message_bytes=BOUND),
         )
     return queue, zone, batch, ids
@@ -39,7 +41,9 @@ def test_a_body_over_the_bound_is_moved_aside_and_logged_by_size_digest_and_loca
     assert [r["message_id"] for r in rows] == ids
     moved = rows[1]
     assert (moved["body"], moved["body_size"], moved["body_sha256"]) == (
-        b"", len(big), hashlib.sha256(big).hexdigest()
+        b"",
+        len(big),
+        hashlib.sha256(big).hexdigest(),
     )
     path = zone.root / moved["body_location"]
     assert path.parent == zone.overflow_dir
@@ -48,9 +52,13 @@ def test_a_body_over_the_bound_is_moved_aside_and_logged_by_size_digest_and_loca
     # A body at the bound is not over it: it stays in the batch.
     assert (rows[2]["body"], rows[2]["body_location"]) == (at_bound, None)
     assert batch.bytes == len(b"<a/>") + BOUND + len(b"<b/>")
-    report = verify_messages(batch.key, zone.stored_messages(batch.key),
-                             first_prev=GENESIS_LINK.hex(), source="landing file",
-                             anchor=zone.anchors.read(batch.key))
+    report = verify_messages(
+        batch.key,
+        zone.stored_messages(batch.key),
+        first_prev=GENESIS_LINK.hex(),
+        source="landing file",
+        anchor=zone.anchors.read(batch.key),
+    )
     assert report.intact, report.problems
 
 

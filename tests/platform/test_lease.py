@@ -99,8 +99,12 @@ def test_release_lets_the_standby_take_over_at_once(tmp_path):
 
 def test_a_holder_that_died_on_this_host_is_replaced_without_waiting(tmp_path):
     clock = FakeClock()
-    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                           capture_output=True, text=True, check=True)
+    child = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     dead = f"prod@{socket.gethostname()}:{int(child.stdout)}"
     ConsumerLease(tmp_path, dead, 60, clock=clock).acquire()
     restarted = ConsumerLease(tmp_path, holder_id("prod"), 60, clock=clock)
@@ -166,7 +170,10 @@ def test_concurrent_acquires_from_many_processes_grant_exactly_one_holder(tmp_pa
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", CONTENDER, str(tmp_path), f"p{i}@test-host:{i}"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
         )
         for i in range(6)
     ]
@@ -192,7 +199,10 @@ with ConsumerLease(pathlib.Path(sys.argv[1]), "stuck@test-host:1").locked():
 def test_a_lock_held_too_long_is_a_lease_error_not_a_hang(tmp_path):
     holder = subprocess.Popen(
         [sys.executable, "-c", LOCK_HOLDER, str(tmp_path)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
     )
     assert holder.stdout is not None and holder.stdin is not None
     try:

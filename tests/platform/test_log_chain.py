@@ -22,22 +22,40 @@ from sis_platform.queues.base import ReceivedMessage, new_message_id
 
 T0 = datetime(2026, 11, 21, 14, 30, tzinfo=UTC)
 RECORD = ChainRecord(
-    batch_seq=3, msg_seq=7, message_id="ID:" + "ab" * 24, put_time_us=1_700_000_000_000_000,
-    received_at_us=1_700_000_001_000_000, delivery_count=1, properties_json='{"a": 1}',
-    body_size=12, body_sha256=hashlib.sha256(b"<m n='1'/>  ").hexdigest(), body_location=None,
+    batch_seq=3,
+    msg_seq=7,
+    message_id="ID:" + "ab" * 24,
+    put_time_us=1_700_000_000_000_000,
+    received_at_us=1_700_000_001_000_000,
+    delivery_count=1,
+    properties_json='{"a": 1}',
+    body_size=12,
+    body_sha256=hashlib.sha256(b"<m n='1'/>  ").hexdigest(),
+    body_location=None,
 )
 CHANGED = {
-    "batch_seq": 4, "msg_seq": 8, "message_id": "ID:" + "ac" * 24, "put_time_us": None,
-    "received_at_us": 1_700_000_001_000_001, "delivery_count": 2, "properties_json": None,
-    "body_size": 13, "body_sha256": hashlib.sha256(b"other").hexdigest(),
+    "batch_seq": 4,
+    "msg_seq": 8,
+    "message_id": "ID:" + "ac" * 24,
+    "put_time_us": None,
+    "received_at_us": 1_700_000_001_000_001,
+    "delivery_count": 2,
+    "properties_json": None,
+    "body_size": 13,
+    "body_sha256": hashlib.sha256(b"other").hexdigest(),
     "body_location": "overflow/x.body",
 }
 
 
 def _messages(n: int, start: int = 0) -> list[ReceivedMessage]:
     return [
-        ReceivedMessage(new_message_id(), f"<m n='{start + i}'/>".encode(), T0, 1 + (i % 2),
-                        {"JMSXGroupID": "g"} if i % 3 == 0 else {})
+        ReceivedMessage(
+            new_message_id(),
+            f"<m n='{start + i}'/>".encode(),
+            T0,
+            1 + (i % 2),
+            {"JMSXGroupID": "g"} if i % 3 == 0 else {},
+        )
         for i in range(n)
     ]
 
@@ -99,22 +117,33 @@ def test_a_moved_aside_body_is_logged_by_size_digest_and_location(tmp_path):
     batch = zone.land([MovedAside(dataclasses.replace(message, body=b""), aside), *_messages(1)])
     row = zone.read(batch.key).to_pylist()[0]
     assert (row["body"], row["body_size"], row["body_sha256"], row["body_location"]) == (
-        b"", len(big), hashlib.sha256(big).hexdigest(), aside.location
+        b"",
+        len(big),
+        hashlib.sha256(big).hexdigest(),
+        aside.location,
     )
     overflow = tmp_path / aside.location
     assert overflow.read_bytes() == big
     assert overflow.parent == zone.overflow_dir
     assert stat.S_IMODE(os.stat(overflow).st_mode) == 0o600
     assert batch.bytes == len(_messages(1)[0].body)  # the moved-aside body is not in the batch
-    report = verify_messages(batch.key, zone.stored_messages(batch.key),
-                             first_prev=GENESIS_LINK.hex(), source="landing file",
-                             anchor=zone.anchors.read(batch.key))
+    report = verify_messages(
+        batch.key,
+        zone.stored_messages(batch.key),
+        first_prev=GENESIS_LINK.hex(),
+        source="landing file",
+        anchor=zone.anchors.read(batch.key),
+    )
     assert report.intact, report.problems
 
     overflow.write_bytes(big + b"!")
-    report = verify_messages(batch.key, zone.stored_messages(batch.key),
-                             first_prev=GENESIS_LINK.hex(), source="landing file",
-                             anchor=zone.anchors.read(batch.key))
+    report = verify_messages(
+        batch.key,
+        zone.stored_messages(batch.key),
+        first_prev=GENESIS_LINK.hex(),
+        source="landing file",
+        anchor=zone.anchors.read(batch.key),
+    )
     assert [p.message_id for p in report.problems] == [message.message_id]
 
 
@@ -125,8 +154,9 @@ def test_verifying_a_landing_file_names_each_kind_of_damage(tmp_path):
     stored = list(zone.stored_messages(batch.key))
 
     def problems(messages):
-        report = verify_messages(batch.key, messages, first_prev=GENESIS_LINK.hex(),
-                                 source="test", anchor=anchor)
+        report = verify_messages(
+            batch.key, messages, first_prev=GENESIS_LINK.hex(), source="test", anchor=anchor
+        )
         return [(p.msg_seq, p.text.split(" (")[0]) for p in report.problems]
 
     assert problems(stored) == []

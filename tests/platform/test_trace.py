@@ -170,8 +170,21 @@ def test_rows_of_an_uncommitted_fold_step_are_ignored(log: Log, spark):
     # An interrupted step 3 left a contradicting outcome behind (the next step's recovery would
     # delete it): no fold_steps row commits step 3, so the trace must not believe it.
     stray = spark.createDataFrame(
-        [(log.orphan_id, copy.batch_seq, copy.msg_seq, 0, "NOPE-1", "applied", 1, None, None,
-          None, 3)],
+        [
+            (
+                log.orphan_id,
+                copy.batch_seq,
+                copy.msg_seq,
+                0,
+                "NOPE-1",
+                "applied",
+                1,
+                None,
+                None,
+                None,
+                3,
+            )
+        ],
         MESSAGE_OUTCOMES.schema(),
     )
     lake.append(MESSAGE_OUTCOMES, stray)

@@ -278,9 +278,7 @@ def test_message_backed_out_past_the_default_threshold_is_moved_and_the_next_del
         m = session.get()
         assert m is not None and m.message_id == good
         session.commit()
-    assert [(m.message_id, m.body) for m in queue.browse_backout()] == [
-        (poison, b"kills intake")
-    ]
+    assert [(m.message_id, m.body) for m in queue.browse_backout()] == [(poison, b"kills intake")]
     assert queue.depth() == 0
 
 

@@ -404,9 +404,10 @@ def test_platform_threshold_zero_with_bothresh_zero_never_moves_and_warns(
 ) -> None:
     server.define_queue(QUEUE, backout_threshold=0, backout_queue=BOQ)
     server.put_message(QUEUE, b"<m/>", backout_count=50)
-    with caplog.at_level(logging.WARNING), make_source(
-        server, backout_threshold=0
-    ).connect() as session:
+    with (
+        caplog.at_level(logging.WARNING),
+        make_source(server, backout_threshold=0).connect() as session,
+    ):
         message = session.get()
         session.commit()
     assert message is not None and message.delivery_count == 51
@@ -435,9 +436,10 @@ def test_message_over_max_get_bytes_is_moved_whole_unreturned_and_the_next_deliv
 ) -> None:
     big = server.put_message(QUEUE, b"<big>" + b"x" * 5000 + b"</big>")
     good = server.put_message(QUEUE, b"<good/>")
-    with caplog.at_level(logging.WARNING), make_source(
-        server, max_get_bytes=1024
-    ).connect() as session:
+    with (
+        caplog.at_level(logging.WARNING),
+        make_source(server, max_get_bytes=1024).connect() as session,
+    ):
         message = session.get()
         assert message is not None and message.message_id == good.message_id
         assert server.messages(BOQ) == []  # moved in the unit of work
@@ -538,9 +540,10 @@ def test_over_size_message_no_queue_takes_is_delivered_whole_with_an_error(
     server.dead_letter_queue = ""
     server.define_queue(QUEUE)
     big = server.put_message(QUEUE, b"v" * 2048)
-    with caplog.at_level(logging.ERROR), make_source(
-        server, max_get_bytes=1024
-    ).connect() as session:
+    with (
+        caplog.at_level(logging.ERROR),
+        make_source(server, max_get_bytes=1024).connect() as session,
+    ):
         message = session.get()
         session.commit()
     assert message is not None and message.body == big.body

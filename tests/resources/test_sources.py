@@ -48,8 +48,7 @@ def test_open_caches_by_configuration():
     a = StompQueueResource(port=61001, destination="/queue/A")
     assert a.open() is StompQueueResource(port=61001, destination="/queue/A").open()
     assert a.open() is not StompQueueResource(port=61001, destination="/queue/B").open()
-    assert a.open() is not StompQueueResource(port=61001, destination="/queue/A",
-                                              prefetch=1).open()
+    assert a.open() is not StompQueueResource(port=61001, destination="/queue/A", prefetch=1).open()
     assert isinstance(a.open(), StompQueue)
 
 

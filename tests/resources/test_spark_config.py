@@ -68,10 +68,15 @@ def test_a_c1_only_local_driver_keeps_a_code_cache_the_size_of_a_tiered_jvms():
     options = delta_spark_config(master="local[2]")["spark.driver.extraJavaOptions"].split()
     flags = subprocess.run(
         ["java", *options, "-XX:+PrintFlagsFinal", "-version"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
-    sizes = {line.split()[1]: int(line.split()[3]) for line in flags.splitlines()
-             if "CodeCacheSize" in line}
+    sizes = {
+        line.split()[1]: int(line.split()[3])
+        for line in flags.splitlines()
+        if "CodeCacheSize" in line
+    }
     assert sizes["ReservedCodeCacheSize"] == 240 * 1024 * 1024
 
 
@@ -84,8 +89,10 @@ def test_if_missing_builds_nothing_when_the_archive_exists(cache, monkeypatch):
 
 
 def test_further_spark_settings_override_the_platforms(tmp_path):
-    env = {"SIS_DATA_DIR": str(tmp_path / "data"),
-           "SIS_SPARK_CONF": "spark.eventLog.enabled=true  spark.sql.shuffle.partitions=8"}
+    env = {
+        "SIS_DATA_DIR": str(tmp_path / "data"),
+        "SIS_SPARK_CONF": "spark.eventLog.enabled=true  spark.sql.shuffle.partitions=8",
+    }
     conf = resources(env)["spark"].spark_config
     assert conf["spark.eventLog.enabled"] == "true"
     assert conf["spark.sql.shuffle.partitions"] == "8"
@@ -110,8 +117,9 @@ def test_a_local_driver_heap_is_1536m_unless_the_operator_sizes_it(tmp_path):
 def test_a_spark_connect_client_sets_only_its_sessions_sql_settings():
     # Delta's extension, memory and jars belong to the server; a client setting them fails
     # (static settings of a running driver).
-    remote = delta_spark_config(master="sc://spark:15002", shuffle_partitions=2,
-                                extra={"spark.sql.ansi.enabled": "false"})
+    remote = delta_spark_config(
+        master="sc://spark:15002", shuffle_partitions=2, extra={"spark.sql.ansi.enabled": "false"}
+    )
     assert remote == {
         "spark.remote": "sc://spark:15002",
         "spark.sql.shuffle.partitions": "2",
@@ -132,8 +140,9 @@ def test_every_run_of_a_deployment_joins_one_spark_connect_session_named_after_i
     assert a.startswith("sc://spark:15002/;session_id=")
     assert a == url({"SIS_SPARK_MASTER": "sc://spark:15002/", "SIS_LAKE_PATH": "/lake/a"})
     assert a != url({"SIS_SPARK_MASTER": "sc://spark:15002", "SIS_LAKE_PATH": "/lake/b"})
-    with_params = url({"SIS_SPARK_MASTER": "sc://spark:15002/;use_ssl=true",
-                       "SIS_LAKE_PATH": "/lake/a"})
+    with_params = url(
+        {"SIS_SPARK_MASTER": "sc://spark:15002/;use_ssl=true", "SIS_LAKE_PATH": "/lake/a"}
+    )
     assert with_params == a.replace("/;", "/;use_ssl=true;")
     chosen = "sc://spark:15002/;session_id=6b1c0c3e-0000-4000-8000-000000000001"
     assert url({"SIS_SPARK_MASTER": chosen}) == chosen
@@ -142,12 +151,16 @@ def test_every_run_of_a_deployment_joins_one_spark_connect_session_named_after_i
 def test_the_spark_connect_server_runs_a_local_delta_driver_on_the_platforms_settings():
     from sis_platform.cli.spark_connect import SERVER_CLASS, server_command
 
-    command = server_command("127.0.0.1", 15099, {"SIS_SPARK_DRIVER_MEMORY": "3g",
-                                                  "SIS_SPARK_CONF": "spark.x.y=z"})
+    command = server_command(
+        "127.0.0.1", 15099, {"SIS_SPARK_DRIVER_MEMORY": "3g", "SIS_SPARK_CONF": "spark.x.y=z"}
+    )
     assert command[0].endswith("/bin/spark-submit") and command[-1] == "spark-internal"
     assert command[command.index("--class") + 1] == SERVER_CLASS
-    conf = dict(arg.split("=", 1) for flag, arg in zip(command, command[1:], strict=False)
-                if flag == "--conf")
+    conf = dict(
+        arg.split("=", 1)
+        for flag, arg in zip(command, command[1:], strict=False)
+        if flag == "--conf"
+    )
     assert conf["spark.master"] == "local[*]"
     assert conf["spark.driver.memory"] == "3g"
     assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"

@@ -48,8 +48,9 @@ def test_a_message_over_the_bound_is_dead_lettered_too_large_and_later_batches_f
     tmp_path, spark
 ):
     h = Harness(tmp_path / "data", {"SIS_MAX_MESSAGE_BYTES": str(BOUND)})
-    oversized = update(ASCOT_1430, GO_SOFT).replace(b"</sportsdata>", b" " * 5 * BOUND
-                                                     + b"</sportsdata>")
+    oversized = update(ASCOT_1430, GO_SOFT).replace(
+        b"</sportsdata>", b" " * 5 * BOUND + b"</sportsdata>"
+    )
     ids, request = _tick(h, master(event(ASCOT_1430)), oversized, update(ASCOT_1430, GO_SOFT))
     anchor = h.zone.anchors.read(request.partition_key)
     assert request.tags[CHAIN_HEAD_TAG] == anchor.head

@@ -188,7 +188,8 @@ def test_broker_lost_between_landing_and_commit_redelivers_and_the_copies_are_du
     ref = ReferencePipeline()
     ref.process(logged)
     duplicates = [
-        r.message_id for r in ref.results
+        r.message_id
+        for r in ref.results
         if isinstance(r, MessageResult) and r.outcome is Outcome.DUPLICATE
     ]
     assert duplicates == in_doubt

@@ -119,8 +119,11 @@ def test_the_sensor_process_never_starts_a_jvm(tmp_path):
         """
     )
     out = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True,
-        cwd=Path(__file__).resolve().parents[2], check=False,
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+        check=False,
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
@@ -173,7 +176,9 @@ def test_a_batch_cut_by_its_deadline_is_not_taken_for_a_drained_queue(tmp_path):
 
     with _queue(h).connect() as session:
         batch = consume_batch(
-            session, h.zone, BatchLimits(max_seconds=10, get_wait_seconds=0.05),
+            session,
+            h.zone,
+            BatchLimits(max_seconds=10, get_wait_seconds=0.05),
             clock=lambda: next(ticks),
         )
     assert batch is not None

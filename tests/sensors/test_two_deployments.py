@@ -234,7 +234,9 @@ def deployments(tmp_path: Path) -> Iterator[tuple[Path, dict[str, subprocess.Pop
     procs = {
         name: subprocess.Popen(
             [sys.executable, "-c", DEPLOYMENT, str(tmp_path), name, str(control)],
-            cwd=REPO, stderr=(control / f"{name}.stderr").open("w"), text=True,
+            cwd=REPO,
+            stderr=(control / f"{name}.stderr").open("w"),
+            text=True,
         )
         for name in ("prod", "dr")
     }
@@ -247,9 +249,7 @@ def deployments(tmp_path: Path) -> Iterator[tuple[Path, dict[str, subprocess.Pop
         proc.wait(timeout=60)
 
 
-def test_two_deployment_processes_never_land_the_same_batch_and_lose_nothing(
-    tmp_path, deployments
-):
+def test_two_deployment_processes_never_land_the_same_batch_and_lose_nothing(tmp_path, deployments):
     control, procs = deployments
     zone = LandingZone(tmp_path / "landing")
     queue = EmbeddedQueue(tmp_path / "queue")
@@ -257,8 +257,7 @@ def test_two_deployment_processes_never_land_the_same_batch_and_lose_nothing(
     producer = queue.producer()
 
     def feed(n: int) -> None:
-        published.extend(producer.put(f"<m n='{len(published) + i}'/>".encode())
-                         for i in range(n))
+        published.extend(producer.put(f"<m n='{len(published) + i}'/>".encode()) for i in range(n))
 
     # Prod and DR start together; one of them takes the lease, the other stands by. (On a
     # loaded machine a slow tick can lose a 3 s lease on its own: the test follows the lease
@@ -269,12 +268,16 @@ def test_two_deployment_processes_never_land_the_same_batch_and_lose_nothing(
     current = _await(lease.read, "a lease")
     holder = current.holder.split("@")[0]
     standby = "dr" if holder == "prod" else "prod"
-    _await(lambda: any("standby" in e.get("skip", "") for e in _entries(control, standby)),
-           f"{standby} standing by")
+    _await(
+        lambda: any("standby" in e.get("skip", "") for e in _entries(control, standby)),
+        f"{standby} standing by",
+    )
 
     def landed_by(name: str, after_token: int) -> bool:
-        return any(zone.fence_token(k) > after_token and zone.lease_holder(k).startswith(name)
-                   for k in zone.keys())
+        return any(
+            zone.fence_token(k) > after_token and zone.lease_holder(k).startswith(name)
+            for k in zone.keys()
+        )
 
     # The holder freezes mid-tick with messages in its unit of work, past its lease: the
     # standby takes over (a newer token) and lands; the holder wakes up and is fenced off.
@@ -284,8 +287,12 @@ def test_two_deployment_processes_never_land_the_same_batch_and_lose_nothing(
     frozen_token = lease.read().token
     _await(lambda: landed_by(standby, frozen_token), f"{standby} landing with a newer token")
     (control / f"{holder}.freeze").unlink()
-    _await(lambda: any("lost the consumer lease" in e.get("failure", "")
-                       for e in _entries(control, holder)), f"{holder} fenced off")
+    _await(
+        lambda: any(
+            "lost the consumer lease" in e.get("failure", "") for e in _entries(control, holder)
+        ),
+        f"{holder} fenced off",
+    )
 
     # The new holder stops renewing (alive, idle): the old one takes over again.
     (control / f"{standby}.idle").touch()

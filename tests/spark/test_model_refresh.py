@@ -66,7 +66,9 @@ def test_masters_that_cannot_be_interpreted_are_recorded_and_the_others_written(
 ):
     lake = Lake(spark, str(tmp_path / "lake"))
     _fold(
-        lake, monkeypatch, 1,
+        lake,
+        monkeypatch,
+        1,
         (ASCOT_1430, event(ASCOT_1430, markets=_market(2**31))),
         (ASCOT_1500, event(ASCOT_1500, markets=_market(INT64_MAX))),
         # Beyond 64 bits: the interpreter reads no number (the schema now refuses it).
@@ -105,15 +107,20 @@ def _older_schema(table):
     from pyspark.sql import types as T
 
     widened = {"places", "number", "price_num", "price_den"}
-    return T.StructType([
-        T.StructField(
-            f.name,
-            T.IntegerType() if f.name in widened
-            else T.DoubleType() if f.name == "price_decimal" else f.dataType,
-            f.nullable,
-        )
-        for f in table.schema().fields
-    ])
+    return T.StructType(
+        [
+            T.StructField(
+                f.name,
+                T.IntegerType()
+                if f.name in widened
+                else T.DoubleType()
+                if f.name == "price_decimal"
+                else f.dataType,
+                f.nullable,
+            )
+            for f in table.schema().fields
+        ]
+    )
 
 
 def test_model_tables_of_an_older_schema_are_recreated_and_the_model_rebuilt(
@@ -122,8 +129,9 @@ def test_model_tables_of_an_older_schema_are_recreated_and_the_model_rebuilt(
     lake = Lake(spark, str(tmp_path / "lake"))
     _fold(lake, monkeypatch, 1, (ASCOT_1430, event(ASCOT_1430, markets=_market(5, 2))))
     for table in (EVENTS, MARKETS, SELECTIONS):
-        columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}"
-                            for f in _older_schema(table).fields)
+        columns = ", ".join(
+            f"`{f.name}` {f.dataType.simpleString()}" for f in _older_schema(table).fields
+        )
         spark.sql(
             f"CREATE TABLE {lake.sql_table(table)} ({columns}) USING delta "
             "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')"
@@ -133,9 +141,10 @@ def test_model_tables_of_an_older_schema_are_recreated_and_the_model_rebuilt(
         "price_num, price_den, price_decimal, fold_step) VALUES ('GONE', 'WIN', '1', 7, 1, 8.0, 1)"
     )
     lake.ensure(MODEL_STEPS)  # the model had reached the fold's step
-    lake.append(MODEL_STEPS, spark.createDataFrame(
-        [(1, 1, datetime(2026, 11, 21, tzinfo=UTC))], MODEL_STEPS.schema()
-    ))
+    lake.append(
+        MODEL_STEPS,
+        spark.createDataFrame([(1, 1, datetime(2026, 11, 21, tzinfo=UTC))], MODEL_STEPS.schema()),
+    )
 
     result = model.refresh_model(lake)
 

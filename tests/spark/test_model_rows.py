@@ -31,8 +31,11 @@ def test_one_pass_gives_the_rows_of_all_three_tables():
         expected = []
         for master_id, document in docs:
             model = interpret(master_id, document.encode())
-            expected += {"events": [model.event], "markets": model.markets,
-                         "selections": model.selections}[kind]
+            expected += {
+                "events": [model.event],
+                "markets": model.markets,
+                "selections": model.selections,
+            }[kind]
         assert len(got) == len(expected) > 0
         for g, e in zip(got, expected, strict=True):
             assert {k: g[k] for k in asdict(e)} == asdict(e)
@@ -68,8 +71,9 @@ def _selections(out: list[pa.RecordBatch]) -> list[dict[str, object]]:
 
 
 def test_numbers_up_to_the_64_bit_bound_are_held_exactly():
-    markets = _market((2**31, 1), (INT64_MAX, 1), (INT64_MAX, INT64_MAX), places=2**40,
-                      number=INT64_MAX)
+    markets = _market(
+        (2**31, 1), (INT64_MAX, 1), (INT64_MAX, INT64_MAX), places=2**40, number=INT64_MAX
+    )
     out = list(_rows(iter([_input((ASCOT_1430, event(ASCOT_1430, markets=markets)))])))
     rows = _selections(out)
     assert [(r["price_num"], r["price_den"], r["price_decimal"]) for r in rows] == [
@@ -95,8 +99,11 @@ def test_a_master_whose_interpretation_raises_is_a_failure_and_the_others_get_ro
         return real(master_id, document)
 
     monkeypatch.setattr(interpret_module, "interpret", interpret_failing_for_ascot_1500)
-    docs = [(ASCOT_1430, event(ASCOT_1430)), (ASCOT_1500, event(ASCOT_1500)),
-            (ROMFORD_1912, event(ROMFORD_1912))]
+    docs = [
+        (ASCOT_1430, event(ASCOT_1430)),
+        (ASCOT_1500, event(ASCOT_1500)),
+        (ROMFORD_1912, event(ROMFORD_1912)),
+    ]
     rows = [r for b in _rows(iter([_input(*docs)])) for r in b.to_pylist()]
     [failure] = [r for r in rows if r["kind"] == "model_failures"]
     assert (failure["master_id"], failure["version"], failure["fold_step"]) == (ASCOT_1500, 2, 7)
@@ -130,9 +137,11 @@ def test_a_number_beyond_its_column_fails_its_master_only(monkeypatch):
 
 
 def test_a_document_that_is_not_xml_fails_its_master_only():
-    rows = [r for b in _rows(iter([_input((ASCOT_1430, "<event"), (ASCOT_1500,
-                                                                     event(ASCOT_1500)))]))
-            for r in b.to_pylist()]
+    rows = [
+        r
+        for b in _rows(iter([_input((ASCOT_1430, "<event"), (ASCOT_1500, event(ASCOT_1500)))]))
+        for r in b.to_pylist()
+    ]
     [failure] = [r for r in rows if r["kind"] == "model_failures"]
     assert failure["master_id"] == ASCOT_1430
     assert failure["error"].startswith("XMLSyntaxError")
