@@ -1,4 +1,4 @@
-"""The platform's benchmark (issue 6): backlog, Spark fold vs reference fold, latency.
+"""The platform's benchmark: backlog, Spark fold vs reference fold, latency.
 
     python scripts/bench.py                                   # everything, 12,000 messages
     python scripts/bench.py --parts backlog --messages 12000 --messages 120000
@@ -62,7 +62,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-# Issue 6's targets (2 cores, 24 GB).
+# The performance targets (2 cores, 24 GB).
 TARGET_12K_S = 60.0
 TARGET_1M2_S = 15 * 60.0
 TARGET_GROWTH = 11.0  # wall(1.2 M) / wall(120 k)
@@ -921,8 +921,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         choices=["overlap", "serial"],
         default="overlap",
         help="backlog --mode inprocess: overlap: batches landed while runs run, "
-        "as under the daemon; serial: land a batch, run it, land the next "
-        "(the harness before session 9)",
+        "as under the daemon; serial: land a batch, run it, land the next",
     )
     parser.add_argument(
         "--batch", type=int, default=None, help="SIS_BATCH_MAX_MESSAGES (default: the platform's)"

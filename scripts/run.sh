@@ -8,7 +8,7 @@
 #   SIS_DATA_DIR      where everything is kept (default ./data)
 #   SIS_SPARK         local (default): every run starts a Spark driver of its own; connect: one
 #                     long-lived Spark Connect server (sis-spark-connect, started here) that
-#                     every run uses, so a run no longer warms up a JVM (SIS_SPARK_CONNECT_PORT,
+#                     every run uses, so no run warms up a JVM of its own (SIS_SPARK_CONNECT_PORT,
 #                     default 15002)
 set -euo pipefail
 cd "$(dirname "$0")/.."
