@@ -1,5 +1,5 @@
-"""One writer per fold table (issue 4, "Delta concurrency"): everything that writes the fold's
-tables runs in the `sis_fold` pool, and the shipped instance limits pools to one step."""
+"""One writer per fold table (Delta concurrency): everything that writes the fold's tables
+runs in the `sis_fold` pool, and the shipped instance limits pools to one step."""
 
 from __future__ import annotations
 

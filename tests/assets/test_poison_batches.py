@@ -1,10 +1,10 @@
-"""Poison batches through the real assets (issue 20, defects 4 and 5): a batch holding messages
-at and over the resource bounds completes every step, each poison ends as its dead letter or as
-a correct model row, and the next normal batch still folds and reaches the model.
+"""Poison batches through the real assets: a batch holding messages at and over the resource bounds
+completes every step, each poison ends as its dead letter or as a correct model row, and the next
+normal batch still folds and reaches the model.
 
-Defect 4: updates naming many ids: two within the ids and split-size bounds whose items add up
-to more than one Arrow chunk (spark/arrow.py), one over the ids bound. Defect 5: prices that
-32-bit columns and a double could not hold.
+Many ids: two updates within the ids and split-size bounds whose items add up to more than one Arrow
+chunk (spark/arrow.py), one over the ids bound. Large numbers: prices that 32-bit columns and a
+double could not hold.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def test_a_poison_batch_completes_and_the_next_batch_still_reaches_the_model(tmp
     first = h.run(poison)  # every step succeeds (Harness.run asserts it)
     lake = h.lake(spark)
 
-    # Defect 4: the updates within the bounds split into one item per master, more bytes than
+    # Many ids: the updates within the bounds split into one item per master, more bytes than
     # one Arrow chunk holds, and every master applied both.
     items = lake.read(MESSAGE_ITEMS).where(F.col("message_id").isin([m.message_id for m in within]))
     count, payload = items.agg(F.count("*"), F.sum(F.length("payload"))).first()
@@ -91,7 +91,7 @@ def test_a_poison_batch_completes_and_the_next_batch_still_reaches_the_model(tmp
     assert letter["reason"] == "too-complex" and letter["master_id"] is None
     assert f"{TOO_MANY} ids, over the limit of {MANY} (SIS_MAX_IDS)" in letter["detail"]
 
-    # Defect 5: numbers beyond 32 bits and up to the 64-bit bound, held exactly.
+    # Large numbers: beyond 32 bits and up to the 64-bit bound, held exactly.
     prices = {
         r["selection_id"]: (r["number"], r["price_num"], r["price_den"], str(r["price_decimal"]))
         for r in lake.read(SELECTIONS).where(F.col("master_id") == ASCOT_1430).collect()

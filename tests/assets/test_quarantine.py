@@ -1,4 +1,4 @@
-"""Poison isolation for unknown failures (issue 4, "Poison vs transient"): a master whose fold
+"""Poison isolation for unknown failures (invariant 4, poison vs transient): a master whose fold
 fails for an unknown reason (a bug raising, or a Python worker dying) is retried by the retry
 policy, quarantined after SIS_QUARANTINE_AFTER failures so the other masters go on, and folded
 in feed order once a replay says the fix is in.

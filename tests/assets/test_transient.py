@@ -1,5 +1,5 @@
-"""A transient failure is retried with backoff and never dead-letters a valid message (issue 4,
-"Poison vs transient"): here the landing storage is unavailable for a batch's run."""
+"""A transient failure is retried with backoff and never dead-letters a valid message
+(invariant 4, poison vs transient): here the landing storage is unavailable for a batch's run."""
 
 from __future__ import annotations
 

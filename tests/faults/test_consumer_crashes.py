@@ -1,4 +1,4 @@
-"""Crash anywhere, consumer side (issue 4.1): the sensor's process is SIGKILLed at each step
+"""Crash anywhere, consumer side (invariant 1): the sensor's process is SIGKILLed at each step
 boundary of a tick (get, land, commit, registration), then a fresh process ticks until the
 queue is empty. Nothing is lost, every landed batch is registered as a partition, and only a
 batch whose commit was in doubt lands twice, its second copies recorded as duplicates.

@@ -1,9 +1,8 @@
-"""Crash anywhere, materializer side (issue 4.1): the process running a `process_batch` run is
-SIGKILLed in the middle of every Delta write, in the middle of the fold (from its Python
-worker), and between the fold's writes and its commit; each time a fresh process re-executes
-the run from the killed step, as Dagster's re-execution from failure does. After the last
-restart the masters equal the reference fold and the message log accounts for every message,
-none applied twice.
+"""Crash anywhere, materializer side (invariants 1 and 2): the process running a `process_batch` run
+is SIGKILLed in the middle of every Delta write, in the middle of the fold (from its Python worker),
+and between the fold's writes and its commit; each time a fresh process re-executes the run from the
+killed step, as Dagster's re-execution from failure does. After the last restart the masters equal
+the reference fold and the message log accounts for every message, none applied twice.
 
 Two sequences of processes, each killed at the next point, keep the JVM starts (the cost of
 this suite) at one per point, and run on the suite's two workers at once (two files): batch 1

@@ -1,4 +1,4 @@
-"""Crash anywhere, a fold step that rewinds (issue 4.1 with 4.3): batches already folded are
+"""Crash anywhere, a fold step that rewinds (invariants 2 and 3): batches already folded are
 classified again after a fix, and the step that rewinds their masters is killed in its deletes
 and between its deletes and its refold. After the restart the lake equals the reference."""
 

@@ -1,5 +1,5 @@
-"""Delta writes under concurrency (issue 4, "Delta concurrency"): bounded retry of commits that
-lost a race, and appends made idempotent across their own retries, never across writes."""
+"""Delta writes under concurrency: bounded retry of commits that lost a race, and appends made
+idempotent across their own retries, never across writes."""
 
 from __future__ import annotations
 

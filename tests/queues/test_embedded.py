@@ -336,9 +336,9 @@ def test_bad_arguments_are_rejected(tmp_path: Path, kwargs: dict[str, Any]) -> N
 
 
 def test_consumers_opening_a_new_queue_at_the_same_moment_all_open_it(tmp_path: Path) -> None:
-    # Setting up a new database (WAL) from several connections at once made SQLite fail one
-    # of them at once ("database is locked"): about 1 open in 90 at 6 processes, so many
-    # rounds. Each round is a new queue, its openers released together by a barrier.
+    # Setting up a new database (WAL) from several connections at once can make SQLite fail one of
+    # them at once ("database is locked"): about 1 open in 90 at 6 processes without the opening
+    # lock, so many rounds. Each round is a new queue, its openers released together by a barrier.
     processes, rounds = 6, 12
     failures = []
     for n in range(rounds):

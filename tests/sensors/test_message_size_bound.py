@@ -1,8 +1,8 @@
-"""Regression (issue 20, defect 7): a message over SIS_MAX_MESSAGE_BYTES once made intake land
-all of it and the batch's raw_messages step run the Spark driver out of memory, leaving that
-batch and every later one unfolded. Now it is moved aside at intake, logged by size, digest
-and location, dead-lettered `too-large`, and the batches after it fold. Real embedded queue,
-sensor, Spark and Delta; the bound is small here instead of the body large."""
+"""A message over SIS_MAX_MESSAGE_BYTES is moved aside at intake, logged by size, digest and
+location, dead-lettered `too-large`, and the batches after it fold: landed whole, it would run the
+batch's raw_messages step out of the Spark driver's memory and leave that batch and every later one
+unfolded. Real embedded queue, sensor, Spark and Delta; the bound is small here instead of the body
+large."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 5.4: the platform against a real ActiveMQ, the broker stopped mid-flow and restarted.
+"""The platform against a real ActiveMQ, the broker stopped mid-flow and restarted.
 The sensor reports the outage as a failed tick naming the source, lands nothing meanwhile,
 recovers by itself, and nothing is lost; only messages whose unit of work was in doubt at the
 outage (landed, commit not confirmed) land twice, and the reference pipeline records the

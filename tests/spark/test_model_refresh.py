@@ -71,7 +71,7 @@ def test_masters_that_cannot_be_interpreted_are_recorded_and_the_others_written(
         1,
         (ASCOT_1430, event(ASCOT_1430, markets=_market(2**31))),
         (ASCOT_1500, event(ASCOT_1500, markets=_market(INT64_MAX))),
-        # Beyond 64 bits: the interpreter reads no number (the schema now refuses it).
+        # Beyond 64 bits: the interpreter reads no number (the schema refuses it).
         (ROMFORD_1912, event(ROMFORD_1912, markets=_market(2**63))),
         (BROKEN, "<event"),  # the interpreter raises
     )
