@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import date, datetime
 from pathlib import Path
 
+from sis_platform.queues.base import SourceUnavailable
+from sis_platform.queues.factory import open_source
 from sis_platform.simulator.feedfile import FeedFileError, read_feed, write_feed, write_stream
 from sis_platform.simulator.generator import (
     DEFAULT_MAX_BYTES,
@@ -256,10 +258,6 @@ def _publish(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         simulator = _simulator(args, parser)
         messages = simulator
         total = 12_000 if args.messages is None else args.messages
-
-    # Imported here: the queue implementations are only needed by this command.
-    from sis_platform.queues.base import SourceUnavailable
-    from sis_platform.queues.factory import open_source
 
     try:
         source = open_source(args.to)
