@@ -10,7 +10,7 @@ from sis_platform import config
 from sis_platform.assets.masters import fold_masters, interpreted_model
 from sis_platform.assets.message_log import hash_chain_intact, message_items, raw_messages
 from sis_platform.jobs import process_batch_job, replay_dead_letters_job
-from sis_platform.sensors.queue_sensor import sportsdata_queue_sensor
+from sis_platform.sensors.queue_sensor import build_queue_sensor
 
 
 def build_definitions(env: Mapping[str, str] | None = None) -> dg.Definitions:
@@ -19,7 +19,7 @@ def build_definitions(env: Mapping[str, str] | None = None) -> dg.Definitions:
         assets=[raw_messages, message_items, fold_masters, interpreted_model],
         asset_checks=[hash_chain_intact],
         jobs=[process_batch_job, replay_dead_letters_job],
-        sensors=[sportsdata_queue_sensor],
+        sensors=[build_queue_sensor(config.sensor_interval_seconds(env))],
         resources=config.resources(env),
     )
 
