@@ -18,8 +18,8 @@ The result is a `TickOutcome`: the batches to take on, or why nothing was landed
 backpressure, queue empty, or a failure: the lease, the landing zone or the source unavailable,
 or fenced off), with the error and a description for logs and the UI. Failures are returned,
 not raised: the caller decides whether a failed tick is an error (the sensor raises
-`dg.Failure`) and ticks again later. Anything else (e.g. the landing zone's folders cannot be
-created, the lease lock stays busy while landing) propagates, as an unexpected error.
+`dg.Failure`) and ticks again later. Anything else (e.g. the lease lock staying busy while a
+batch is claimed, or a landing file that cannot be read) propagates, as an unexpected error.
 
 The queue sensor builds an `Intake` per tick; a resident process can keep one, with
 `keep_session=True` to hold its queue connection between ticks, and `close()` it at the end.
@@ -156,7 +156,10 @@ class Intake:
         up to at least `limits.max_runs_in_flight`). `registered`: the number of the last batch
         the caller has taken on (the sensor's cursor); later ones are handed on first."""
         zone = self.zone
-        zone.ensure()
+        try:
+            zone.ensure()
+        except OSError as exc:
+            return self._landing_unavailable(exc, None)
         try:
             current = self.lease.acquire()
         except (LeaseError, OSError) as exc:
@@ -264,13 +267,7 @@ class Intake:
             # The landing zone is probed before the first get, so an outage found there got
             # nothing; one found while landing backed out what it got (it stays on the queue).
             self.close()
-            return TickOutcome(
-                TickStatus.LANDING_UNAVAILABLE,
-                f"landing zone {self.zone.root} unavailable: {exc}; nothing was committed off "
-                f"{where}; retrying next tick",
-                error=exc,
-                lease=current,
-            )
+            return self._landing_unavailable(exc, current)
         except SourceUnavailable as exc:
             # A failure, not a skip: an outage must be visible.
             self.close()
@@ -292,6 +289,15 @@ class Intake:
             f"from {where}"
         )
         return TickOutcome(TickStatus.BATCHES, landed=batch, lease=current)
+
+    def _landing_unavailable(self, exc: OSError, current: Lease | None) -> TickOutcome:
+        return TickOutcome(
+            TickStatus.LANDING_UNAVAILABLE,
+            f"landing zone {self.zone.root} unavailable: {exc}; nothing was committed off "
+            f"{self.source.description}; retrying next tick",
+            error=exc,
+            lease=current,
+        )
 
     def _open(self) -> QueueSession:
         if self._session is None:
