@@ -1,6 +1,6 @@
 """The landing zone: immutable, durable batches of raw messages, the platform's source of truth.
 
-The sensor gets messages under syncpoint, writes them here as one batch and only then commits
+Intake gets messages under syncpoint, writes them here as one batch and only then commits
 the queue's unit of work (docs/design.md invariant 1, "No loss"). A batch file is written to a
 temporary name, fsync'd, atomically renamed into place and its folder fsync'd, so after a crash
 a batch either exists whole or not at all. Everything downstream is a pure function of these
@@ -26,7 +26,8 @@ A body over the per-message bound (SIS_MAX_MESSAGE_BYTES) never enters a batch: 
 writes it durably to `overflow/<sha256>.body` (content-addressed, mode 0600) and the batch holds
 a row with an empty body, the real size and digest, and that file's path (`body_location`).
 
-No Dagster or Spark import: the sensor process uses this and must stay light.
+No Dagster or Spark import: intake (sis_platform/intake.py) uses this in the sensor's process,
+which must stay light.
 """
 
 from __future__ import annotations
@@ -353,7 +354,7 @@ class LandingZone:
 
     def ensure_anchor(self, key: str) -> Anchor | None:
         """The batch's anchor, written from its file's metadata when a crash between the claim
-        and the anchor left it without one (the sensor calls this before registering a batch).
+        and the anchor left it without one (intake calls this before handing a batch on).
         None when the file carries no chain metadata either."""
         anchor = self.anchors.read(key)
         if anchor is not None:

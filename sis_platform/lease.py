@@ -14,7 +14,8 @@ The lease is a small JSON file in the landing zone's root, `lease.json`:
   fsync of the folder.
 - `acquire()` renews the lease when this holder has it (same token, new expiry), takes it when
   there is none or it has expired (token + 1: the fencing token), and otherwise leaves it alone
-  and returns the other holder's lease. The sensor calls it at the start of every tick.
+  and returns the other holder's lease. Intake (sis_platform/intake.py) calls it at the start
+  of every tick.
 - Fencing: the holder passes `fence(lease)` to `LandingZone.land`, which claims the batch file
   inside `Fence.held()`: under the lease lock, immediately before the claim, the token must
   still be the current one. So a holder paused past its expiry (GC, SIGSTOP, a hung NFS
@@ -39,7 +40,7 @@ Assumptions, stated because the guarantees rest on them:
   a pid namespace could take over early; the fence still keeps a live old holder from landing).
 - `lease.json` is never deleted by hand: tokens would restart at 1.
 
-No Dagster import: the sensor uses this, and tests drive it directly with an injected clock.
+No Dagster import: intake uses this, and tests drive it directly with an injected clock.
 """
 
 from __future__ import annotations
