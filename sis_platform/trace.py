@@ -19,9 +19,12 @@ of each table: a trace touches a few files, not the log.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
 
 from sis_platform.domain.reasons import Outcome
 from sis_platform.lake.tables import (
@@ -33,10 +36,9 @@ from sis_platform.lake.tables import (
     RAW_MESSAGES,
 )
 from sis_platform.logchain import ChainRecord, chain_link
+from sis_platform.spark.fold import committed_step
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column
-
     from sis_platform.lake.delta import Lake
 
 # Outcome statuses beyond the four of `Outcome` (applied, duplicate, filtered, dead-lettered).
@@ -179,10 +181,6 @@ def normalize_message_id(text: str) -> str:
 
 def trace_message(lake: Lake, message_id: str, *, include_body: bool = False) -> MessageTrace:
     """Everything the message log knows about `message_id` (see the module docstring)."""
-    from pyspark.sql import functions as F
-
-    from sis_platform.spark.fold import committed_step
-
     by_id = F.col("message_id") == F.lit(message_id)
     if not lake.exists(RAW_MESSAGES):
         return MessageTrace(message_id, lake.base_path, None, ())
@@ -453,8 +451,6 @@ def _is_unaccounted(copy: MessageCopy) -> bool:
 def _link_duplicates(copies: list[MessageCopy]) -> tuple[MessageCopy, ...]:
     # The fold records a duplicate without saying which copy counted (exactly once by message
     # id, docs/feed.md): it is the first copy in landing order that was not itself a duplicate.
-    from dataclasses import replace
-
     counted = _counted(copies)
     linked: list[MessageCopy] = []
     for copy in copies:

@@ -27,7 +27,9 @@ from sis_platform.cli.platform import (
     parse_args,
     spark_session,
 )
+from sis_platform.lake.tables import RAW_MESSAGES
 from sis_platform.landing import batch_key, batch_seq_of
+from sis_platform.spark.chain import verify_batch
 
 if TYPE_CHECKING:
     from sis_platform.lake.delta import Lake
@@ -93,8 +95,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def verify(lake: Lake, zone: LandingZone, first: str | None, last: str | None) -> int:
     """Verify batches `first`..`last` (None: from the first / to the last known), print the
     problems and the summary; the exit status."""
-    from sis_platform.spark.chain import verify_batch
-
     batches = messages = printed = 0
     problems = 0
     first_problem: Problem | None = None
@@ -132,8 +132,6 @@ def _keys(lake: Lake, zone: LandingZone, first: str | None, last: str | None) ->
     """Every batch number from `first` to `last`: the last is the highest any copy knows of
     (anchors, landing files, Delta rows), so a batch missing from all three but followed by
     another is still visited and reported."""
-    from sis_platform.lake.tables import RAW_MESSAGES
-
     known = set(zone.keys()) | set(zone.anchors.keys())
     if lake.exists(RAW_MESSAGES):
         # One string per batch (partitions stay well under 100k): bounded by the batch count.

@@ -17,10 +17,8 @@ useLargeVarTypes (64-bit offsets for every string and binary column, both ways) 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    import pyarrow as pa
+import pyarrow as pa
 
 # Bytes of variable-width values (binary, string) in one batch yielded by `record_batches`,
 # summed over its columns. A string is counted by its characters: UTF-8 takes at most 4 bytes
@@ -36,8 +34,6 @@ def record_batch(rows: Sequence[Sequence[object]], schema: pa.Schema) -> pa.Reco
     column by column against the schema, so no type is inferred: a column that is null in
     every row still has its declared type. The caller bounds the rows' size (see
     `record_batches`)."""
-    import pyarrow as pa
-
     columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
     return pa.RecordBatch.from_arrays(
         [pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)], schema=schema
@@ -45,8 +41,6 @@ def record_batch(rows: Sequence[Sequence[object]], schema: pa.Schema) -> pa.Reco
 
 
 def _variable_width(schema: pa.Schema) -> list[int]:
-    import pyarrow as pa
-
     return [
         i
         for i, f in enumerate(schema)

@@ -18,6 +18,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+from pyspark.sql import functions as F
+
 from sis_platform.lake.tables import RAW_MESSAGES
 from sis_platform.landing import batch_key, batch_seq_of
 from sis_platform.logchain import (
@@ -121,8 +124,6 @@ def _read_anchor(zone: LandingZone, key: str, problems: list[Problem]) -> Anchor
 def _verify_landing_file(
     zone: LandingZone, key: str, first_prev: str, anchor: Anchor | None
 ) -> list[Problem]:
-    import pyarrow as pa
-
     if not zone.batch_path(key).is_file():
         return [Problem(key, "its landing file is missing")]
     try:
@@ -154,8 +155,6 @@ def _verify_landing_file(
 
 def delta_messages(lake: Lake, key: str) -> Iterator[StoredMessage]:
     """The batch's rows in `raw_messages`, in message order, bodies hashed by Spark."""
-    from pyspark.sql import functions as F
-
     rows = (
         lake.read(RAW_MESSAGES)
         .where(batch_condition(key))

@@ -27,9 +27,11 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import shutil
 import signal
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 
 RUNNING = "running"
@@ -228,8 +230,6 @@ class InFlightFolder:
     def create(base_path: str, job: str) -> InFlightFolder:
         """A new, empty folder for one attempt of `job` under the lake at `base_path` (every
         attempt its own: a fold and several message_items runs may be in flight at once)."""
-        import uuid
-
         base = base_path.removeprefix("file:")
         if "://" in base:
             return InFlightFolder(None)
@@ -255,7 +255,5 @@ class InFlightFolder:
         return found
 
     def remove(self) -> None:
-        import shutil
-
         if self.path is not None:
             shutil.rmtree(self.path, ignore_errors=True)

@@ -20,10 +20,18 @@ import hashlib
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
+
 from sis_platform.domain.limits import Limits
+from sis_platform.domain.pipeline import DeadLetter, LoggedMessage, classify_message
 from sis_platform.domain.reasons import Reason
 from sis_platform.faults import InjectedFailure, fail_as_injected, injected_classify_failure
 from sis_platform.lake.tables import BATCH_LOG, CLASSIFY_FAILURES, MESSAGE_ITEMS, RAW_MESSAGES
@@ -39,11 +47,7 @@ from sis_platform.spark.guard import (
 )
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-    from pyspark.sql import DataFrame
-
     from sis_platform.domain.items import Item
-    from sis_platform.domain.pipeline import DeadLetter, LoggedMessage
     from sis_platform.lake.delta import Lake
 
 
@@ -72,8 +76,6 @@ def _classify_batches(
     """Raw message rows to message_items rows, Arrow batches both ways (`mapInArrow`): no
     pandas frame per batch, and the bodies reach `classify_message` as the bytes Arrow holds.
     Messages in `held` are dead-lettered as it says, without being classified."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
     schema = to_arrow_schema(MESSAGE_ITEMS.schema())
     guard = Guard(inflight_dir, limits.item_budget_seconds)
     try:
@@ -102,8 +104,6 @@ def _classify_rows(
     injected: InjectedFailure | None,
     zone: LandingZone | None,
 ) -> Iterator[pa.RecordBatch]:
-    from sis_platform.domain.pipeline import DeadLetter, LoggedMessage
-
     for batch in batches:
         rows: list[tuple[object, ...]] = []
         columns = batch.to_pydict()
@@ -182,8 +182,6 @@ def _classify_one(
     exception it raises dead-letters the message `quarantined` (classification is a pure
     function of the message: another attempt would raise again); a MemoryError may be the
     worker's, not the message's, so it fails the attempt and the marker counts it."""
-    from sis_platform.domain.pipeline import classify_message
-
     guard.start(message.message_id)
     guard.item(message.message_id, None)
     try:
@@ -214,8 +212,6 @@ def classify_batch(
 ) -> DataFrame:
     """Raw message rows (one batch) to message_items rows; `held` and `inflight_dir` as for
     `_classify_batches` (see `write_items`)."""
-    from functools import partial
-
     return raw.select(
         "batch_key",
         "batch_seq",
@@ -292,8 +288,6 @@ def _held_messages(
     lake: Lake, key: str, *, run_id: str | None, quarantine_after: int
 ) -> dict[str, Held]:
     """The messages of batch `key` this run's earlier attempts died on, to hold back."""
-    from pyspark.sql import functions as F
-
     if not lake.exists(CLASSIFY_FAILURES) or lake.version(CLASSIFY_FAILURES) == 0:
         return {}  # no failure ever recorded (the usual case): no Spark job
     rows = (
@@ -345,8 +339,6 @@ def _deaths(records: list[InFlightRecord], *, cause: BaseException) -> list[_Dea
 
 
 def _record_deaths(lake: Lake, key: str, died: list[_Death], *, run_id: str | None) -> None:
-    from datetime import UTC, datetime
-
     now = datetime.now(UTC)
     rows = [(key, d.message_id, d.kind, d.error, now, run_id) for d in died]
     lake.ensure(CLASSIFY_FAILURES)
@@ -365,8 +357,6 @@ def items_summary(items: DataFrame) -> ItemsSummary:
     """Counts and a digest of a batch's items in feed order, in one pass over the batch. The
     fold records the digest of what it folded, so a batch re-materialized with different
     content (a backfill after a fix) is noticed."""
-    from pyspark.sql import functions as F
-
     row_hash = F.sha2(
         F.concat_ws(
             "\x1f",
@@ -422,8 +412,6 @@ def log_items(
 ) -> ItemsSummary:
     """(Re)write one batch's message_items from its raw_messages, then its batch_log row (in
     that order: the fold reads batch_log's version first, see spark/fold.py)."""
-    from datetime import UTC, datetime
-
     lake.ensure(MESSAGE_ITEMS, BATCH_LOG)
     where = batch_condition(key)
     write_items(

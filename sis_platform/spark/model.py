@@ -27,6 +27,12 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from sis_platform.domain.interpret import interpret
 from sis_platform.lake.delta import sql_string
 from sis_platform.lake.tables import (
     EVENTS,
@@ -41,9 +47,6 @@ from sis_platform.spark.arrow import record_batches
 from sis_platform.spark.fold import FOLD_WRITER, committed_step
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-    from pyspark.sql.types import StructType
-
     from sis_platform.lake.delta import Lake
 
 log = logging.getLogger(__name__)
@@ -79,12 +82,10 @@ _OUTPUT_TABLES: dict[str, Table] = {**MODEL_TABLES, "model_failures": MODEL_FAIL
 _REFRESH_COLUMNS = ("model_step", "failed_at")
 
 
-def _combined_schema() -> StructType:
+def _combined_schema() -> T.StructType:
     """One row shape for the refresh's output tables: `kind` names the table, the other columns
     are the union of the tables' columns (same name, same type), nullable, but for
     `_REFRESH_COLUMNS`."""
-    from pyspark.sql import types as T
-
     fields: dict[str, T.StructField] = {}
     for table in _OUTPUT_TABLES.values():
         for f in table.schema().fields:
@@ -110,8 +111,6 @@ def decimal_price(num: int | None, den: int | None) -> Decimal | None:
 
 def _integer_bounds(schema: pa.Schema) -> list[tuple[int, str, int, int]]:
     """(column index, name, lowest, highest) of every integer column of `schema`."""
-    import pyarrow as pa
-
     bounds = []
     for i, f in enumerate(schema):
         if pa.types.is_signed_integer(f.type):
@@ -136,8 +135,6 @@ def _out_of_range(
 def _master_rows(rec: dict[str, object], names: Sequence[str]) -> list[tuple[object, ...]]:
     """The rows of one master (one `master_documents` row) for the three model tables, as
     tuples in `names` order."""
-    from sis_platform.domain.interpret import interpret
-
     master_id = str(rec["master_id"])
     model = interpret(master_id, str(rec["document"]).encode("utf-8"))
     fold_step = rec["fold_step"]
@@ -168,8 +165,6 @@ def _rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """master_documents rows (master_id, document, version, stale, fold_step) to rows of
     `_combined_schema`: each master's events, markets and selections rows, or one
     model_failures row (its error) when they cannot be built."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
     # Arrow batches built against the exact schema: no pandas type inference, which failed
     # on columns that are null in every row of a batch (e.g. a batch of events only).
     schema = to_arrow_schema(_combined_schema())
@@ -203,7 +198,7 @@ def _rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         yield from record_batches(out, schema)
 
 
-def _same_types(actual: StructType, expected: StructType) -> bool:
+def _same_types(actual: T.StructType, expected: T.StructType) -> bool:
     return [(f.name, f.dataType) for f in actual.fields] == [
         (f.name, f.dataType) for f in expected.fields
     ]
@@ -247,8 +242,6 @@ def _recreate(lake: Lake, table: Table) -> None:
 
 
 def refresh_model(lake: Lake) -> ModelRefresh:
-    from pyspark.sql import functions as F
-
     lake.claim_writer(FOLD_WRITER)
     upgraded = _upgrade_schemas(lake)
     lake.ensure(*_OUTPUT_TABLES.values(), MODEL_STEPS)

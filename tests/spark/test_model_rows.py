@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from decimal import Decimal
 
 import pyarrow as pa
 import pytest
 
 from sis_platform.domain.interpret import interpret
+from sis_platform.spark import model as model_module
 from sis_platform.spark.model import _rows, decimal_price
 from tests.domain.sportsdata_fixtures import ASCOT_1430, ASCOT_1500, ROMFORD_1912, event
 
@@ -89,16 +90,13 @@ def test_numbers_up_to_the_64_bit_bound_are_held_exactly():
 def test_a_master_whose_interpretation_raises_is_a_failure_and_the_others_get_rows(
     monkeypatch,
 ):
-    from sis_platform.domain import interpret as interpret_module
-
-    real = interpret_module.interpret
-
     def interpret_failing_for_ascot_1500(master_id: str, document: bytes):
         if master_id == ASCOT_1500:
             raise RuntimeError("a bug in the interpreter")
-        return real(master_id, document)
+        return interpret(master_id, document)
 
-    monkeypatch.setattr(interpret_module, "interpret", interpret_failing_for_ascot_1500)
+    # spark/model.py calls the interpreter by the name it imported.
+    monkeypatch.setattr(model_module, "interpret", interpret_failing_for_ascot_1500)
     docs = [
         (ASCOT_1430, event(ASCOT_1430)),
         (ASCOT_1500, event(ASCOT_1500)),
@@ -115,19 +113,13 @@ def test_a_master_whose_interpretation_raises_is_a_failure_and_the_others_get_ro
 def test_a_number_beyond_its_column_fails_its_master_only(monkeypatch):
     # The interpreter reads no number outside 64 bits; a row holding one anyway (a bug) must
     # not fail the batch's Arrow conversion for the other masters.
-    from dataclasses import replace
-
-    from sis_platform.domain import interpret as interpret_module
-
-    real = interpret_module.interpret
-
     def interpret_with_a_huge_price(master_id: str, document: bytes):
-        model = real(master_id, document)
+        model = interpret(master_id, document)
         if master_id != ASCOT_1500:
             return model
         return replace(model, selections=[replace(model.selections[0], price_num=2**63)])
 
-    monkeypatch.setattr(interpret_module, "interpret", interpret_with_a_huge_price)
+    monkeypatch.setattr(model_module, "interpret", interpret_with_a_huge_price)
     docs = [(ASCOT_1430, event(ASCOT_1430)), (ASCOT_1500, event(ASCOT_1500))]
     rows = [r for b in _rows(iter([_input(*docs)])) for r in b.to_pylist()]
     [failure] = [r for r in rows if r["kind"] == "model_failures"]
