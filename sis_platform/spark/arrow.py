@@ -2,9 +2,9 @@
 cut into chunks small enough for Arrow's 32-bit offsets.
 
 A `binary` or `string` Arrow array addresses its values with 32-bit offsets: one array holds at
-most 2 GiB. A producer that turned one input batch into one output batch failed on a batch whose
-values added up to more (`pyarrow` cannot build the array; measured: an update naming 20,000
-ids gave 2.5 GB of items). `record_batches` bounds every batch it yields by bytes of
+most 2 GiB. A producer that turns one input batch into one output batch fails on a batch whose
+values add up to more (`pyarrow` cannot build the array; measured: an update naming 20,000 ids
+gives 2.5 GB of items). `record_batches` bounds every batch it yields by bytes of
 variable-width values and by rows, whatever the input batch held.
 
 The other direction is Spark's: the batches it sends to a Python worker are cut at

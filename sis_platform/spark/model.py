@@ -165,8 +165,8 @@ def _rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """master_documents rows (master_id, document, version, stale, fold_step) to rows of
     `_combined_schema`: each master's events, markets and selections rows, or one
     model_failures row (its error) when they cannot be built."""
-    # Arrow batches built against the exact schema: no pandas type inference, which failed
-    # on columns that are null in every row of a batch (e.g. a batch of events only).
+    # Arrow batches built against the exact schema: no pandas type inference, which fails on
+    # columns that are null in every row of a batch (e.g. a batch of events only).
     schema = to_arrow_schema(_combined_schema())
     names = schema.names
     bounds = _integer_bounds(schema)
