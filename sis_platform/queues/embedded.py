@@ -123,8 +123,8 @@ def _opening(directory: Path) -> Iterator[None]:
     an exclusive lock; two connections doing it at once can both hold a shared lock and want
     to upgrade, and SQLite then fails one at once with "database is locked" instead of waiting
     (its busy timeout does not apply to a deadlock), so a consumer starting beside another on a
-    new queue failed (the suite saw it; 1 open in 90 with 6 processes at once). A kernel lock, freed
-    when the file is closed, even by a crash."""
+    new queue would fail (1 open in 90 with 6 processes at once, unguarded). A kernel lock,
+    freed when the file is closed, even by a crash."""
     with open(directory / OPENING_LOCK_NAME, "a") as f:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX)
         yield

@@ -152,8 +152,8 @@ def test_two_consumer_processes_never_get_the_same_message(tmp_path: Path) -> No
         assert consumer.exitcode == 0
     first, second = results
     # Not asserted: that both had work. The embedded queue promises exclusivity, not fairness
-    # (SQLite's lock has no queue), and on a loaded machine one consumer can drain it all;
-    # a full-suite run saw that once. The platform runs one consumer at a time anyway (the lease).
+    # (SQLite's lock has no queue), and on a loaded machine one consumer can drain it all. The
+    # platform runs one consumer at a time anyway (the lease).
     assert not set(first) & set(second)
     assert sorted(first + second) == list(range(count))
     # (No order check: with competing consumers, one backs out while the other moves on, so
