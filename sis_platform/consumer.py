@@ -36,27 +36,21 @@ from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
 from sis_platform.faults import crash_point
 from sis_platform.landing import ClosedBy, LandedBatch, LandingZone, MovedAside
 from sis_platform.queues.base import QueueSession, ReceivedMessage
+from sis_platform.settings import (
+    DEFAULT_BATCH_MAX_BYTES,
+    DEFAULT_BATCH_MAX_MESSAGES,
+    DEFAULT_BATCH_MAX_SECONDS,
+    DEFAULT_GET_WAIT_SECONDS,
+)
 
 if TYPE_CHECKING:
     from sis_platform.lease import Fence
 
 
-# The default bounds of one landing batch, in one place (the resource and the environment take
-# theirs from here). Every batch run pays a fixed cost (Delta commits and snapshot reads), so a
-# backlog should land in few large batches; but the Spark driver's heap and Python workers grow
-# with the step, and these bounds keep a 1.2 M-message backlog under the 4 GiB budget on two
-# cores (BENCHMARKS.md: batches of 100,000 were ~9% faster and peaked at 4.1 GiB). A live feed
-# closes its batches long before any bound (SIS_GET_WAIT_SECONDS without a message).
-# The byte bound is checked before each get and a body over SIS_MAX_MESSAGE_BYTES is moved aside,
-# so a batch's body bytes exceed SIS_BATCH_MAX_BYTES by less than one message's bound.
-DEFAULT_BATCH_MAX_MESSAGES = 50_000
-DEFAULT_BATCH_MAX_BYTES = 64 * 1024 * 1024
-DEFAULT_BATCH_MAX_SECONDS = 10.0
-DEFAULT_GET_WAIT_SECONDS = 0.5
-
-
 @dataclass(frozen=True)
 class BatchLimits:
+    """The bounds of one landing batch (their defaults, and why: sis_platform/settings.py)."""
+
     max_messages: int = DEFAULT_BATCH_MAX_MESSAGES
     max_bytes: int = DEFAULT_BATCH_MAX_BYTES
     max_seconds: float = DEFAULT_BATCH_MAX_SECONDS

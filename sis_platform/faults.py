@@ -3,8 +3,9 @@
 The fault-injection suite (tests/faults) proves the exactly-once guarantees (DESIGN.md
 invariants 1-4) by killing the consuming or materializing process with SIGKILL (no exception,
 no `finally`, no backout) at every step boundary, then restarting and catching up. Production
-never sets `SIS_CRASH_AT`, and then every hook here is a dictionary lookup in `os.environ` and
-nothing else: no Dagster or Spark import, no change to any query plan.
+never sets `SIS_CRASH_AT`, and then every hook here is a dictionary lookup in the environment
+(`settings.fault_injection`) and nothing else: no Dagster or Spark import, no change to any
+query plan.
 
 `SIS_CRASH_AT` is a comma-separated list of point names from `CRASH_POINTS`, each optionally
 with `@n`: kill the n-th time this process reaches the point (default: the first time). It is
@@ -29,11 +30,14 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
+
+from sis_platform.settings import fault_injection
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -79,7 +83,7 @@ def _wanted(name: str) -> int | None:
     """Which arrival at `name` kills (1-based), or None if `SIS_CRASH_AT` does not name it.
     A hook may pass a name not (yet) declared, e.g. `write.<a new table>`: it is never armed,
     since only declared names are accepted in `SIS_CRASH_AT`."""
-    spec = os.environ.get(ENV)
+    spec = fault_injection(ENV)
     if not spec:
         return None
     for entry in spec.split(","):
@@ -144,8 +148,6 @@ def _run_then_kill(
 
 
 def _kill(victims: tuple[int, ...]) -> NoReturn:
-    import time
-
     for pid in victims:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -188,7 +190,7 @@ def injected_classify_failure() -> InjectedFailure | None:
 
 
 def _injected(variable: str) -> InjectedFailure | None:
-    text = os.environ.get(variable)
+    text = fault_injection(variable)
     if not text:
         return None
     target, _, how = text.partition(":")
@@ -202,8 +204,6 @@ def fail_as_injected(how: str, quoting: object = None) -> NoReturn:
     `quoting` (content it failed on), as an lxml error quotes the document. A hang sleeps with
     the usual termination signals blocked, as C code would not return to the interpreter to
     run a handler; only SIGKILL (the item watchdog) ends it."""
-    import time
-
     if how == "crash":
         os.kill(os.getpid(), signal.SIGKILL)
     if how == "hang":

@@ -32,8 +32,10 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> N
 
 
 def configured_resources(program: str) -> dict[str, Any] | None:
-    """The platform's resources as the environment configures them (sis_platform.config), or
+    """The platform's resources as the settings configure them (sis_platform.config), or
     None after saying on stderr what is wrong with the configuration."""
+    # Imported here: sis_platform.config imports Dagster (1.3 s measured), which `--help` and a
+    # bad argument never need.
     from sis_platform import config
 
     try:

@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
 
+from sis_platform.settings import child_environment, spark_settings
+
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
 # The runs of a deployment share one server session (config.shared_spark_session), and a
@@ -33,13 +35,15 @@ SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 SESSION_TIMEOUT = "3650d"
 
 
-def server_command(host: str, port: int, env: dict[str, str]) -> list[str]:
-    """The spark-submit command line of the server, with the environment's Spark settings."""
+def server_command(host: str, port: int, env: Mapping[str, str]) -> list[str]:
+    """The spark-submit command line of the server, with the Spark settings of `env`."""
+    # Imported here: sis_platform.config imports Dagster (with pyspark: 1.3 s measured), which
+    # `start` in a parent process and `--help` never need.
     import pyspark
 
     from sis_platform.config import spark_config
 
-    conf = spark_config(env, "local[*]")
+    conf = spark_config(spark_settings(env), "local[*]")
     conf.update(
         {
             "spark.app.name": "sis-platform Spark Connect",
@@ -82,7 +86,7 @@ def start(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env=dict(os.environ if env is None else env),
+        env=child_environment(env),
         start_new_session=True,
     )
     assert proc.stdout is not None
@@ -116,14 +120,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
     parser.add_argument("--port", type=int, default=15002, help="port to listen on")
     args = parser.parse_args(argv)
-    env = dict(os.environ)
+    # Python workers (the fold's and the model's Arrow functions) run this interpreter.
+    env = child_environment()
     try:
         command = server_command(args.host, args.port, env)
-    except ValueError as error:  # config.ConfigurationError: a bad SIS_SPARK_* setting
+    except ValueError as error:  # settings.ConfigurationError: a bad SIS_SPARK_* setting
         print(f"sis-spark-connect: {error}", file=sys.stderr)
         return 2
-    # Python workers (the fold's and the model's Arrow functions) run this interpreter.
-    env.setdefault("PYSPARK_PYTHON", sys.executable)
     print(f"Spark Connect server for sis-platform on sc://{args.host}:{args.port}", flush=True)
     os.execvpe(command[0], command, env)
 

@@ -6,44 +6,89 @@
         &heartbeats=OUT,IN&vhost=..]
     ibmmq://[user@]host[:port][,host2[:port2]...]/QMGR/QUEUE?channel=CHANNEL
         [&cipher_spec=..&key_repository=..&certificate_label=..]
-    ibmmq:                      (everything from the SIS_IBMMQ_* environment variables)
+    ibmmq:                      (everything from the settings' IBM MQ record, `ibmmq=`)
 
 `backout_threshold` defaults to DEFAULT_BACKOUT_THRESHOLD (10) on every source; 0 turns it off.
 
-Secrets: a password may be given in the URL, but the intended places are the `password`
-keyword (a resource field set from an EnvVar) or the environment at call time
-(SIS_STOMP_USER / SIS_STOMP_PASSWORD, SIS_IBMMQ_PASSWORD). Error messages never include one.
-Extra keyword options go to the source's constructor (e.g. `connect_attempts=1`).
+`open_source` reads nothing from the environment: it is given everything. A login comes from
+the `user`/`password` keywords, else the URL, else `fallback` (per field; IBM MQ takes a
+fallback password only for a user). `open_source_from_environment` is the entry point for a URL
+an operator typed (`sis-feed --to`): its fallback is SIS_STOMP_USER / SIS_STOMP_PASSWORD, or
+SIS_IBMMQ_PASSWORD, and `ibmmq:` gets the SIS_IBMMQ_* settings, all through
+sis_platform/settings.py. A password may be given in the URL, but the intended places are the
+`password` keyword (a resource field set from an EnvVar) and the environment. Error messages
+never include one. Extra keyword options go to the source's constructor (e.g.
+`connect_attempts=1`).
 """
 
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from sis_platform import settings
 from sis_platform.queues.base import QueueSource
+from sis_platform.queues.embedded import EmbeddedQueue
+from sis_platform.queues.stomp import StompQueue
+from sis_platform.settings import Credentials, IbmMqSourceSettings
 
 STOMP_DEFAULT_PORT = 61613
 IBMMQ_DEFAULT_PORT = 1414
-STOMP_USER_ENV = "SIS_STOMP_USER"
-STOMP_PASSWORD_ENV = "SIS_STOMP_PASSWORD"
-IBMMQ_PASSWORD_ENV = "SIS_IBMMQ_PASSWORD"
 
 
-def open_source(url: str, **options: Any) -> QueueSource:
-    """The queue source `url` names (constructed only: nothing connects until asked)."""
-    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
+class _Given(NamedTuple):
+    """What the caller gave besides the URL: fallbacks, and the constructor's keywords."""
+
+    fallback: Credentials
+    ibmmq: IbmMqSourceSettings | None
+    options: dict[str, Any]
+
+
+def open_source(
+    url: str,
+    *,
+    fallback: Credentials | None = None,
+    ibmmq: IbmMqSourceSettings | None = None,
+    **options: Any,
+) -> QueueSource:
+    """The queue source `url` names (constructed only: nothing connects until asked).
+    `fallback`: the login for a URL that names none; `ibmmq`: the settings an `ibmmq:` URL
+    stands for."""
+    scheme = _scheme(url)
     builder = _BUILDERS.get(scheme)
     if builder is None:
         raise ValueError(
             f"unsupported queue URL {_redact(url)!r}: scheme must be one of"
             f" {', '.join(sorted(_BUILDERS))}"
         )
-    return builder(url, options)
+    return builder(url, _Given(fallback or Credentials(), ibmmq, options))
+
+
+def open_source_from_environment(
+    url: str, env: Mapping[str, str] | None = None, **options: Any
+) -> QueueSource:
+    """`open_source` for a URL an operator gave, with the environment's login as the fallback
+    (settings.url_credentials) and, for `ibmmq:`, the SIS_IBMMQ_* settings. A configuration
+    error is a ValueError naming the variables."""
+    ibmmq = settings.ibmmq_settings(env) if _names_no_queue_manager(url) else None
+    return open_source(
+        url, fallback=settings.url_credentials(_scheme(url), env), ibmmq=ibmmq, **options
+    )
+
+
+def _scheme(url: str) -> str:
+    return url.split(":", 1)[0].lower() if ":" in url else ""
+
+
+def _names_no_queue_manager(url: str) -> bool:
+    """`ibmmq:` or `ibmmq://`: the whole IBM MQ configuration is in the settings."""
+    if _scheme(url) != "ibmmq":
+        return False
+    parts = urlsplit(url)
+    return not parts.netloc and not parts.path.strip("/")
 
 
 def _redact(url: str) -> str:
@@ -109,9 +154,7 @@ def _heartbeats(raw: str) -> tuple[int, int]:
     return out_ms, in_ms
 
 
-def _embedded(url: str, options: dict[str, Any]) -> QueueSource:
-    from sis_platform.queues.embedded import EmbeddedQueue
-
+def _embedded(url: str, given: _Given) -> QueueSource:
     parts = urlsplit(url)
     if parts.netloc not in ("", "localhost"):
         raise ValueError(
@@ -127,12 +170,11 @@ def _embedded(url: str, options: dict[str, Any]) -> QueueSource:
         parts.query,
         {"queue": _name, "backout_threshold": _non_negative_int, "backout_queue": _name},
     )
-    return EmbeddedQueue(Path(path), **{**params, **options})
+    return EmbeddedQueue(Path(path), **{**params, **given.options})
 
 
-def _stomp(url: str, options: dict[str, Any]) -> QueueSource:
-    from sis_platform.queues.stomp import StompQueue
-
+def _stomp(url: str, given: _Given) -> QueueSource:
+    options = dict(given.options)
     try:
         parts = urlsplit(url)
         port = parts.port or STOMP_DEFAULT_PORT
@@ -163,9 +205,9 @@ def _stomp(url: str, options: dict[str, Any]) -> QueueSource:
     password = options.pop("password", None)
     if password is None and parts.password is not None:
         password = unquote(parts.password)
-    user = user or os.environ.get(STOMP_USER_ENV) or None
+    user = user or given.fallback.user
     if password is None:
-        password = os.environ.get(STOMP_PASSWORD_ENV) or None
+        password = given.fallback.password
     return StompQueue(
         parts.hostname,
         port,
@@ -176,7 +218,8 @@ def _stomp(url: str, options: dict[str, Any]) -> QueueSource:
     )
 
 
-def _ibmmq(url: str, options: dict[str, Any]) -> QueueSource:
+def _ibmmq(url: str, given: _Given) -> QueueSource:
+    options = dict(given.options)
     try:
         module = importlib.import_module("sis_platform.queues.ibmmq")
     except ModuleNotFoundError as e:
@@ -186,11 +229,9 @@ def _ibmmq(url: str, options: dict[str, Any]) -> QueueSource:
             "ibmmq:// sources need sis_platform.queues.ibmmq, which is not part of this build"
         ) from e
     queue_class = module.IbmMqQueue
+    if _names_no_queue_manager(url):
+        return _ibmmq_from_settings(queue_class, given)
     parts = urlsplit(url)
-    if not parts.netloc and not parts.path.strip("/"):
-        # "ibmmq:" or "ibmmq://": the whole configuration is in SIS_IBMMQ_* variables.
-        source: QueueSource = queue_class.from_env(os.environ, **options)
-        return source
     # The netloc may list several hosts (a multi-instance queue manager), which urlsplit's
     # hostname/port cannot parse, so it is split by hand.
     netloc = parts.netloc
@@ -229,8 +270,8 @@ def _ibmmq(url: str, options: dict[str, Any]) -> QueueSource:
     if password is None and has_password:
         password = unquote(url_password)
     if password is None and user_value:
-        password = os.environ.get(IBMMQ_PASSWORD_ENV) or None
-    source = queue_class(
+        password = given.fallback.password
+    source: QueueSource = queue_class(
         queue_manager=queue_manager,
         conn_name=",".join(conn_names),
         queue=queue,
@@ -241,7 +282,36 @@ def _ibmmq(url: str, options: dict[str, Any]) -> QueueSource:
     return source
 
 
-_BUILDERS: dict[str, Callable[[str, dict[str, Any]], QueueSource]] = {
+def _ibmmq_from_settings(queue_class: Any, given: _Given) -> QueueSource:
+    """`ibmmq:`: the queue the settings' IBM MQ record describes (a password only with a
+    user)."""
+    ibmmq = given.ibmmq
+    if ibmmq is None:
+        raise ValueError(
+            "the queue URL 'ibmmq:' stands for the SIS_IBMMQ_* settings, and none were given"
+        )
+    options = dict(given.options)
+    user = options.pop("user", None) or ibmmq.user
+    password = options.pop("password", None)
+    if password is None and user:
+        password = given.fallback.password
+    source: QueueSource = queue_class(
+        queue_manager=ibmmq.queue_manager,
+        channel=ibmmq.channel,
+        conn_name=ibmmq.conn_name,
+        queue=ibmmq.queue,
+        user=user,
+        password=password if user else None,
+        cipher_spec=ibmmq.cipher_spec,
+        key_repository=ibmmq.key_repository,
+        certificate_label=ibmmq.certificate_label,
+        client_reconnect=ibmmq.client_reconnect,
+        **options,
+    )
+    return source
+
+
+_BUILDERS: dict[str, Callable[[str, _Given], QueueSource]] = {
     "embedded": _embedded,
     "stomp": _stomp,
     "ibmmq": _ibmmq,

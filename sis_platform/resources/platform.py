@@ -8,15 +8,19 @@ from typing import TYPE_CHECKING
 import dagster as dg
 from pydantic import Field
 
-from sis_platform.consumer import (
+from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
+from sis_platform.landing import LandingZone
+from sis_platform.lease import ConsumerLease, holder_id
+from sis_platform.settings import (
     DEFAULT_BATCH_MAX_BYTES,
     DEFAULT_BATCH_MAX_MESSAGES,
     DEFAULT_BATCH_MAX_SECONDS,
     DEFAULT_GET_WAIT_SECONDS,
+    DEFAULT_LEASE_SECONDS,
+    DEFAULT_MAX_RUNS_IN_FLIGHT,
+    DEFAULT_QUARANTINE_AFTER,
+    DEFAULT_REDELIVERY_LIMIT,
 )
-from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
-from sis_platform.landing import LandingZone
-from sis_platform.lease import DEFAULT_LEASE_SECONDS, ConsumerLease, holder_id
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -47,7 +51,7 @@ class LandingZoneResource(dg.ConfigurableResource):
         "sensor timeout (60 s by default).",
     )
     max_runs_in_flight: int = Field(
-        default=2,
+        default=DEFAULT_MAX_RUNS_IN_FLIGHT,
         description="The sensor lands no new batch while this many batch runs are queued or "
         "running (backpressure: batches grow instead of the run queue). Ahead of a batch run "
         "in flight it lands one only in a backlog: when the last batch filled up to its "
@@ -142,7 +146,8 @@ class FeedProcessingResource(dg.ConfigurableResource):
         "and the item dead-lettered `too-complex`.",
     )
     redelivery_limit: int = Field(
-        default=5, description="A message delivered more often than this is dead-lettered."
+        default=DEFAULT_REDELIVERY_LIMIT,
+        description="A message delivered more often than this is dead-lettered.",
     )
     selector: str | None = Field(
         default=None,
@@ -150,7 +155,7 @@ class FeedProcessingResource(dg.ConfigurableResource):
         "country, course, eventStatus, ...); items it does not select are recorded as filtered.",
     )
     quarantine_after: int = Field(
-        default=3,
+        default=DEFAULT_QUARANTINE_AFTER,
         ge=1,
         description="A master whose fold fails this many times for an unknown reason (a bug, "
         "a crashed worker) is quarantined: its items are dead-lettered `quarantined` until a "

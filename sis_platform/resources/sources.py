@@ -1,8 +1,9 @@
 """The message source as a Dagster resource: one interface, three implementations.
 
 Sensors annotate `QueueSourceResource`; which implementation is bound is decided once, in
-`sis_platform.config`. Each resource only holds configuration and builds the real client
-(`sis_platform.queues.*`) when asked, so constructing one never touches the network.
+`sis_platform.config`, from the settings (sis_platform/settings.py). Each resource only holds
+configuration and builds the real client (`sis_platform.queues.*`) when asked, so constructing
+one never touches the network.
 
 `open()` returns one source object per process and configuration. Dagster builds fresh
 resource objects for every sensor tick, but a source may keep state that must outlive a tick:
@@ -28,10 +29,15 @@ from typing import Literal
 import dagster as dg
 from pydantic import Field
 
-from sis_platform.queues.base import (
+from sis_platform.queues.base import DEFAULT_MAX_GET_BYTES, QueueSource
+from sis_platform.settings import (
     DEFAULT_BACKOUT_THRESHOLD,
-    DEFAULT_MAX_GET_BYTES,
-    QueueSource,
+    DEFAULT_IBMMQ_RECONNECT,
+    DEFAULT_QUEUE_NAME,
+    DEFAULT_STOMP_DESTINATION,
+    DEFAULT_STOMP_HOST,
+    DEFAULT_STOMP_PORT,
+    DEFAULT_STOMP_PREFETCH,
 )
 
 _THRESHOLD = (
@@ -74,7 +80,7 @@ class EmbeddedQueueResource(QueueSourceResource):
     """A durable local queue with MQ syncpoint semantics: the default, needs no broker."""
 
     path: str = Field(description="Folder holding the queue's database.")
-    queue: str = Field(default="SPORTSDATA", description="Queue name inside the folder.")
+    queue: str = Field(default=DEFAULT_QUEUE_NAME, description="Queue name inside the folder.")
     backout_threshold: int = Field(default=DEFAULT_BACKOUT_THRESHOLD, ge=0, description=_THRESHOLD)
     backout_queue: str | None = Field(
         default=None, description="MQ BOQNAME: where such messages go (default: <queue>.BACKOUT)."
@@ -94,9 +100,9 @@ class EmbeddedQueueResource(QueueSourceResource):
 class StompQueueResource(QueueSourceResource):
     """A JMS broker over STOMP (ActiveMQ, Artemis, RabbitMQ)."""
 
-    host: str = "127.0.0.1"
-    port: int = 61613
-    destination: str = "/queue/SPORTSDATA"
+    host: str = DEFAULT_STOMP_HOST
+    port: int = DEFAULT_STOMP_PORT
+    destination: str = DEFAULT_STOMP_DESTINATION
     user: str | None = None
     password: str | None = Field(default=None, description="Set from an EnvVar, never inline.")
     selector: str | None = Field(
@@ -105,7 +111,7 @@ class StompQueueResource(QueueSourceResource):
         "does not select stay on the queue (unlike the feed selector, which records them).",
     )
     prefetch: int = Field(
-        default=10,
+        default=DEFAULT_STOMP_PREFETCH,
         description="Messages the broker pushes ahead of our gets. Keep it small: those not "
         "got by the end of a tick come back flagged redelivered.",
     )
@@ -152,7 +158,7 @@ class IbmMqQueueResource(QueueSourceResource):
         default=None, description="Client certificate label in the key repository (mutual TLS)."
     )
     client_reconnect: Literal["disabled", "as_def", "any", "qmgr"] = Field(
-        default="disabled",
+        default=DEFAULT_IBMMQ_RECONNECT,
         description="MQ client auto-reconnect. 'disabled' leaves reconnecting to the source "
         "(bounded, logged); MQ's own can block a call for up to 30 minutes.",
     )

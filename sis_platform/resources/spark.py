@@ -10,21 +10,20 @@ set `SIS_SPARK_JARS_DIR` to that folder: the jars are then passed as `spark.jars
 
 from __future__ import annotations
 
-import os
-import sys
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 from dagster_pyspark import LazyPySparkResource
 
-SCALA_VERSION = "2.13"
+from sis_platform.settings import (
+    DEFAULT_DRIVER_MEMORY,
+    DEFAULT_SHUFFLE_PARTITIONS,
+    DEFAULT_SPARK_MASTER,
+    python_workers_use_this_interpreter,
+)
 
-# The local driver's heap. A step of a full default batch (50,000 messages, 64 MiB) fits in it;
-# every MiB more is resident for the whole run, and the platform's memory budget on a
-# 2-core machine (4 GiB for the process tree: BENCHMARKS.md) has the JVM's off-heap part, Spark's
-# Python workers and Dagster's own process to hold too. Raise it along with SIS_BATCH_MAX_*.
-DEFAULT_DRIVER_MEMORY = "1536m"
+SCALA_VERSION = "2.13"
 
 
 def delta_package() -> str:
@@ -36,9 +35,9 @@ def delta_package() -> str:
 
 def delta_spark_config(
     *,
-    master: str = "local[*]",
+    master: str = DEFAULT_SPARK_MASTER,
     app_name: str = "sis-platform",
-    shuffle_partitions: int = 4,
+    shuffle_partitions: int = DEFAULT_SHUFFLE_PARTITIONS,
     driver_memory: str = DEFAULT_DRIVER_MEMORY,
     ui_enabled: bool = True,
     jars_dir: str | None = None,
@@ -104,10 +103,11 @@ class DeltaSparkResource(LazyPySparkResource):
 
     PySpark starts its Python workers with $PYSPARK_PYTHON, else whatever `python3` is first
     on PATH; in local mode that must be the platform's own interpreter (its virtualenv holds
-    pandas, pyarrow, lxml and the platform), so it is set here unless the operator set it.
+    pandas, pyarrow, lxml and the platform), so it is set before the session starts unless
+    the operator set it (settings.python_workers_use_this_interpreter).
     """
 
     @property
     def spark_session(self) -> Any:
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        python_workers_use_this_interpreter()
         return super().spark_session

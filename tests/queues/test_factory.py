@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 from sis_platform.queues.embedded import EmbeddedQueue
-from sis_platform.queues.factory import open_source
+from sis_platform.queues.factory import open_source, open_source_from_environment
 from sis_platform.queues.ibmmq import IbmMqQueue
 from sis_platform.queues.stomp import StompQueue
+from sis_platform.settings import Credentials
 
 
 def test_embedded_url_with_options(tmp_path: Path) -> None:
@@ -54,13 +55,63 @@ def test_stomp_credentials_come_from_keywords_then_url_then_environment(
 ) -> None:
     monkeypatch.setenv("SIS_STOMP_USER", "env-user")
     monkeypatch.setenv("SIS_STOMP_PASSWORD", "env-pw")
-    from_env = open_source("stomp://localhost/queue/Q")
+    from_env = open_source_from_environment("stomp://localhost/queue/Q")
     assert isinstance(from_env, StompQueue)
     assert (from_env._endpoint.user, from_env._endpoint.password) == ("env-user", "env-pw")
     assert from_env._endpoint.port == 61613
-    explicit = open_source("stomp://u:url-pw@localhost/queue/Q", password="kw-pw")
+    explicit = open_source_from_environment("stomp://u:url-pw@localhost/queue/Q", password="kw-pw")
     assert isinstance(explicit, StompQueue)
     assert (explicit._endpoint.user, explicit._endpoint.password) == ("u", "kw-pw")
+    from_url = open_source_from_environment("stomp://u:url-pw@localhost/queue/Q")
+    assert isinstance(from_url, StompQueue)
+    assert (from_url._endpoint.user, from_url._endpoint.password) == ("u", "url-pw")
+    # open_source itself reads nothing from the environment: the login is passed to it.
+    plain = open_source("stomp://localhost/queue/Q")
+    assert isinstance(plain, StompQueue)
+    assert (plain._endpoint.user, plain._endpoint.password) == (None, None)
+    given = open_source("stomp://localhost/queue/Q", fallback=Credentials("f-user", "f-pw"))
+    assert isinstance(given, StompQueue)
+    assert (given._endpoint.user, given._endpoint.password) == ("f-user", "f-pw")
+
+
+IBMMQ_ENV = {
+    "SIS_IBMMQ_QMGR": "QM1",
+    "SIS_IBMMQ_CHANNEL": "DEV.APP.SVRCONN",
+    "SIS_IBMMQ_CONN": "mq1(1414)",
+    "SIS_IBMMQ_QUEUE": "DEV.QUEUE.1",
+    "SIS_IBMMQ_USER": "app",
+    "SIS_IBMMQ_PASSWORD": "mq-pw",
+    "SIS_IBMMQ_RECONNECT": "qmgr",
+}
+
+
+def test_an_ibmmq_url_without_a_queue_manager_is_the_sis_ibmmq_settings() -> None:
+    source = open_source_from_environment("ibmmq:", IBMMQ_ENV, reconnect_attempts=2)
+    assert isinstance(source, IbmMqQueue)
+    assert (source.queue_manager, source.channel, source.conn_name, source.queue) == (
+        "QM1",
+        "DEV.APP.SVRCONN",
+        "mq1(1414)",
+        "DEV.QUEUE.1",
+    )
+    assert (source.user, source.client_reconnect, source.reconnect_attempts) == ("app", "qmgr", 2)
+    assert source._password is not None and source._password.reveal() == "mq-pw"
+    no_user = open_source_from_environment("ibmmq://", {**IBMMQ_ENV, "SIS_IBMMQ_USER": ""})
+    assert isinstance(no_user, IbmMqQueue)
+    assert (no_user.user, no_user._password) == (None, None)  # a password only with a user
+    with pytest.raises(ValueError, match="SIS_IBMMQ_CONN, SIS_IBMMQ_QUEUE to be set"):
+        open_source_from_environment("ibmmq:", {"SIS_IBMMQ_QMGR": "QM1", "SIS_IBMMQ_CHANNEL": "C"})
+    with pytest.raises(ValueError, match="stands for the SIS_IBMMQ_\\* settings"):
+        open_source("ibmmq:")
+
+
+def test_an_ibmmq_user_takes_the_environments_password() -> None:
+    url = "ibmmq://app@mq1/QM1/Q?channel=C"
+    source = open_source_from_environment(url, {"SIS_IBMMQ_PASSWORD": "mq-pw"})
+    assert isinstance(source, IbmMqQueue)
+    assert source._password is not None and source._password.reveal() == "mq-pw"
+    anonymous = open_source_from_environment("ibmmq://mq1/QM1/Q?channel=C", IBMMQ_ENV)
+    assert isinstance(anonymous, IbmMqQueue) and anonymous._password is None
 
 
 def test_extra_keywords_reach_the_constructor() -> None:
