@@ -70,7 +70,7 @@ write_config() {
         "$DEBIAN_INSTANCE/activemq.xml" >"$dir/activemq.xml"
     grep -q "name=\"stomp\"" "$dir/activemq.xml" ||
         die "could not add the STOMP connector to $dir/activemq.xml (Debian config changed?)"
-    # What the platform needs from the broker (see sis_platform/queues/stomp.py):
+    # What the platform needs from the broker (see sis_platform/queues/stomp/):
     # - strictOrderDispatch: when the only consumer backs out (unsubscribes with messages
     #   unacked), ActiveMQ 5.17 puts them back *before* earlier backed-out messages it has not
     #   redelivered yet; without it, repeated partial backouts reorder the queue.

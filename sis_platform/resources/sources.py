@@ -8,7 +8,7 @@ one never touches the network.
 `open()` returns one source object per process and configuration. Dagster builds fresh
 resource objects for every sensor tick, but a source may keep state that must outlive a tick:
 `StompQueue` counts redeliveries itself, because ActiveMQ over STOMP only says "redelivered"
-(see sis_platform/queues/stomp.py); it keeps them in a file when configured to (the platform's
+(see sis_platform/queues/stomp/); it keeps them in a file when configured to (the platform's
 configuration always is), and otherwise in the object.
 
 Every source has a backout threshold (DEFAULT_BACKOUT_THRESHOLD, 10, unless configured; 0

@@ -27,6 +27,7 @@ from sis_platform.queues.ibmmq import (
     mqmd_put_time,
     parse_rfh2,
 )
+from tests.queues import sources
 from tests.queues.fake_pymqi import (
     CMQC,
     FakePymqi,
@@ -955,8 +956,6 @@ def test_conformance_real_queue_manager_entry_defines_and_deletes_its_queues(
     server: FakeQueueManagerServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The registry's "ibmmq" glue (from_env, PCF) run against the fake posing as pymqi."""
-    from tests.queues import sources
-
     monkeypatch.setitem(sys.modules, "pymqi", FakePymqi(server))
     env = {
         "SIS_IBMMQ_QMGR": "QM1",

@@ -1,4 +1,4 @@
-"""What ActiveMQ 5.17 does over STOMP (the facts sis_platform/queues/stomp.py is built on),
+"""What ActiveMQ 5.17 does over STOMP (the facts sis_platform/queues/stomp/ is built on),
 checked on the wire with plain stomp.py, plus StompQueue specifics."""
 
 from __future__ import annotations
