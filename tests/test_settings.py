@@ -1,0 +1,292 @@
+"""The settings (sis_platform/settings.py): defaults, every check a bad value fails at start,
+the profile file, secrets kept out of the settings and the file, and what is read at call time."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from sis_platform import config, settings
+from sis_platform.domain.limits import DEFAULT_LIMITS
+from sis_platform.settings import (
+    ConfigurationError,
+    EmbeddedSourceSettings,
+    IbmMqSourceSettings,
+    Settings,
+    StompSourceSettings,
+    load_settings,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+IBMMQ = {
+    "SIS_PROFILE": "ibmmq",
+    "SIS_IBMMQ_QMGR": "QM1",
+    "SIS_IBMMQ_CHANNEL": "DEV.APP.SVRCONN",
+    "SIS_IBMMQ_CONN": "mq1(1414)",
+    "SIS_IBMMQ_QUEUE": "SPORTSDATA.IN",
+}
+
+
+def test_defaults(tmp_path: Path) -> None:
+    s = load_settings({"SIS_DATA_DIR": str(tmp_path), "SIS_DEPLOYMENT": "prod"})
+    assert (s.profile, s.data_dir, s.sensor_interval_seconds) == ("local", tmp_path, 5)
+    assert s.source == EmbeddedSourceSettings(path=str(tmp_path / "queue"))
+    assert (s.source.queue, s.source.backout.threshold, s.source.backout.queue) == (
+        "SPORTSDATA",
+        10,
+        None,
+    )
+    assert (s.lake_path, s.landing_dir) == (str(tmp_path / "lake"), str(tmp_path / "landing"))
+    batch = s.batch
+    assert (batch.deployment, batch.max_messages, batch.max_bytes) == ("prod", 50_000, 64 << 20)
+    assert (batch.max_seconds, batch.get_wait_seconds, batch.max_runs_in_flight) == (10, 0.5, 2)
+    assert batch.lease_seconds == 60
+    assert s.limits == DEFAULT_LIMITS
+    assert (s.processing.redelivery_limit, s.processing.quarantine_after) == (5, 3)
+    assert s.processing.selector is None
+    spark = s.spark
+    assert (spark.master, spark.driver_memory, spark.shuffle_partitions) == ("local[*]", "1536m", 4)
+    assert (spark.ui_enabled, spark.jars_dir, spark.class_archive, spark.extra_conf) == (
+        False,
+        None,
+        None,
+        (),
+    )
+
+
+def test_the_resources_take_their_defaults_from_the_settings(tmp_path: Path) -> None:
+    # A resource built without a value has the same default the settings give its variable.
+    s = load_settings({"SIS_DATA_DIR": str(tmp_path)})
+    resources = config.resources(s)
+    landing, processing = resources["landing"], resources["processing"]
+    assert (landing.max_messages, landing.max_bytes) == (s.batch.max_messages, s.batch.max_bytes)
+    assert (landing.max_seconds, landing.get_wait_seconds) == (10.0, 0.5)
+    assert landing.max_runs_in_flight == s.batch.max_runs_in_flight
+    assert processing.limits() == s.limits
+    assert (processing.redelivery_limit, processing.quarantine_after) == (5, 3)
+    assert resources["lake"].base_path == s.lake_path
+    # config.resources takes a mapping of variables as well, and both give the same resources.
+    assert config.resources({"SIS_DATA_DIR": str(tmp_path)})["landing"] == landing
+
+
+def test_profiles_pick_the_source(tmp_path: Path) -> None:
+    base = {"SIS_DATA_DIR": str(tmp_path)}
+    stomp = load_settings({**base, "SIS_PROFILE": "activemq"}).source
+    assert stomp == StompSourceSettings(redelivery_counts=str(tmp_path / "stomp/redeliveries.db"))
+    assert (stomp.host, stomp.port, stomp.destination, stomp.prefetch) == (
+        "127.0.0.1",
+        61613,
+        "/queue/SPORTSDATA",
+        10,
+    )
+    ibmmq = load_settings({**base, **IBMMQ}).source
+    assert isinstance(ibmmq, IbmMqSourceSettings)
+    assert (ibmmq.client_reconnect, ibmmq.max_get_bytes) == ("disabled", 8 << 20)
+    cluster = {**base, "SIS_PROFILE": "cluster", "SIS_SPARK_MASTER": "spark://m:7077"}
+    assert isinstance(load_settings(cluster).source, EmbeddedSourceSettings)
+    assert isinstance(load_settings({**cluster, "SIS_SOURCE": "stomp"}).source, StompSourceSettings)
+
+
+def test_ibmmq_settings_read_the_sis_ibmmq_variables() -> None:
+    environ = {
+        **IBMMQ,
+        "SIS_IBMMQ_USER": "app",
+        "SIS_IBMMQ_PASSWORD": "s3cr3t-Pa55w0rd",
+        "SIS_IBMMQ_CIPHER_SPEC": "ANY_TLS12_OR_HIGHER",
+        "SIS_IBMMQ_KEY_REPOSITORY": "/keys/client",
+        "SIS_IBMMQ_RECONNECT": "qmgr",
+    }
+    source = settings.ibmmq_settings(environ)
+    assert (source.queue_manager, source.channel, source.conn_name, source.queue) == (
+        "QM1",
+        "DEV.APP.SVRCONN",
+        "mq1(1414)",
+        "SPORTSDATA.IN",
+    )
+    assert (source.user, source.cipher_spec, source.key_repository) == (
+        "app",
+        "ANY_TLS12_OR_HIGHER",
+        "/keys/client",
+    )
+    assert source.client_reconnect == "qmgr"
+    assert source.has_password and "s3cr3t" not in repr(source)
+    assert load_settings(environ).source == source
+
+
+def test_ibmmq_settings_name_every_missing_variable() -> None:
+    with pytest.raises(
+        ConfigurationError, match="needs SIS_IBMMQ_CHANNEL, SIS_IBMMQ_CONN, SIS_IBMMQ_QUEUE to be"
+    ):
+        settings.ibmmq_settings({"SIS_IBMMQ_QMGR": "QM1"})
+    with pytest.raises(
+        ConfigurationError, match="profile 'ibmmq' needs SIS_IBMMQ_QMGR, SIS_IBMMQ_QUEUE to be set"
+    ):
+        load_settings({**IBMMQ, "SIS_IBMMQ_QMGR": "", "SIS_IBMMQ_QUEUE": " "})
+
+
+@pytest.mark.parametrize(
+    ("variables", "message"),
+    [
+        ({"SIS_PROFILE": "prod"}, "SIS_PROFILE='prod': expected one of local, activemq, ibmmq"),
+        ({"SIS_SOURCE": "kafka"}, "SIS_SOURCE='kafka': expected embedded, stomp or ibmmq"),
+        ({"SIS_PROFILE": "cluster"}, "profile 'cluster' needs SIS_SPARK_MASTER"),
+        ({"SIS_BATCH_MAX_MESSAGES": "5k"}, "SIS_BATCH_MAX_MESSAGES='5k' is not a whole number"),
+        ({"SIS_BATCH_MAX_SECONDS": "soon"}, "SIS_BATCH_MAX_SECONDS='soon' is not a number"),
+        ({"SIS_LEASE_SECONDS": "20"}, "SIS_LEASE_SECONDS=20 must be at least 3 x SIS_BATCH_MAX"),
+        ({"SIS_SENSOR_INTERVAL_SECONDS": "0"}, "SIS_SENSOR_INTERVAL_SECONDS=0 must be at least 1"),
+        ({"SIS_QUARANTINE_AFTER": "0"}, "SIS_QUARANTINE_AFTER=0 must be at least 1"),
+        ({"SIS_REDELIVERY_LIMIT": "x"}, "SIS_REDELIVERY_LIMIT='x' is not a whole number"),
+        ({"SIS_MAX_IDS": "0"}, "SIS_MAX_IDS=0 must be positive"),
+        ({"SIS_ITEM_BUDGET_SECONDS": "-1.5"}, "SIS_ITEM_BUDGET_SECONDS=-1.5 must be positive"),
+        ({"SIS_BACKOUT_THRESHOLD": "3"}, "SIS_BACKOUT_THRESHOLD=3 must be above SIS_REDELIVERY"),
+        ({"SIS_BACKOUT_QUEUE": "SPORTSDATA"}, "SIS_BACKOUT_QUEUE='SPORTSDATA' is the queue"),
+        ({"SIS_PROFILE": "activemq", "SIS_STOMP_PORT": "x"}, "SIS_STOMP_PORT='x' is not a whole"),
+        ({"SIS_PROFILE": "activemq", "SIS_STOMP_PREFETCH": "0"}, "SIS_STOMP_PREFETCH=0 must be"),
+        ({**IBMMQ, "SIS_IBMMQ_RECONNECT": "always"}, "SIS_IBMMQ_RECONNECT='always': expected"),
+        ({**IBMMQ, "SIS_IBMMQ_MAX_GET_BYTES": "1"}, "SIS_IBMMQ_MAX_GET_BYTES=1 must be at least"),
+        ({"SIS_SPARK_SHUFFLE_PARTITIONS": "many"}, "SIS_SPARK_SHUFFLE_PARTITIONS='many' is not"),
+        ({"SIS_SPARK_CONF": "spark.a"}, "SIS_SPARK_CONF: 'spark.a' is not a spark.<name>=<value>"),
+        ({"SIS_SPARK_CLASS_ARCHIVE": "/no/such.jsa"}, "SIS_SPARK_CLASS_ARCHIVE='/no/such.jsa' is"),
+    ],
+)
+def test_a_bad_value_fails_at_start_naming_the_variable(
+    tmp_path: Path, variables: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        load_settings({"SIS_DATA_DIR": str(tmp_path), **variables})
+    # The code location's resources fail the same way.
+    with pytest.raises(config.ConfigurationError, match=re.escape(message)):
+        config.resources({"SIS_DATA_DIR": str(tmp_path), **variables})
+
+
+def test_an_empty_variable_means_its_default(tmp_path: Path) -> None:
+    s = load_settings({"SIS_DATA_DIR": str(tmp_path), "SIS_BATCH_MAX_MESSAGES": " "})
+    assert s.batch.max_messages == 50_000
+
+
+def test_a_secret_is_never_held_in_the_settings(tmp_path: Path) -> None:
+    env = {
+        "SIS_DATA_DIR": str(tmp_path),
+        "SIS_PROFILE": "activemq",
+        "SIS_STOMP_USER": "feed",
+        "SIS_STOMP_PASSWORD": "hunter2",
+    }
+    s = load_settings(env)
+    assert isinstance(s.source, StompSourceSettings)
+    assert s.source.has_password and s.source.user == "feed"
+    assert "hunter2" not in repr(s)
+    queue = config.resources(env)["queue"]
+    assert "hunter2" not in repr(queue)  # bound as dg.EnvVar, read when used
+    assert settings.secret("SIS_STOMP_PASSWORD", env) == "hunter2"
+    assert settings.secret("SIS_IBMMQ_PASSWORD", env) is None
+    credentials = settings.url_credentials("stomp", env)
+    assert (credentials.user, credentials.password) == ("feed", "hunter2")
+    assert "hunter2" not in repr(credentials)
+    with pytest.raises(ValueError, match="SIS_STOMP_USER is not a secret"):
+        settings.secret("SIS_STOMP_USER", env)
+
+
+def test_a_profile_file_sets_variables_under_the_environment(tmp_path: Path) -> None:
+    profile = tmp_path / "prod.env"
+    profile.write_text(
+        "# production\n"
+        "SIS_PROFILE=activemq\n"
+        "\n"
+        "SIS_STOMP_HOST = broker.example\n"
+        "SIS_BATCH_MAX_MESSAGES=1000\n"
+        "SIS_SELECTOR=sport = 'horse-racing'\n"
+    )
+    env = {
+        "SIS_SETTINGS_FILE": str(profile),
+        "SIS_DATA_DIR": str(tmp_path),
+        "SIS_BATCH_MAX_MESSAGES": "2000",  # the environment wins
+        "SIS_STOMP_PORT": "",  # empty: as if unset, so the file (or the default) applies
+    }
+    s = load_settings(env)
+    assert s.profile == "activemq"
+    assert isinstance(s.source, StompSourceSettings)
+    assert (s.source.host, s.source.port) == ("broker.example", 61613)
+    assert s.batch.max_messages == 2000
+    assert s.processing.selector == "sport = 'horse-racing'"
+    assert settings.sensor_interval_seconds(env) == 5
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("SIS_STOMP_PASSWORD=hunter2", "SIS_STOMP_PASSWORD is a secret; secrets are taken from"),
+        ("SIS_IBMMQ_PASSWORD=hunter2", "SIS_IBMMQ_PASSWORD is a secret"),
+        ("SIS_API_TOKEN=abc", "SIS_API_TOKEN is a secret"),
+        ("SIS_BATCH_MAX_MESAGES=10", "SIS_BATCH_MAX_MESAGES is not a setting of the platform"),
+        ("SIS_SETTINGS_FILE=/other.env", "SIS_SETTINGS_FILE is not a setting"),
+        ("just words", "line 2: expected SIS_NAME=value"),
+    ],
+)
+def test_a_profile_file_refuses_secrets_and_unknown_lines(
+    tmp_path: Path, line: str, message: str
+) -> None:
+    profile = tmp_path / "bad.env"
+    profile.write_text(f"SIS_PROFILE=local\n{line}\n")
+    with pytest.raises(ConfigurationError, match=re.escape(message)) as raised:
+        load_settings({"SIS_SETTINGS_FILE": str(profile)})
+    assert "hunter2" not in str(raised.value) and "bad.env" in str(raised.value)
+
+
+def test_a_missing_profile_file_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="SIS_SETTINGS_FILE=.*missing.env"):
+        load_settings({"SIS_SETTINGS_FILE": str(tmp_path / "missing.env")})
+
+
+def test_settings_are_frozen(tmp_path: Path) -> None:
+    s = load_settings({"SIS_DATA_DIR": str(tmp_path)})
+    with pytest.raises(AttributeError):
+        s.profile = "cluster"  # type: ignore[misc]
+    assert replace(s, profile="cluster").profile == "cluster"
+    assert isinstance(config.settings_of(s), Settings) and config.settings_of(s) is s
+
+
+def test_fault_injection_is_read_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SIS_CRASH_AT", raising=False)
+    assert settings.fault_injection("SIS_CRASH_AT") is None
+    monkeypatch.setenv("SIS_CRASH_AT", "consume.after_get")
+    assert settings.fault_injection("SIS_CRASH_AT") == "consume.after_get"
+    with pytest.raises(ValueError, match="not a fault-injection variable"):
+        settings.fault_injection("SIS_PROFILE")
+
+
+def test_the_cache_folder_and_a_spark_childs_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert settings.cache_home() == tmp_path / "cache"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert settings.cache_home() == Path.home() / ".cache"
+    child = settings.child_environment({"SIS_SPARK_UI": "true"})
+    assert child == {"SIS_SPARK_UI": "true", "PYSPARK_PYTHON": sys.executable}
+    chosen = settings.child_environment({"PYSPARK_PYTHON": "/opt/python"})
+    assert chosen["PYSPARK_PYTHON"] == "/opt/python"
+    monkeypatch.setenv("SIS_SOMETHING", "1")
+    assert settings.child_environment()["SIS_SOMETHING"] == "1"
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    settings.python_workers_use_this_interpreter()
+    assert os.environ["PYSPARK_PYTHON"] == sys.executable
+
+
+def test_only_the_settings_module_reads_the_environment() -> None:
+    readers = [
+        str(path.relative_to(REPO))
+        for path in (REPO / "sis_platform").rglob("*.py")
+        if re.search(r"os\.environ|getenv", path.read_text())
+    ]
+    assert readers == ["sis_platform/settings.py"]
+
+
+def test_the_configuration_reference_lists_every_variable() -> None:
+    reference = (REPO / "docs" / "configuration.md").read_text()
+    missing = [name for name in settings.VARIABLES if f"`{name}`" not in reference]
+    assert missing == []
