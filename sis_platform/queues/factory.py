@@ -23,7 +23,6 @@ never include one. Extra keyword options go to the source's constructor (e.g.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -32,11 +31,11 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from sis_platform import settings
 from sis_platform.queues.base import QueueSource
 from sis_platform.queues.embedded import EmbeddedQueue
+from sis_platform.queues.ibmmq import IbmMqQueue
 from sis_platform.queues.stomp import StompQueue
-from sis_platform.settings import Credentials, IbmMqSourceSettings
+from sis_platform.settings import DEFAULT_STOMP_PORT, Credentials, IbmMqSourceSettings
 
-STOMP_DEFAULT_PORT = 61613
-IBMMQ_DEFAULT_PORT = 1414
+IBMMQ_DEFAULT_PORT = 1414  # the MQ listener's own default
 
 
 class _Given(NamedTuple):
@@ -177,7 +176,7 @@ def _stomp(url: str, given: _Given) -> QueueSource:
     options = dict(given.options)
     try:
         parts = urlsplit(url)
-        port = parts.port or STOMP_DEFAULT_PORT
+        port = parts.port or DEFAULT_STOMP_PORT
     except ValueError as e:
         raise ValueError(f"bad STOMP URL {_redact(url)!r}: {e}") from e
     if not parts.hostname:
@@ -220,17 +219,8 @@ def _stomp(url: str, given: _Given) -> QueueSource:
 
 def _ibmmq(url: str, given: _Given) -> QueueSource:
     options = dict(given.options)
-    try:
-        module = importlib.import_module("sis_platform.queues.ibmmq")
-    except ModuleNotFoundError as e:
-        if e.name != "sis_platform.queues.ibmmq":
-            raise
-        raise ValueError(
-            "ibmmq:// sources need sis_platform.queues.ibmmq, which is not part of this build"
-        ) from e
-    queue_class = module.IbmMqQueue
     if _names_no_queue_manager(url):
-        return _ibmmq_from_settings(queue_class, given)
+        return _ibmmq_from_settings(given)
     parts = urlsplit(url)
     # The netloc may list several hosts (a multi-instance queue manager), which urlsplit's
     # hostname/port cannot parse, so it is split by hand.
@@ -271,7 +261,7 @@ def _ibmmq(url: str, given: _Given) -> QueueSource:
         password = unquote(url_password)
     if password is None and user_value:
         password = given.fallback.password
-    source: QueueSource = queue_class(
+    return IbmMqQueue(
         queue_manager=queue_manager,
         conn_name=",".join(conn_names),
         queue=queue,
@@ -279,10 +269,9 @@ def _ibmmq(url: str, given: _Given) -> QueueSource:
         password=password,
         **{**params, **options},
     )
-    return source
 
 
-def _ibmmq_from_settings(queue_class: Any, given: _Given) -> QueueSource:
+def _ibmmq_from_settings(given: _Given) -> QueueSource:
     """`ibmmq:`: the queue the settings' IBM MQ record describes (a password only with a
     user)."""
     ibmmq = given.ibmmq
@@ -295,7 +284,7 @@ def _ibmmq_from_settings(queue_class: Any, given: _Given) -> QueueSource:
     password = options.pop("password", None)
     if password is None and user:
         password = given.fallback.password
-    source: QueueSource = queue_class(
+    return IbmMqQueue(
         queue_manager=ibmmq.queue_manager,
         channel=ibmmq.channel,
         conn_name=ibmmq.conn_name,
@@ -308,7 +297,6 @@ def _ibmmq_from_settings(queue_class: Any, given: _Given) -> QueueSource:
         client_reconnect=ibmmq.client_reconnect,
         **options,
     )
-    return source
 
 
 _BUILDERS: dict[str, Callable[[str, _Given], QueueSource]] = {

@@ -30,6 +30,9 @@ import dagster as dg
 from pydantic import Field
 
 from sis_platform.queues.base import DEFAULT_MAX_GET_BYTES, QueueSource
+from sis_platform.queues.embedded import EmbeddedQueue
+from sis_platform.queues.ibmmq import IbmMqQueue
+from sis_platform.queues.stomp import StompQueue
 from sis_platform.settings import (
     DEFAULT_BACKOUT_THRESHOLD,
     DEFAULT_IBMMQ_RECONNECT,
@@ -87,8 +90,6 @@ class EmbeddedQueueResource(QueueSourceResource):
     )
 
     def build(self) -> QueueSource:
-        from sis_platform.queues.embedded import EmbeddedQueue
-
         return EmbeddedQueue(
             Path(self.path),
             queue=self.queue,
@@ -127,8 +128,6 @@ class StompQueueResource(QueueSourceResource):
     )
 
     def build(self) -> QueueSource:
-        from sis_platform.queues.stomp import StompQueue
-
         return StompQueue(
             host=self.host,
             port=self.port,
@@ -181,8 +180,6 @@ class IbmMqQueueResource(QueueSourceResource):
     )
 
     def build(self) -> QueueSource:
-        from sis_platform.queues.ibmmq import IbmMqQueue
-
         return IbmMqQueue(
             queue_manager=self.queue_manager,
             channel=self.channel,
