@@ -7,7 +7,8 @@ higher delivery count); a crash after `land` but before `commit` leaves the mess
 the queue and in a batch, and their redelivered copies are later recorded as duplicates by
 message id (invariant 2). With a consumer lease, `land` is fenced: a consumer that lost the
 lease gets `FencedOff` from it, lands nothing and backs out, so the messages stay on the queue
-for the new holder (invariant 8). No Dagster or Spark import: the sensor calls this every tick.
+for the new holder (invariant 8). No Dagster or Spark import: intake (sis_platform/intake.py)
+calls this every tick, in the sensor's process.
 
 A message whose body is over the per-message bound (`Limits.max_message_bytes`,
 SIS_MAX_MESSAGE_BYTES) is not kept in the batch: its bytes go to an overflow file before the

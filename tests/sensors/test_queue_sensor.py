@@ -12,10 +12,12 @@ import dagster as dg
 import pytest
 
 from sis_platform.consumer import BatchLimits, consume_batch
+from sis_platform.definitions import build_definitions
 from sis_platform.landing import ClosedBy
 from sis_platform.queues.base import ReceivedMessage, new_message_id
 from sis_platform.queues.embedded import EmbeddedQueue
-from tests.harness import Harness, received
+from sis_platform.sensors.queue_sensor import build_queue_sensor
+from tests.harness import SENSOR, Harness, received
 
 
 def _queue(h: Harness) -> EmbeddedQueue:
@@ -239,3 +241,10 @@ def test_a_batch_ended_by_its_deadline_is_a_live_feed_too(tmp_path):
     held = h.tick()
     assert isinstance(held, dg.SkipReason)
     assert "not full (it ended: seconds)" in (held.skip_message or "")
+
+
+def test_the_sensor_interval_comes_from_the_settings_the_code_location_is_built_with(tmp_path):
+    assert build_queue_sensor(7).minimum_interval_seconds == 7
+    defs = build_definitions({"SIS_DATA_DIR": str(tmp_path), "SIS_SENSOR_INTERVAL_SECONDS": "3"})
+    sensor = defs.resolve_sensor_def(SENSOR)
+    assert (sensor.name, sensor.minimum_interval_seconds) == (SENSOR, 3)
