@@ -172,15 +172,7 @@ class Intake:
         if not self.lease.holds(current):
             return TickOutcome(TickStatus.STANDBY, self._standby(current), lease=current)
         if current.acquired_at == current.renewed_at:
-            self.log.warning(
-                f"{self.lease.holder} acquired the consumer lease with fencing token "
-                f"{current.token}"
-                + (
-                    f", taking over from {current.previous_holder}"
-                    if current.previous_holder
-                    else ""
-                )
-            )
+            self.log.warning(self._acquired(current))
         # Only the holder cleans up: a standby must not delete the holder's file in progress.
         if removed := zone.clean_partials():
             self.log.warning(f"removed {removed} partial batch file(s) left by a crash")
@@ -199,6 +191,12 @@ class Intake:
             pending = zone.keys_after(registered)
         batches = tuple(self._ready(key) for key in pending)
         return TickOutcome(TickStatus.BATCHES, batches=batches, landed=landed, lease=current)
+
+    def _acquired(self, current: Lease) -> str:
+        text = f"{self.lease.holder} acquired the consumer lease with fencing token {current.token}"
+        if current.previous_holder:
+            text += f", taking over from {current.previous_holder}"
+        return text
 
     def _standby(self, current: Lease) -> str:
         # Loud but not a failure: standing by is this deployment's job until the holder stops.
