@@ -189,6 +189,12 @@ class Intake:
                 return outcome
             landed = outcome.landed
             pending = zone.keys_after(registered)
+            if not pending:
+                # The caller's position lies beyond the zone's last batch: it is not this zone's.
+                raise RuntimeError(
+                    f"landed a batch in {zone.root}, but the caller has taken batches up to "
+                    f"{registered}, beyond the zone's last one"
+                )
         batches = tuple(self._ready(key) for key in pending)
         return TickOutcome(TickStatus.BATCHES, batches=batches, landed=landed, lease=current)
 

@@ -412,3 +412,10 @@ def test_intake_imports_neither_dagster_nor_spark():
         [sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_a_caller_position_beyond_the_zone_is_an_error_not_a_silent_skip(tmp_path, clock):
+    p = Platform(tmp_path, clock)
+    p.put(1)
+    with pytest.raises(RuntimeError, match="taken batches up to 5, beyond the zone's last one"):
+        p.intake.tick(0, registered=5)
