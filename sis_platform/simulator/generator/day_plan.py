@@ -11,7 +11,7 @@ import math
 import random
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
-from typing import Final
+from typing import Final, NamedTuple
 
 from sis_platform.simulator.generator.events import (
     GREYHOUND_MARKET_ORDER,
@@ -36,13 +36,21 @@ from sis_platform.simulator.names import (
     Course,
 )
 
-# A realistic full day: (horse?, session) per meeting.
-_FULL_DAY: Final[tuple[tuple[bool, str], ...]] = (
-    *((True, "afternoon"),) * 4,
-    *((True, "evening"),) * 2,
-    *((False, "morning"),) * 3,
-    *((False, "afternoon"),) * 4,
-    *((False, "evening"),) * 4,
+
+class _Card(NamedTuple):
+    """The kind of one meeting of the day."""
+
+    horse: bool  # horse racing, else greyhounds
+    session: str  # "morning", "afternoon" or "evening"
+
+
+# A realistic full day of meetings.
+_FULL_DAY: Final[tuple[_Card, ...]] = (
+    *(_Card(True, "afternoon"),) * 4,
+    *(_Card(True, "evening"),) * 2,
+    *(_Card(False, "morning"),) * 3,
+    *(_Card(False, "afternoon"),) * 4,
+    *(_Card(False, "evening"),) * 4,
 )
 _LAST_RACE_MINUTE: Final = 22 * 60 + 45
 
