@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 import shutil
 import sys
 import tempfile
@@ -23,14 +22,23 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-REPO = Path(__file__).resolve().parents[1]
-for path in (REPO, REPO / "scripts"):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
+import delta.tables as dt
+from bench_worker import BASE_ENV, landed_and_classified, spark_workers_use_this_python
+from pyspark.sql import SparkSession
+from pyspark.sql.classic.dataframe import DataFrame
+from pyspark.sql.readwriter import DataFrameWriter
 
-Record = tuple[str, str, float]  # call site, method, seconds
+from sis_platform.spark.fold import fold_step
+from sis_platform.spark.items import log_items
+from sis_platform.spark.model import refresh_model
+
+
+class Record(NamedTuple):
+    site: str  # the line of sis_platform that made the call
+    method: str
+    seconds: float
 
 
 def _call_site() -> str:
@@ -58,7 +66,7 @@ def _timed(cls: type, name: str, records: list[Record]) -> None:
         finally:
             _depth.n = depth
             if depth == 0:
-                records.append((site, name, time.perf_counter() - t0))
+                records.append(Record(site, name, time.perf_counter() - t0))
 
     setattr(cls, name, wrapper)
 
@@ -72,17 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.batches < 2:
         parser.error("--batches must be at least 2 (the first one is the warm-up)")
 
-    import delta.tables as dt
-    from bench import BASE_ENV, landed_and_classified
-    from pyspark.sql import SparkSession
-    from pyspark.sql.classic.dataframe import DataFrame
-    from pyspark.sql.readwriter import DataFrameWriter
-
-    from sis_platform.spark.fold import fold_step
-    from sis_platform.spark.items import log_items
-    from sis_platform.spark.model import refresh_model
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark_workers_use_this_python()
     data = Path(tempfile.mkdtemp(prefix="sis-profile-"))
     per_batch = -(-args.messages // args.batches)
     env = {**BASE_ENV, "SIS_DATA_DIR": str(data), "SIS_BATCH_MAX_MESSAGES": str(per_batch)}
@@ -130,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                 # Concurrent writes (the model's three tables) overlap: their sum exceeds the wall.
                 print(
                     f"\n== batch {batch}, {what}: {total:.2f} s wall; actions and writes "
-                    f"{sum(r[2] for r in records):.2f} s\n   {result}"
+                    f"{sum(r.seconds for r in records):.2f} s\n   {result}"
                 )
                 for site, name, seconds in records:
                     print(f"   {seconds:6.2f} s  {name:16s} {site}")
