@@ -236,14 +236,14 @@ class _Reader:
     def optional(self, name: str) -> str | None:
         return self.variables.get(name, "").strip() or None
 
-    def int(self, name: str, default: int) -> int:
+    def whole(self, name: str, default: int) -> int:
         raw = self.text(name, str(default))
         try:
             return int(raw)
         except ValueError:
             raise ConfigurationError(f"{name}={raw!r} is not a whole number") from None
 
-    def float(self, name: str, default: float) -> float:
+    def number(self, name: str, default: float) -> float:
         raw = self.text(name, str(default))
         try:
             return float(raw)
@@ -258,7 +258,7 @@ class _Reader:
         return value
 
     def at_least(self, name: str, default: int, least: int) -> int:
-        value = self.int(name, default)
+        value = self.whole(name, default)
         if value < least:
             raise ConfigurationError(f"{name}={value} must be at least {least}")
         return value
@@ -318,7 +318,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     data_dir = _data_dir(read)
     limits = _limits(read)
     processing = ProcessingSettings(
-        redelivery_limit=read.int("SIS_REDELIVERY_LIMIT", DEFAULT_REDELIVERY_LIMIT),
+        redelivery_limit=read.whole("SIS_REDELIVERY_LIMIT", DEFAULT_REDELIVERY_LIMIT),
         quarantine_after=read.at_least("SIS_QUARANTINE_AFTER", DEFAULT_QUARANTINE_AFTER, 1),
         selector=read.optional("SIS_SELECTOR"),
     )
@@ -373,9 +373,9 @@ def _limits(read: _Reader) -> Limits:
     for name, variable in LIMIT_VARIABLES.items():
         default = getattr(DEFAULT_LIMITS, name)
         value = (
-            read.float(variable, default)
+            read.number(variable, default)
             if isinstance(default, float)
-            else read.int(variable, default)
+            else read.whole(variable, default)
         )
         if value <= 0:
             raise ConfigurationError(f"{variable}={value:g} must be positive")
@@ -384,8 +384,8 @@ def _limits(read: _Reader) -> Limits:
 
 
 def _batch(read: _Reader) -> BatchSettings:
-    max_seconds = read.float("SIS_BATCH_MAX_SECONDS", DEFAULT_BATCH_MAX_SECONDS)
-    lease_seconds = read.float("SIS_LEASE_SECONDS", DEFAULT_LEASE_SECONDS)
+    max_seconds = read.number("SIS_BATCH_MAX_SECONDS", DEFAULT_BATCH_MAX_SECONDS)
+    lease_seconds = read.number("SIS_LEASE_SECONDS", DEFAULT_LEASE_SECONDS)
     if lease_seconds < 3 * max_seconds:
         # A tick renews the lease and then consumes for up to max_seconds; the next tick must
         # renew before it expires, with room for the sensor interval and clock skew.
@@ -395,11 +395,11 @@ def _batch(read: _Reader) -> BatchSettings:
         )
     return BatchSettings(
         deployment=read.text("SIS_DEPLOYMENT", socket.gethostname()),
-        max_messages=read.int("SIS_BATCH_MAX_MESSAGES", DEFAULT_BATCH_MAX_MESSAGES),
-        max_bytes=read.int("SIS_BATCH_MAX_BYTES", DEFAULT_BATCH_MAX_BYTES),
+        max_messages=read.whole("SIS_BATCH_MAX_MESSAGES", DEFAULT_BATCH_MAX_MESSAGES),
+        max_bytes=read.whole("SIS_BATCH_MAX_BYTES", DEFAULT_BATCH_MAX_BYTES),
         max_seconds=max_seconds,
-        get_wait_seconds=read.float("SIS_GET_WAIT_SECONDS", DEFAULT_GET_WAIT_SECONDS),
-        max_runs_in_flight=read.int("SIS_MAX_RUNS_IN_FLIGHT", DEFAULT_MAX_RUNS_IN_FLIGHT),
+        get_wait_seconds=read.number("SIS_GET_WAIT_SECONDS", DEFAULT_GET_WAIT_SECONDS),
+        max_runs_in_flight=read.whole("SIS_MAX_RUNS_IN_FLIGHT", DEFAULT_MAX_RUNS_IN_FLIGHT),
         lease_seconds=lease_seconds,
     )
 
@@ -427,7 +427,7 @@ def _source(
     if source == "stomp":
         stomp = StompSourceSettings(
             host=read.text("SIS_STOMP_HOST", DEFAULT_STOMP_HOST),
-            port=read.int("SIS_STOMP_PORT", DEFAULT_STOMP_PORT),
+            port=read.whole("SIS_STOMP_PORT", DEFAULT_STOMP_PORT),
             destination=read.text("SIS_STOMP_DESTINATION", DEFAULT_STOMP_DESTINATION),
             user=read.optional("SIS_STOMP_USER"),
             has_password=read.optional("SIS_STOMP_PASSWORD") is not None,
@@ -450,7 +450,7 @@ def _ibmmq(read: _Reader, needed_by: str, limits: Limits, backout: Backout) -> I
             f"{needed_by} needs {', '.join(missing)} to be set (IBM MQ source not configured)"
         )
     max_message_bytes = limits.max_message_bytes
-    max_get_bytes = read.int("SIS_IBMMQ_MAX_GET_BYTES", 2 * max_message_bytes)
+    max_get_bytes = read.whole("SIS_IBMMQ_MAX_GET_BYTES", 2 * max_message_bytes)
     if max_get_bytes < max_message_bytes:
         # A body the platform accepts must never be turned away by the source.
         raise ConfigurationError(
@@ -493,7 +493,7 @@ def _backout_threshold(read: _Reader, redelivery_limit: int) -> int:
     twice the redelivery limit and at least DEFAULT_BACKOUT_THRESHOLD (10 with the default
     limit of 5), so raising the limit alone never makes the configuration invalid."""
     default = max(DEFAULT_BACKOUT_THRESHOLD, 2 * redelivery_limit)
-    threshold = read.int("SIS_BACKOUT_THRESHOLD", default)
+    threshold = read.whole("SIS_BACKOUT_THRESHOLD", default)
     if threshold < 0 or 0 < threshold <= redelivery_limit:
         raise ConfigurationError(
             f"SIS_BACKOUT_THRESHOLD={threshold} must be above SIS_REDELIVERY_LIMIT="
@@ -509,7 +509,7 @@ def _spark(read: _Reader) -> SparkSettings:
     return SparkSettings(
         master=read.text("SIS_SPARK_MASTER", DEFAULT_SPARK_MASTER),
         driver_memory=read.text("SIS_SPARK_DRIVER_MEMORY", DEFAULT_DRIVER_MEMORY),
-        shuffle_partitions=read.int("SIS_SPARK_SHUFFLE_PARTITIONS", DEFAULT_SHUFFLE_PARTITIONS),
+        shuffle_partitions=read.whole("SIS_SPARK_SHUFFLE_PARTITIONS", DEFAULT_SHUFFLE_PARTITIONS),
         ui_enabled=read.text("SIS_SPARK_UI", "false") == "true",
         jars_dir=read.optional("SIS_SPARK_JARS_DIR"),
         class_archive=archive,
