@@ -32,8 +32,6 @@ from sis_platform.resources.sources import (
 )
 from sis_platform.resources.spark import DeltaSparkResource, delta_spark_config
 from sis_platform.settings import (
-    LIMIT_VARIABLES,
-    PROFILES,
     ConfigurationError,
     EmbeddedSourceSettings,
     Settings,
@@ -46,8 +44,6 @@ from sis_platform.settings import (
 
 # Re-exported: callers catch config.ConfigurationError and read the interval from here.
 __all__ = [
-    "LIMIT_VARIABLES",
-    "PROFILES",
     "ConfigurationError",
     "queue_resource",
     "resources",
