@@ -41,6 +41,7 @@ from sis_platform.domain.pipeline import DeadLetter, LoggedMessage, classify_mes
 from sis_platform.inprocess import LOG_ASSETS, InProcessPlatform
 from sis_platform.landing import LandingZone, batch_seq_of
 from sis_platform.queues.embedded import EmbeddedQueue
+from sis_platform.settings import python_workers_use_this_interpreter
 from sis_platform.simulator.generator import generate_feed
 from sis_platform.spark.fold import fold_step
 
@@ -58,11 +59,6 @@ BASE_ENV = {
 
 def load_average() -> float:
     return round(os.getloadavg()[0], 2)
-
-
-def spark_workers_use_this_python() -> None:
-    """Spark's Python workers run this interpreter (the virtualenv's), unless told otherwise."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 
 # --- Delta tables read without Spark (small tables: fold_steps, model_steps) -------------------
@@ -182,7 +178,7 @@ def run_inprocess(
 
     `overlap` (the default): as under the daemon, batches are landed while runs run (see
     `_run_overlapped`). Without it, land one batch, run it, land the next."""
-    spark_workers_use_this_python()
+    python_workers_use_this_interpreter()
     record = RunTimings(timings)
     if overlap:
         return _run_overlapped(data, env, record)
@@ -464,7 +460,7 @@ def reference_fold(messages: list[LoggedMessage]) -> ReferenceFold:
 
 
 def worker_fold(args: argparse.Namespace) -> dict[str, Any]:
-    spark_workers_use_this_python()
+    python_workers_use_this_interpreter()
     data = Path(tempfile.mkdtemp(prefix="sis-bench-fold-"))
     env = {**BASE_ENV, "SIS_DATA_DIR": str(data), **batch_env(args)}
     try:
@@ -517,7 +513,7 @@ def worker_latency(args: argparse.Namespace) -> dict[str, Any]:
 def _inprocess_with_spark(data: Path, env: Mapping[str, str]) -> InProcessPlatform:
     """The platform in this process with a long-lived Spark session, started before the first
     message: the runs' resource gets this same session."""
-    spark_workers_use_this_python()
+    python_workers_use_this_interpreter()
     platform = InProcessPlatform(data, env)
     builder = SparkSession.builder
     for key, value in platform.resources["spark"].spark_config.items():

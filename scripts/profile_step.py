@@ -25,11 +25,12 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import delta.tables as dt
-from bench_worker import BASE_ENV, landed_and_classified, spark_workers_use_this_python
+from bench_worker import BASE_ENV, landed_and_classified
 from pyspark.sql import SparkSession
 from pyspark.sql.classic.dataframe import DataFrame
 from pyspark.sql.readwriter import DataFrameWriter
 
+from sis_platform.settings import python_workers_use_this_interpreter
 from sis_platform.spark.fold import fold_step
 from sis_platform.spark.items import log_items
 from sis_platform.spark.model import refresh_model
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.batches < 2:
         parser.error("--batches must be at least 2 (the first one is the warm-up)")
 
-    spark_workers_use_this_python()
+    python_workers_use_this_interpreter()
     data = Path(tempfile.mkdtemp(prefix="sis-profile-"))
     per_batch = -(-args.messages // args.batches)
     env = {**BASE_ENV, "SIS_DATA_DIR": str(data), "SIS_BATCH_MAX_MESSAGES": str(per_batch)}
