@@ -40,6 +40,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 CHAIN_FORMAT = 2
 GENESIS_LINK = bytes(32)
@@ -302,6 +303,13 @@ def _body_problem(m: StoredMessage) -> str | None:
     return None
 
 
+class AnchorCheck(NamedTuple):
+    """What `anchor_problems` found: the link a batch must start from, and its anchors' faults."""
+
+    first_prev: str
+    problems: list[Problem]
+
+
 def anchor_problems(
     key: str,
     anchor: Anchor | None,
@@ -309,7 +317,7 @@ def anchor_problems(
     *,
     first: bool,
     unanchored_head: str | None = None,
-) -> tuple[str, list[Problem]]:
+) -> AnchorCheck:
     """The link the batch must start from, and what is wrong with its anchors: the batch's own
     must exist in the current format and start where the previous batch's anchor ends (the
     genesis link for the first batch). `unanchored_head` is the last link of a previous batch
@@ -342,4 +350,4 @@ def anchor_problems(
             problems.append(
                 Problem(key, "its anchor does not follow the previous batch's anchored head")
             )
-    return expected, problems
+    return AnchorCheck(expected, problems)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
@@ -294,12 +294,19 @@ def trace_message(lake: Lake, message_id: str, *, include_body: bool = False) ->
     return MessageTrace(message_id, lake.base_path, committed, copies, folded_up_to)
 
 
-_Key = tuple[int, int, int | None]  # (batch_seq, msg_seq, position); position None: whole copy
+class _Key(NamedTuple):
+    """Where a fold output row belongs: a copy's item, or the whole copy (position None)."""
+
+    batch_seq: int
+    msg_seq: int
+    position: int | None
 
 
 def _key(row: Any) -> _Key:
     position = row["position"]
-    return int(row["batch_seq"]), int(row["msg_seq"]), None if position is None else int(position)
+    return _Key(
+        int(row["batch_seq"]), int(row["msg_seq"]), None if position is None else int(position)
+    )
 
 
 def _latest(rows: list[Any]) -> dict[_Key, Any]:
@@ -372,7 +379,7 @@ def _assemble(
         if not folded:
             whole = TracedOutcome(NOT_FOLDED)
         elif (batch_seq, msg_seq, None) in outcome_by:
-            whole = outcome_of((batch_seq, msg_seq, None))
+            whole = outcome_of(_Key(batch_seq, msg_seq, None))
         elif invalid is not None or not item_rows:
             whole = TracedOutcome(UNACCOUNTED)
         traced_items = tuple(
@@ -383,7 +390,7 @@ def _assemble(
                 type=p["type"],
                 outcome=whole
                 if whole is not None
-                else outcome_of((batch_seq, msg_seq, int(p["position"]))),
+                else outcome_of(_Key(batch_seq, msg_seq, int(p["position"]))),
             )
             for p in item_rows
         )

@@ -33,6 +33,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
+from typing import NamedTuple
 
 RUNNING = "running"
 TIMEOUT = "timeout"
@@ -131,14 +132,21 @@ class _Watchdog:
                 os.kill(os.getpid(), signal.SIGKILL)
 
 
-_WATCHDOG: tuple[int, _Watchdog] | None = None  # (pid, watchdog): a forked child makes its own
+class _ProcessWatchdog(NamedTuple):
+    """The watchdog of the process `pid`: a forked child makes its own."""
+
+    pid: int
+    watchdog: _Watchdog
+
+
+_WATCHDOG: _ProcessWatchdog | None = None
 
 
 def _watchdog() -> _Watchdog:
     global _WATCHDOG
-    if _WATCHDOG is None or _WATCHDOG[0] != os.getpid():
-        _WATCHDOG = (os.getpid(), _Watchdog())
-    return _WATCHDOG[1]
+    if _WATCHDOG is None or _WATCHDOG.pid != os.getpid():
+        _WATCHDOG = _ProcessWatchdog(os.getpid(), _Watchdog())
+    return _WATCHDOG.watchdog
 
 
 class Guard:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import pyarrow as pa
 from pyspark.sql import functions as F
@@ -109,26 +109,36 @@ def decimal_price(num: int | None, den: int | None) -> Decimal | None:
     return Decimal(f"{quotient + 10**PRICE_PLACES}e-{PRICE_PLACES}")
 
 
-def _integer_bounds(schema: pa.Schema) -> list[tuple[int, str, int, int]]:
-    """(column index, name, lowest, highest) of every integer column of `schema`."""
+class _IntegerColumn(NamedTuple):
+    """An integer column of the combined schema and the values it can hold."""
+
+    position: int  # in the schema
+    name: str
+    lowest: int
+    highest: int
+
+
+def _integer_bounds(schema: pa.Schema) -> list[_IntegerColumn]:
+    """Every integer column of `schema`, with its range."""
     bounds = []
     for i, f in enumerate(schema):
         if pa.types.is_signed_integer(f.type):
             top = 2 ** (f.type.bit_width - 1)
-            bounds.append((i, f.name, -top, top - 1))
+            bounds.append(_IntegerColumn(i, f.name, -top, top - 1))
     return bounds
 
 
-def _out_of_range(
-    rows: Sequence[Sequence[object]], bounds: list[tuple[int, str, int, int]]
-) -> str | None:
+def _out_of_range(rows: Sequence[Sequence[object]], bounds: list[_IntegerColumn]) -> str | None:
     """Why one of `rows` cannot be held by its integer columns, or None when all fit (a
     document folded before the schema bounded its integers can hold any number)."""
     for row in rows:
-        for i, name, low, high in bounds:
-            value = row[i]
-            if isinstance(value, int) and not low <= value <= high:
-                return f"{name} {value} is outside the column's range [{low}, {high}]"
+        for column in bounds:
+            value = row[column.position]
+            if isinstance(value, int) and not column.lowest <= value <= column.highest:
+                return (
+                    f"{column.name} {value} is outside the column's range "
+                    f"[{column.lowest}, {column.highest}]"
+                )
     return None
 
 
