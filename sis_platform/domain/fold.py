@@ -228,142 +228,156 @@ def fold_master(
         raise ValueError(f"state is for {state.master_id!r}, not {master_id!r}")
     if patches is None:
         patches = PatchCache(limits)
-
-    version = state.version
-    document = state.document
-    stale = state.stale
-    filtered = state.filtered
-    # The parsed form of `document`, built on first need and then kept across the group.
-    tree: etree._ElementTree | None = None
-    # An upper bound of the nodes in `document` (exact after a walk of the whole master).
-    nodes_at_most = 0 if document is None else len(document) // _MIN_NODE_BYTES
-    versions: list[MasterVersion] = []
-    results: list[ItemResult] = []
-
+    fold = _MasterFold(state, selector, patches, limits)
     for item in items:
         if item.master_id != master_id:
             raise ValueError(f"item {item.message_id}/{item.position} is not for {master_id!r}")
-
         if item.category == "master":
-            if item.type not in ("new", "refresh"):
-                raise ValueError(f"master item {item.message_id}/{item.position}: {item.type!r}")
-            event_tree: etree._ElementTree | None = None
-            if selector is not None:
-                event_tree = parse_xml(item.payload).getroottree()
-                properties = selectable_properties(item, event_tree.getroot().attrib)
-                if not selector.matches(properties):
-                    filtered = True
-                    results.append(_result(item, Outcome.FILTERED, detail="master not selected"))
-                    continue
-            warning = None
-            if item.type == "new" and document is not None:
-                warning = WARNING_NEW_FOR_EXISTING
-            elif item.type == "refresh" and document is None:
-                warning = WARNING_REFRESH_FOR_MISSING
-            version += 1
-            document = item.payload
-            nodes_at_most = len(document) // _MIN_NODE_BYTES
-            tree = event_tree
-            stale = False
-            filtered = False
-            versions.append(
-                MasterVersion(
-                    master_id=master_id,
-                    version=version,
-                    message_id=item.message_id,
-                    position=item.position,
-                    operation=item.type,
-                    document=document,
-                )
-            )
-            results.append(_result(item, Outcome.APPLIED, version=version, warning=warning))
-            continue
-
-        if item.category != "update":
+            fold.master_item(item)
+        elif item.category == "update":
+            fold.update_item(item)
+        else:
             raise ValueError(f"item {item.message_id}/{item.position}: {item.category!r}")
-        if filtered:
-            results.append(_result(item, Outcome.FILTERED, detail="master filtered"))
-            continue
-        if document is None:
-            results.append(
-                _result(
-                    item,
-                    Outcome.DEAD_LETTERED,
-                    reason=Reason.ORPHAN_UPDATE,
-                    detail=f"master {master_id!r} does not exist",
-                )
-            )
-            continue
-        if selector is not None:
-            if tree is None:
-                tree = parse_xml(document).getroottree()
-            if not selector.matches(selectable_properties(item, tree.getroot().attrib)):
-                results.append(_result(item, Outcome.FILTERED, detail="update not selected"))
-                continue
-        if stale:
-            results.append(
-                _result(
-                    item,
-                    Outcome.DEAD_LETTERED,
-                    reason=Reason.MASTER_STALE,
-                    detail=f"master {master_id!r} is stale since a failed update",
-                )
-            )
-            continue
+    return fold.result()
 
-        if tree is None:
-            tree = parse_xml(document).getroottree()
+
+class _MasterFold:
+    """One call of `fold_master`: the master's state as its items are applied one by one, and
+    the versions and results so far."""
+
+    def __init__(
+        self,
+        state: MasterState,
+        selector: ItemSelector | None,
+        patches: PatchCache,
+        limits: Limits,
+    ) -> None:
+        self.state = state
+        self.master_id = state.master_id
+        self.selector = selector
+        self.patches = patches
+        self.limits = limits
+        self.version = state.version
+        self.document = state.document
+        self.stale = state.stale
+        self.filtered = state.filtered
+        # The parsed form of `document`, built on first need and then kept across the group.
+        self.tree: etree._ElementTree | None = None
+        # An upper bound of the nodes in `document` (exact after a walk of the whole master).
+        self.nodes_at_most = 0 if self.document is None else len(self.document) // _MIN_NODE_BYTES
+        self.versions: list[MasterVersion] = []
+        self.results: list[ItemResult] = []
+
+    def result(self) -> MasterFoldResult:
+        final = replace(
+            self.state,
+            version=self.version,
+            document=self.document,
+            stale=self.stale,
+            filtered=self.filtered,
+        )
+        return MasterFoldResult(state=final, versions=self.versions, results=self.results)
+
+    def _applied(self, item: Item, operation: str, warning: str | None = None) -> None:
+        """`document` is the item's result: a new version."""
+        assert self.document is not None
+        self.version += 1
+        self.versions.append(
+            MasterVersion(
+                master_id=self.master_id,
+                version=self.version,
+                message_id=item.message_id,
+                position=item.position,
+                operation=operation,
+                document=self.document,
+            )
+        )
+        self.results.append(_result(item, Outcome.APPLIED, version=self.version, warning=warning))
+
+    def _not_applied(
+        self, item: Item, outcome: Outcome, detail: str, reason: Reason | None = None
+    ) -> None:
+        self.results.append(_result(item, outcome, reason=reason, detail=detail))
+
+    def _failed(self, item: Item, reason: Reason, detail: str | None) -> None:
+        """The update failed: the master is unchanged and stale (it missed an update); the
+        tree, which the failure may have left half patched, is dropped."""
+        self.tree = None
+        self.stale = True
+        self.results.append(_result(item, Outcome.DEAD_LETTERED, reason=reason, detail=detail))
+
+    def master_item(self, item: Item) -> None:
+        if item.type not in ("new", "refresh"):
+            raise ValueError(f"master item {item.message_id}/{item.position}: {item.type!r}")
+        event_tree: etree._ElementTree | None = None
+        if self.selector is not None:
+            event_tree = parse_xml(item.payload).getroottree()
+            properties = selectable_properties(item, event_tree.getroot().attrib)
+            if not self.selector.matches(properties):
+                self.filtered = True
+                self._not_applied(item, Outcome.FILTERED, "master not selected")
+                return
+        warning = None
+        if item.type == "new" and self.document is not None:
+            warning = WARNING_NEW_FOR_EXISTING
+        elif item.type == "refresh" and self.document is None:
+            warning = WARNING_REFRESH_FOR_MISSING
+        self.document = item.payload
+        self.nodes_at_most = len(self.document) // _MIN_NODE_BYTES
+        self.tree = event_tree
+        self.stale = False
+        self.filtered = False
+        self._applied(item, item.type, warning)
+
+    def update_item(self, item: Item) -> None:
+        if self.filtered:
+            self._not_applied(item, Outcome.FILTERED, "master filtered")
+            return
+        if self.document is None:
+            detail = f"master {self.master_id!r} does not exist"
+            self._not_applied(item, Outcome.DEAD_LETTERED, detail, Reason.ORPHAN_UPDATE)
+            return
+        if self.selector is not None:
+            if self.tree is None:
+                self.tree = parse_xml(self.document).getroottree()
+            if not self.selector.matches(selectable_properties(item, self.tree.getroot().attrib)):
+                self._not_applied(item, Outcome.FILTERED, "update not selected")
+                return
+        if self.stale:
+            detail = f"master {self.master_id!r} is stale since a failed update"
+            self._not_applied(item, Outcome.DEAD_LETTERED, detail, Reason.MASTER_STALE)
+            return
+        self._patch(item)
+
+    def _patch(self, item: Item) -> None:
+        """Apply an update to the current document (it exists and is neither stale nor
+        filtered)."""
+        assert self.document is not None
+        if self.tree is None:
+            self.tree = parse_xml(self.document).getroottree()
         try:
-            update = patches.get(item.payload)
+            update = self.patches.get(item.payload)
             # The fold owns `tree` (parsed here, or an earlier result), so it is patched in
             # place rather than copied; after a failure it is dropped and, if needed again,
             # parsed from `document`, the bytes of the last version, which the failure left
             # as they were.
             located: dict[str, list[etree._Element]] = {}
-            patched = update.patch.apply_in_place(tree, located)
+            patched = update.patch.apply_in_place(self.tree, located)
         except PatchError as error:
-            tree = None
-            stale = True
-            results.append(
-                _result(
-                    item, Outcome.DEAD_LETTERED, reason=Reason(error.error), detail=error.detail
-                )
-            )
-            continue
-        bounded = _bounded_result(patched, update.scope, located, nodes_at_most, limits)
+            self._failed(item, Reason(error.error), error.detail)
+            return
+        bounded = _bounded_result(patched, update.scope, located, self.nodes_at_most, self.limits)
         if isinstance(bounded, str):
-            tree = None
-            stale = True
-            results.append(
-                _result(item, Outcome.DEAD_LETTERED, reason=Reason.TOO_COMPLEX, detail=bounded)
-            )
-            continue
-        invalid = _invalid_result(master_id, patched, update.scope, located)
+            self._failed(item, Reason.TOO_COMPLEX, bounded)
+            return
+        invalid = _invalid_result(self.master_id, patched, update.scope, located)
         if invalid is not None:
-            tree = None
-            stale = True
-            results.append(
-                _result(item, Outcome.DEAD_LETTERED, reason=Reason.INVALID_RESULT, detail=invalid)
-            )
-            continue
-        version += 1
-        tree = patched
-        document = serialize(patched)
-        nodes_at_most = bounded
-        versions.append(
-            MasterVersion(
-                master_id=master_id,
-                version=version,
-                message_id=item.message_id,
-                position=item.position,
-                operation="update",
-                document=document,
-            )
-        )
-        results.append(_result(item, Outcome.APPLIED, version=version))
-
-    final = replace(state, version=version, document=document, stale=stale, filtered=filtered)
-    return MasterFoldResult(state=final, versions=versions, results=results)
+            self._failed(item, Reason.INVALID_RESULT, invalid)
+            return
+        self.tree = patched
+        self.document = serialize(patched)
+        self.nodes_at_most = bounded
+        self._applied(item, "update")
 
 
 def _bounded_result(

@@ -107,9 +107,9 @@ def test_a_redelivery_in_a_later_step_is_a_duplicate_when_the_ids_are_not_broadc
 ):
     # A step with more ids than the fold broadcasts (a catch-up over many batches) looks them
     # up in message_outcomes by a join Spark plans: the same duplicates must come out.
-    from sis_platform.spark import fold
+    from sis_platform.spark.fold import dedupe
 
-    monkeypatch.setattr(fold, "BROADCAST_STEP_IDS_MAX", 0)
+    monkeypatch.setattr(dedupe, "BROADCAST_STEP_IDS_MAX", 0)
     h = Harness(tmp_path / "data")
     dup_id = new_message_id()
     keys = _land(

@@ -1,0 +1,177 @@
+"""The fold's ledger: fold_steps, the commit point of every step, and what the model, replay and
+trace read of it.
+
+A step appends to master_versions, dead_letters and message_outcomes (every row tagged with the
+step), merges the new states into master_documents, and finally appends its row to fold_steps:
+that last append is the commit point, and it records the Delta version of every table the step
+wrote. Before each step, `recover` undoes whatever an interrupted step left behind: it restores
+each of those tables to the version the last committed step recorded. So a crash anywhere in a
+step leaves no trace once the next step starts, and the refold produces the same rows
+(docs/design.md invariant 2).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from sis_platform.lake.tables import (
+    DEAD_LETTERS,
+    FOLD_APPEND_TABLES,
+    FOLD_STEPS,
+    MASTER_DOCUMENTS,
+    MASTER_VERSIONS,
+    MESSAGE_ITEMS,
+    MESSAGE_OUTCOMES,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import Row
+
+    from sis_platform.lake.delta import Lake
+
+# The role of the fold's single writer (the Dagster pool "sis_fold": fold steps, model refreshes,
+# dead-letter replays), claimed on the Lake before anything is read: see Lake.claim_writer.
+FOLD_WRITER = "sis-fold-writer"
+
+FOLD_TABLES = (MASTER_VERSIONS, MASTER_DOCUMENTS, DEAD_LETTERS, MESSAGE_OUTCOMES, FOLD_STEPS)
+
+# The tables a step writes before committing; recovery restores each to its committed version.
+STEP_TABLES = (*FOLD_APPEND_TABLES, MASTER_DOCUMENTS)
+
+
+@dataclass(frozen=True)
+class CommittedStep:
+    fold_step: int  # 0 before the first step
+    last_batch_seq: int  # the last batch folded; 0 before the first step
+    master_documents_version: int
+    table_versions: dict[str, int]  # Delta version of each fold table after the step
+
+
+@dataclass(frozen=True)
+class FoldStepResult:
+    fold_step: int | None  # None when nothing could be folded
+    first_batch_seq: int | None = None
+    last_batch_seq: int | None = None
+    messages: int = 0  # messages given an outcome by this step
+    applied: int = 0
+    duplicates: int = 0
+    filtered: int = 0
+    dead_lettered: int = 0
+    masters_changed: int = 0
+    waiting_for: int | None = None  # the missing batch number that blocks the fold, if any
+    rewound_masters: int = 0  # masters rewound and refolded (their input changed)
+    changed_batches: tuple[int, ...] = ()  # folded batches whose items changed since
+
+
+def fold_step_rows(lake: Lake) -> list[Row]:
+    """Every committed step's row of fold_steps (one small row per step), read once per fold
+    step for both the last committed step and what each batch was when folded."""
+    lake.ensure(FOLD_STEPS)
+    return (
+        lake.read(FOLD_STEPS)
+        .select(
+            "fold_step",
+            "first_batch_seq",
+            "last_batch_seq",
+            "master_documents_version",
+            "table_versions",
+            "items_digest",
+        )
+        .collect()
+    )
+
+
+def committed_step(lake: Lake, rows: list[Row] | None = None) -> CommittedStep:
+    """The last committed step, from fold_steps (or from its `rows`, already read)."""
+    if rows is None:
+        rows = fold_step_rows(lake)
+    last = max(rows, key=lambda r: int(r["fold_step"]), default=None)
+    if last is None:
+        # Before the first step every table is as `ensure` created it: version 0.
+        return CommittedStep(0, 0, 0, {t.name: 0 for t in STEP_TABLES})
+    return CommittedStep(
+        int(last["fold_step"]),
+        int(last["last_batch_seq"]),
+        int(last["master_documents_version"]),
+        {k: int(v) for k, v in json.loads(last["table_versions"]).items()},
+    )
+
+
+def recover(lake: Lake, rows: list[Row] | None = None) -> tuple[CommittedStep, dict[str, int]]:
+    """Undo an interrupted step (see the module docstring). Returns the last committed step
+    and the current version of each step table (to read them pinned). `rows`: fold_steps, if
+    already read (the commit point, so recovery never changes it)."""
+    lake.ensure(*FOLD_TABLES)
+    committed = committed_step(lake, rows)
+    current: dict[str, int] = {}
+    for table in STEP_TABLES:
+        version = lake.version(table)
+        committed_version = committed.table_versions[table.name]
+        if version != committed_version:
+            # A step wrote here and died before its fold_steps row: its writes never happened.
+            lake.restore(table, committed_version)
+            version = lake.version(table)
+        current[table.name] = version
+    return committed, current
+
+
+@dataclass(frozen=True)
+class FoldedBatch:
+    digest: str  # items digest of the batch when it was last folded (or refolded)
+    items_version: int | None  # message_items version that fold read (None: not recorded)
+
+
+def folded_batches(rows: list[Row]) -> dict[int, FoldedBatch]:
+    """What each batch's items were when last folded, from the rows of fold_steps."""
+    folded: dict[int, FoldedBatch] = {}
+    rows = sorted(rows, key=lambda r: int(r["fold_step"]))
+    for row in rows:
+        text = str(row["items_digest"])
+        items_version = json.loads(row["table_versions"]).get(MESSAGE_ITEMS.name)
+        if text.startswith("{"):
+            digests = {int(k): v for k, v in json.loads(text).items()}
+        else:  # steps written before rewinds existed: the digests of first..last, in order
+            seqs = range(int(row["first_batch_seq"]), int(row["last_batch_seq"]) + 1)
+            digests = dict(zip(seqs, text.split(","), strict=True))
+        folded.update({s: FoldedBatch(d, items_version) for s, d in digests.items()})
+    return folded
+
+
+def commit_step(
+    lake: Lake,
+    result: FoldStepResult,
+    *,
+    first_batch_seq: int,
+    digests: dict[int, str],
+    items_version: int,
+    run_id: str | None,
+    committed_at: datetime,
+) -> None:
+    """Append the step's row to fold_steps: the commit point. It records the version of every
+    step table as written, the message_items version the step read (never restored: a later
+    change of these batches is diffed against it, see rewind.changed_items) and the items
+    digest of every batch the step folded or refolded."""
+    assert result.fold_step is not None and result.last_batch_seq is not None
+    written = {t.name: lake.version(t) for t in STEP_TABLES}
+    written[MESSAGE_ITEMS.name] = items_version
+    row = (
+        result.fold_step,
+        first_batch_seq,
+        result.last_batch_seq,
+        json.dumps({str(s): d for s, d in digests.items()}, sort_keys=True),
+        written[MASTER_DOCUMENTS.name],
+        json.dumps(written, sort_keys=True),
+        result.messages,
+        result.applied,
+        result.duplicates,
+        result.filtered,
+        result.dead_lettered,
+        result.masters_changed,
+        run_id,
+        committed_at,
+    )
+    commit = lake.spark.createDataFrame([row], FOLD_STEPS.schema())
+    lake.append(FOLD_STEPS, commit, txn_app_id=f"sis-fold:{FOLD_STEPS.name}")
