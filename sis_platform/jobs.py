@@ -1,27 +1,24 @@
-"""Jobs: the per-batch job the sensor requests, and dead-letter replay.
+"""Jobs: the per-batch job the sensor requests, and dead-letter replay. Both are asset jobs: every
+table they write is materialized by its own asset.
 
-No `from __future__ import annotations`: Dagster reads the op's `context` and `config`
-annotations at definition time.
+No `from __future__ import annotations`: Dagster reads the config mapping's annotations at
+definition time.
 """
 
-from collections.abc import Iterator
+from typing import Any
 
 import dagster as dg
-from dagster_pyspark import LazyPySparkResource
-from pydantic import Field
 
-from sis_platform.assets.masters import FOLD_POOL, fold_masters, interpreted_model
+from sis_platform.assets.masters import fold_masters
 from sis_platform.assets.message_log import message_items, raw_messages
-from sis_platform.assets.policies import TRANSIENT_RETRY
-from sis_platform.landing import batch_key
-from sis_platform.resources.platform import (
-    DeltaLakeResource,
-    FeedProcessingResource,
-    LandingZoneResource,
-)
+from sis_platform.assets.model import interpreted_model
+
+REPLAY_KIND_TAG = {"sis/kind": "replay"}
 
 # One process and one Spark session per run: the in-process executor runs every step of the
-# batch in the run's own process, instead of starting a JVM per step.
+# batch in the run's own process, instead of starting a JVM per step. A run for batch P
+# materializes raw_messages[P] and message_items[P] (partitioned), then the fold and the model
+# (unpartitioned: they fold every classified batch not yet folded, P among them).
 process_batch_job = dg.define_asset_job(
     "process_batch",
     selection=dg.AssetSelection.assets(
@@ -32,102 +29,66 @@ process_batch_job = dg.define_asset_job(
     "and refresh the interpreted model.",
 )
 
-
-class ReplayConfig(dg.Config):
-    reasons: list[str] = Field(
-        default_factory=list,
-        description="Replay only dead letters with these reason codes (all when empty).",
-    )
-    batches: list[str] = Field(
-        default_factory=list,
-        description="Replay only dead letters of these batches (partition keys; all when empty).",
-    )
-
-
-@dg.op(name="replay", out={}, pool=FOLD_POOL, retry_policy=TRANSIENT_RETRY)
-def replay_op(
-    context: dg.OpExecutionContext,
-    config: ReplayConfig,
-    spark: LazyPySparkResource,
-    lake: DeltaLakeResource,
-    processing: FeedProcessingResource,
-    landing: LandingZoneResource,
-) -> Iterator[dg.AssetMaterialization]:
-    """Classify the batches holding the selected dead letters again with the code and settings
-    deployed now, and rewind and refold the masters they touch, in feed order."""
-    from sis_platform.spark.model import refresh_model
-    from sis_platform.spark.replay import replay_dead_letters as replay
-
-    processing.compiled_selector()
-    lk = lake.lake(spark.spark_session)
-    relogged: list[dg.AssetMaterialization] = []
-    result = replay(
-        lk,
-        reasons=config.reasons,
-        batch_keys=config.batches,
-        limits=processing.limits(),
-        redelivery_limit=processing.redelivery_limit,
-        selector=processing.selector,
-        quarantine_after=processing.quarantine_after,
-        run_id=context.run.run_id,
-        landing_root=landing.root,
-        on_relogged=lambda key, s: relogged.append(
-            dg.AssetMaterialization(
-                "message_items",
-                partition=key,
-                description="classified again by a dead-letter replay",
-                metadata={
-                    "items": s.items,
-                    "invalid_by_reason": s.invalid_by_reason,
-                    "items_digest": s.digest,
+# The replay's run config keeps the shape operators have always launched it with,
+# `ops: {replay: {config: {reasons, batches}}}`, and maps it onto the fold's `replay` config.
+REPLAY_RUN_CONFIG = {
+    "ops": dg.Field(
+        {
+            "replay": dg.Field(
+                {
+                    "config": dg.Field(
+                        {
+                            "reasons": dg.Field(
+                                [str],
+                                default_value=[],
+                                is_required=False,
+                                description="Replay only dead letters with these reason codes "
+                                "(all when empty).",
+                            ),
+                            "batches": dg.Field(
+                                [str],
+                                default_value=[],
+                                is_required=False,
+                                description="Replay only dead letters of these batches "
+                                "(partition keys; all when empty).",
+                            ),
+                        },
+                        is_required=False,
+                    )
                 },
+                is_required=False,
             )
-        ),
+        },
+        is_required=False,
     )
-    yield from relogged
-    step = result.step
-    context.log.info(
-        f"replayed {result.dead_letters} dead letter(s) from {len(result.batches)} batch(es); "
-        f"{step.rewound_masters} master(s) rewound and refolded"
-        + (
-            f" in fold step {step.fold_step}: {step.applied} applied, {step.dead_lettered} "
-            f"dead-lettered"
-            if step.fold_step is not None
-            else "; nothing to refold"
-        )
-    )
-    if step.fold_step is None:
-        return
-    partition = batch_key(step.last_batch_seq) if step.last_batch_seq else None
-    for asset in ("master_documents", "master_versions", "dead_letters", "message_outcomes"):
-        yield dg.AssetMaterialization(
-            asset,
-            partition=partition,
-            description="refolded by a dead-letter replay",
-            metadata={
-                "fold_step": step.fold_step,
-                "rewound_masters": step.rewound_masters,
-                "applied": step.applied,
-                "dead_lettered": step.dead_lettered,
-            },
-        )
-    model = refresh_model(lk)
-    for asset, rows in (
-        ("events", model.events),
-        ("markets", model.markets),
-        ("selections", model.selections),
-    ):
-        yield dg.AssetMaterialization(
-            asset, partition=partition, metadata={"fold_step": model.fold_step, "rows": rows}
-        )
+}
 
 
-@dg.job(
-    name="replay_dead_letters",
+@dg.config_mapping(config_schema=REPLAY_RUN_CONFIG)
+def replay_config(outer: dict[str, Any]) -> dict[str, Any]:
+    """The fold's config for a replay of the dead letters `outer` selects."""
+    selection = outer.get("ops", {}).get("replay", {}).get("config", {})
+    return {
+        "ops": {
+            fold_masters.op.name: {
+                "config": {
+                    "replay": {
+                        "reasons": list(selection.get("reasons", [])),
+                        "batches": list(selection.get("batches", [])),
+                    }
+                }
+            }
+        }
+    }
+
+
+replay_dead_letters_job = dg.define_asset_job(
+    "replay_dead_letters",
+    selection=dg.AssetSelection.assets(fold_masters, interpreted_model),
+    config=replay_config,
     executor_def=dg.in_process_executor,
-    tags={"sis/kind": "replay"},
+    tags=REPLAY_KIND_TAG,
     description="Replay dead letters after a fix: classify their batches again, rewind the "
-    "masters they touch and refold them in feed order (config: reasons, batches).",
+    "masters they touch and refold them in feed order, then refresh the model (config: "
+    "reasons, batches).",
 )
-def replay_dead_letters_job() -> None:
-    replay_op()

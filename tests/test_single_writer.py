@@ -7,14 +7,18 @@ from pathlib import Path
 
 import yaml
 
-from sis_platform.assets.masters import FOLD_POOL, fold_masters, interpreted_model
-from sis_platform.jobs import replay_dead_letters_job
+from sis_platform.assets.masters import FOLD_POOL, fold_masters
+from sis_platform.assets.model import interpreted_model
+from sis_platform.definitions import build_definitions
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_every_fold_writer_is_in_the_fold_pool():
-    writers = [fold_masters.op, interpreted_model.op, *replay_dead_letters_job.graph.node_defs]
+def test_every_fold_writer_is_in_the_fold_pool(tmp_path):
+    replay = build_definitions({"SIS_DATA_DIR": str(tmp_path)}).resolve_job_def(
+        "replay_dead_letters"
+    )
+    writers = [fold_masters.op, interpreted_model.op, *replay.graph.node_defs]
     assert {(w.name, w.pool) for w in writers} == {(w.name, FOLD_POOL) for w in writers}
 
 

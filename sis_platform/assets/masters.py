@@ -1,87 +1,197 @@
-"""The fold (master documents, their versions, dead letters, outcomes) and the model.
+"""The fold: master documents, their versions, dead letters, outcomes, and the fold's own
+records (fold_steps, fold_failures), as one unpartitioned multi-asset.
+
+The fold is global incremental state, not a function of one batch: each materialization is a
+fold step over every landed batch not yet folded, up to the first missing one, in feed order
+(spark/fold.py). It runs in every batch run the queue sensor requests (after that batch's
+message_items), in a dead-letter replay (with `replay` config), and whenever a user materializes
+it. Every writer of the fold's tables runs in the `sis_fold` pool, one at a time.
 
 No `from __future__ import annotations` in asset and sensor modules: Dagster reads the
 `context` annotation at definition time.
 """
 
 from collections.abc import Iterator
+from typing import Any
 
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
+from pydantic import Field
 
-from sis_platform.assets.message_log import message_items
-from sis_platform.assets.partitions import batches_partitions
+from sis_platform.assets.message_log import classified
 from sis_platform.assets.policies import TRANSIENT_RETRY
+from sis_platform.assets.table_specs import location, table_spec
+from sis_platform.lake.delta import Lake
 from sis_platform.lake.tables import (
+    BATCH_LOG,
     DEAD_LETTERS,
-    EVENTS,
-    MARKETS,
+    FOLD_FAILURES,
+    FOLD_STEPS,
     MASTER_DOCUMENTS,
     MASTER_VERSIONS,
+    MESSAGE_ITEMS,
     MESSAGE_OUTCOMES,
-    MODEL_FAILURES,
-    SELECTIONS,
+    RAW_MESSAGES,
+    Table,
 )
-from sis_platform.resources.platform import DeltaLakeResource, FeedProcessingResource
+from sis_platform.resources.platform import (
+    DeltaLakeResource,
+    FeedProcessingResource,
+    LandingZoneResource,
+)
+from sis_platform.spark.fold import FoldStepResult, fold_step
+from sis_platform.spark.items import ItemsSummary
+from sis_platform.spark.replay import ReplayResult, replay_dead_letters
 
 FOLD_POOL = "sis_fold"
+WHEN = (
+    " Written by the fold, which runs in every batch run the queue sensor requests and in a "
+    "dead-letter replay; materializing it from the UI folds whatever is landed and classified "
+    "and not yet folded."
+)
+# What the fold reads: every batch's items and their summary, and the original bytes of the
+# messages it dead-letters.
+FOLD_INPUTS = (MESSAGE_ITEMS.name, BATCH_LOG.name, RAW_MESSAGES.name)
+
+FOLD_SPECS = [
+    table_spec(
+        MASTER_DOCUMENTS,
+        "The current master document of every sports event (one row per master id: its "
+        "latest version, the `event` XML, and whether it is stale or filtered)." + WHEN,
+        deps=FOLD_INPUTS,
+    ),
+    table_spec(
+        MASTER_VERSIONS,
+        "Every version of every master document, with the message and item position that "
+        "produced it." + WHEN,
+        deps=FOLD_INPUTS,
+    ),
+    table_spec(
+        DEAD_LETTERS,
+        "Messages and items that could not be applied: original bytes, message id, master id, "
+        "reason code, error detail and time, for inspection and replay." + WHEN,
+        deps=FOLD_INPUTS,
+    ),
+    table_spec(
+        MESSAGE_OUTCOMES,
+        "What became of every logged message and item: applied, duplicate, filtered or "
+        "dead-lettered (the message log's accounting)." + WHEN,
+        deps=FOLD_INPUTS,
+    ),
+    table_spec(
+        FOLD_STEPS,
+        "One row per committed fold step: the batches it folded, its counts, the Delta "
+        "version of every table it wrote (what recovery restores after an interrupted step) "
+        "and the run that made it." + WHEN,
+        deps=FOLD_INPUTS,
+    ),
+    table_spec(
+        FOLD_FAILURES,
+        "Masters whose fold failed for an unknown reason (an error, a worker that died, an "
+        "item over SIS_ITEM_BUDGET_SECONDS), one row per master and failed attempt. After "
+        "SIS_QUARANTINE_AFTER failures the master is quarantined; a replay of its dead letters "
+        "releases it." + WHEN,
+        deps=FOLD_INPUTS,
+    ),
+]
+
+
+class ReplaySelection(dg.Config):
+    """Which dead letters a replay takes (each filter unless empty)."""
+
+    reasons: list[str] = Field(
+        default_factory=list,
+        description="Replay only dead letters with these reason codes (all when empty).",
+    )
+    batches: list[str] = Field(
+        default_factory=list,
+        description="Replay only dead letters of these batches (partition keys; all when empty).",
+    )
+
+
+class FoldConfig(dg.Config):
+    replay: ReplaySelection | None = Field(
+        default=None,
+        description="Set by the replay_dead_letters job: classify the batches holding these "
+        "dead letters again, then rewind the masters they touch and refold them. Unset: fold "
+        "what is landed and not yet folded.",
+    )
 
 
 @dg.multi_asset(
-    specs=[
-        dg.AssetSpec(
-            "master_documents",
-            deps=[message_items],
-            description="The current master document of every sports event (one row per "
-            "master id: its latest version, the `event` XML, and whether it is stale or "
-            "filtered). A partition is the fold step run when that batch arrived: it folds "
-            "every batch up to the first missing one, in feed order.",
-            kinds={"spark", "delta"},
-        ),
-        dg.AssetSpec(
-            "master_versions",
-            deps=[message_items],
-            description="Every version of every master document, with the message and item "
-            "position that produced it.",
-            kinds={"spark", "delta"},
-        ),
-        dg.AssetSpec(
-            "dead_letters",
-            deps=[message_items],
-            description="Messages and items that could not be applied: original bytes, message "
-            "id, master id, reason code, error detail and time, for inspection and replay.",
-            kinds={"spark", "delta"},
-        ),
-        dg.AssetSpec(
-            "message_outcomes",
-            deps=[message_items],
-            description="What became of every logged message and item: applied, duplicate, "
-            "filtered or dead-lettered (the message log's accounting).",
-            kinds={"spark", "delta"},
-        ),
-    ],
-    partitions_def=batches_partitions,
+    specs=FOLD_SPECS,
     group_name="masters",
     pool=FOLD_POOL,
     retry_policy=TRANSIENT_RETRY,
 )
 def fold_masters(
     context: dg.AssetExecutionContext,
+    config: FoldConfig,
     spark: LazyPySparkResource,
     lake: DeltaLakeResource,
     processing: FeedProcessingResource,
+    landing: LandingZoneResource,
 ) -> Iterator[dg.MaterializeResult]:
-    from sis_platform.spark.fold import fold_step
-
     processing.compiled_selector()  # a bad selector fails here, loudly, before any write
     lk = lake.lake(spark.spark_session)
-    result = fold_step(
-        lk,
-        selector=processing.selector,
-        run_id=context.run.run_id,
-        quarantine_after=processing.quarantine_after,
+    replayed: ReplayResult | None = None
+    if config.replay is None:
+        result = fold_step(
+            lk,
+            selector=processing.selector,
+            run_id=context.run.run_id,
+            quarantine_after=processing.quarantine_after,
+            limits=processing.limits(),
+        )
+    else:
+        replayed = replay(context, config.replay, lk, processing, landing.root)
+        result = replayed.step
+    log_step(context, result)
+    yield from step_results(lk, result, replayed)
+
+
+def replay(
+    context: dg.AssetExecutionContext,
+    selection: ReplaySelection,
+    lake: Lake,
+    processing: FeedProcessingResource,
+    landing_root: str,
+) -> ReplayResult:
+    """Replay the selected dead letters. Each batch classified again is recorded as a
+    materialization of its message_items and batch_log partitions (docs/operations.md,
+    "Dead-letter replay")."""
+
+    def relogged(key: str, summary: ItemsSummary) -> None:
+        for name, metadata in classified(lake, summary).items():
+            context.log_event(
+                dg.AssetMaterialization(
+                    name,
+                    partition=key,
+                    description="classified again by a dead-letter replay",
+                    metadata=metadata,
+                )
+            )
+
+    result = replay_dead_letters(
+        lake,
+        reasons=selection.reasons,
+        batch_keys=selection.batches,
         limits=processing.limits(),
+        redelivery_limit=processing.redelivery_limit,
+        selector=processing.selector,
+        quarantine_after=processing.quarantine_after,
+        run_id=context.run.run_id,
+        landing_root=landing_root,
+        on_relogged=relogged,
     )
+    context.log.info(
+        f"replayed {result.dead_letters} dead letter(s) from {len(result.batches)} batch(es); "
+        f"{result.step.rewound_masters} master(s) rewound and refolded"
+    )
+    return result
+
+
+def log_step(context: dg.AssetExecutionContext, result: FoldStepResult) -> None:
     if result.fold_step is None:
         context.log.info(f"nothing to fold: waiting for batch {result.waiting_for}")
     if result.rewound_masters:
@@ -95,7 +205,13 @@ def fold_masters(
             f"{result.last_batch_seq}, {result.applied} applied, {result.duplicates} duplicate, "
             f"{result.filtered} filtered, {result.dead_lettered} dead-lettered"
         )
-    common = {
+
+
+def step_results(
+    lake: Lake, result: FoldStepResult, replayed: ReplayResult | None
+) -> Iterator[dg.MaterializeResult]:
+    """One materialization per fold table, each with the step's common metadata."""
+    common: dict[str, Any] = {
         "fold_step": result.fold_step,
         "first_batch": result.first_batch_seq,
         "last_batch": result.last_batch_seq,
@@ -103,105 +219,27 @@ def fold_masters(
         "rewound_masters": result.rewound_masters,
         "changed_batches": dg.MetadataValue.json(list(result.changed_batches)),
     }
-    yield dg.MaterializeResult(
-        asset_key="master_documents",
-        metadata={
-            **common,
-            "masters_changed": result.masters_changed,
-            "table": dg.MetadataValue.path(lk.path(MASTER_DOCUMENTS)),
-        },
-    )
-    yield dg.MaterializeResult(
-        asset_key="master_versions",
-        metadata={**common, "table": dg.MetadataValue.path(lk.path(MASTER_VERSIONS))},
-    )
-    yield dg.MaterializeResult(
-        asset_key="dead_letters",
-        metadata={
-            **common,
-            "dead_lettered": result.dead_lettered,
-            "table": dg.MetadataValue.path(lk.path(DEAD_LETTERS)),
-        },
-    )
-    yield dg.MaterializeResult(
-        asset_key="message_outcomes",
-        metadata={
-            **common,
-            "messages": result.messages,
-            "applied": result.applied,
-            "duplicates": result.duplicates,
-            "filtered": result.filtered,
-            "dead_lettered": result.dead_lettered,
-            "table": dg.MetadataValue.path(lk.path(MESSAGE_OUTCOMES)),
-        },
-    )
-
-
-@dg.multi_asset(
-    specs=[
-        dg.AssetSpec(
-            "events",
-            deps=["master_documents"],
-            description="One row per sports event: sport, country, course, name, start, "
-            "status, going, current version and staleness.",
-            kinds={"spark", "delta"},
-        ),
-        dg.AssetSpec(
-            "markets",
-            deps=["master_documents"],
-            description="One row per market of each event: type, status, places.",
-            kinds={"spark", "delta"},
-        ),
-        dg.AssetSpec(
-            "selections",
-            deps=["master_documents"],
-            description="One row per selection (runner) of each market, with its current "
-            "fractional and decimal price.",
-            kinds={"spark", "delta"},
-        ),
-    ],
-    partitions_def=batches_partitions,
-    group_name="model",
-    pool=FOLD_POOL,
-    retry_policy=TRANSIENT_RETRY,
-)
-def interpreted_model(
-    context: dg.AssetExecutionContext, spark: LazyPySparkResource, lake: DeltaLakeResource
-) -> Iterator[dg.MaterializeResult]:
-    """The interpreted model that Opportunity Management reads. A master whose document cannot
-    be interpreted is left out (no rows) and listed in the model_failures table; the count is
-    the `masters_failed` metadata."""
-    from sis_platform.spark.model import refresh_model
-
-    lk = lake.lake(spark.spark_session)
-    r = refresh_model(lk)
-    if r.upgraded:
-        context.log.warning(
-            f"model table(s) {', '.join(r.upgraded)} recreated with this version's schema: the "
-            "model was rebuilt from every master"
-        )
-    context.log.info(f"model refreshed to fold step {r.fold_step}: {r.masters} master(s)")
-    if r.failed:
-        # One master's failure does not fail the others (spark/model.py): it is reported here
-        # and kept in model_failures, and the master has no model rows until it folds again.
-        context.log.warning(
-            f"{r.failed} master(s) could not be interpreted and have no model rows (see "
-            f"{lk.path(MODEL_FAILURES)}): {', '.join(r.failed_masters)}"
-            + (" ..." if r.failed > len(r.failed_masters) else "")
-        )
-    for name, table, rows in (
-        ("events", EVENTS, r.events),
-        ("markets", MARKETS, r.markets),
-        ("selections", SELECTIONS, r.selections),
-    ):
+    if replayed is not None:
+        common |= {
+            "replayed_dead_letters": replayed.dead_letters,
+            "replayed_batches": dg.MetadataValue.json(list(replayed.batches)),
+        }
+    counts = {
+        "messages": result.messages,
+        "applied": result.applied,
+        "duplicates": result.duplicates,
+        "filtered": result.filtered,
+        "dead_lettered": result.dead_lettered,
+    }
+    own: dict[Table, dict[str, Any]] = {
+        MASTER_DOCUMENTS: {"masters_changed": result.masters_changed},
+        MASTER_VERSIONS: {},
+        DEAD_LETTERS: {"dead_lettered": result.dead_lettered},
+        MESSAGE_OUTCOMES: counts,
+        FOLD_STEPS: {**counts, "masters_changed": result.masters_changed},
+        FOLD_FAILURES: {},
+    }
+    for table, metadata in own.items():
         yield dg.MaterializeResult(
-            asset_key=name,
-            metadata={
-                "fold_step": r.fold_step,
-                "masters_refreshed": r.masters,
-                "masters_failed": r.failed,
-                "rows_refreshed": rows,
-                "table": dg.MetadataValue.path(lk.path(table)),
-                "failures_table": dg.MetadataValue.path(lk.path(MODEL_FAILURES)),
-            },
+            asset_key=table.name, metadata={**common, **metadata, **location(lake, table)}
         )

@@ -1,23 +1,26 @@
 """The message log (raw_messages), its integrity check, and its parsed, split form
-(message_items), per batch."""
+(message_items, with the per-batch summary batch_log and the record of classify attempts that
+died, classify_failures): assets partitioned by landing batch."""
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from typing import Any
 
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
+from pyspark.sql import functions as F
 
 from sis_platform.assets.partitions import batches_partitions
 from sis_platform.assets.policies import TRANSIENT_RETRY
-from sis_platform.lake.tables import MESSAGE_ITEMS, RAW_MESSAGES
+from sis_platform.assets.table_specs import KINDS, column_schema, location, table_spec
+from sis_platform.lake.delta import Lake, sql_identifier
+from sis_platform.lake.tables import BATCH_LOG, CLASSIFY_FAILURES, MESSAGE_ITEMS, RAW_MESSAGES
 from sis_platform.resources.platform import (
     DeltaLakeResource,
     FeedProcessingResource,
     LandingZoneResource,
 )
-from sis_platform.spark.items import batch_condition, log_items
-
-if TYPE_CHECKING:
-    from sis_platform.lake.delta import Lake
+from sis_platform.spark.chain import RunAnchor, verify_batch
+from sis_platform.spark.items import ItemsSummary, batch_condition, log_items
 
 CHAIN_CHECK = "hash_chain_intact"
 # Run tags the sensor requests a batch run with: the batch's anchored chain head and message
@@ -29,7 +32,8 @@ MESSAGES_TAG = "sis/messages"
 @dg.asset(
     partitions_def=batches_partitions,
     group_name="message_log",
-    kinds={"spark", "delta"},
+    kinds=KINDS,
+    metadata={"dagster/column_schema": column_schema(RAW_MESSAGES)},
     retry_policy=TRANSIENT_RETRY,
 )
 def raw_messages(
@@ -43,8 +47,6 @@ def raw_messages(
     where intake moved it), and its hash chain link. Written once per batch from the immutable
     landing file; re-materializing rewrites the same rows. Its check `hash_chain_intact`
     verifies the rows and the landing file against the batch's anchors."""
-    from pyspark.sql import functions as F
-
     key = context.partition_key
     session = spark.spark_session
     lk = lake.lake(session)
@@ -84,17 +86,15 @@ def raw_messages(
             "redelivered": int(stats["redelivered"] or 0),
             "first_put_time": str(stats["first_put"]),
             "last_put_time": str(stats["last_put"]),
-            "table": dg.MetadataValue.path(lk.path(RAW_MESSAGES)),
+            **location(lk, RAW_MESSAGES),
             "landing_file": dg.MetadataValue.path(str(zone.batch_path(key))),
         },
     )
 
 
-def add_missing_columns(lake: "Lake") -> list[str]:
+def add_missing_columns(lake: Lake) -> list[str]:
     """Add to an existing raw_messages table the columns its schema gained since it was
     created (nullable, as Delta adds them); the names added."""
-    from sis_platform.lake.delta import sql_identifier
-
     existing = set(lake.read(RAW_MESSAGES).columns)
     missing = [f for f in RAW_MESSAGES.schema().fields if f.name not in existing]
     if missing:
@@ -123,8 +123,6 @@ def hash_chain_intact(
     lake: DeltaLakeResource,
     landing: LandingZoneResource,
 ) -> dg.AssetCheckResult:
-    from sis_platform.spark.chain import RunAnchor, verify_batch
-
     key = context.partition_key
     tags = context.run.tags
     run_anchor = None
@@ -152,11 +150,35 @@ def hash_chain_intact(
     )
 
 
-@dg.asset(
+@dg.multi_asset(
+    specs=[
+        table_spec(
+            MESSAGE_ITEMS,
+            "Each logged message parsed, validated against the Sportsdata schema and split into "
+            "one item per master id it lists (message id, master id, position, payload). A "
+            "message that is not valid becomes a single `invalid` row with its reason code, to "
+            "be dead-lettered by the fold. Deduplication by message id happens in the fold, "
+            "across batches, in feed order.",
+            deps=[raw_messages.key.to_user_string()],
+        ),
+        table_spec(
+            BATCH_LOG,
+            "One row per classified batch: its message, item and invalid-message counts and "
+            "the digest of its items. The fold reads it to find the batches it can fold, and "
+            "to notice a batch whose items changed since it was folded (a backfill after a fix).",
+            deps=[MESSAGE_ITEMS.name],
+        ),
+        table_spec(
+            CLASSIFY_FAILURES,
+            "The messages a classification attempt was working on when its worker died or ran "
+            "over SIS_ITEM_BUDGET_SECONDS, one row per message and attempt. Rows appear only "
+            "when an attempt fails; the next attempt reads them to dead-letter a message that "
+            "keeps killing its worker.",
+            deps=[raw_messages.key.to_user_string()],
+        ),
+    ],
     partitions_def=batches_partitions,
     group_name="message_log",
-    kinds={"spark", "delta"},
-    deps=[raw_messages],
     retry_policy=TRANSIENT_RETRY,
 )
 def message_items(
@@ -165,11 +187,9 @@ def message_items(
     lake: DeltaLakeResource,
     processing: FeedProcessingResource,
     landing: LandingZoneResource,
-) -> dg.MaterializeResult:
-    """Each logged message parsed, validated against the Sportsdata schema and split into one
-    item per master id it lists (message id, master id, position, payload). A message that is
-    not valid becomes a single `invalid` row with its reason code, to be dead-lettered by the
-    fold. Deduplication by message id happens in the fold, across batches, in feed order."""
+) -> Iterator[dg.MaterializeResult]:
+    """Classify one batch: message_items and its batch_log row (classify_failures gains rows
+    only from attempts that died)."""
     lk = lake.lake(spark.spark_session)
     summary = log_items(
         lk,
@@ -180,20 +200,29 @@ def message_items(
         quarantine_after=processing.quarantine_after,
         landing_root=landing.root,
     )
-    digest, messages, n_items, invalid = (
-        summary.digest,
-        summary.messages,
-        summary.items,
-        summary.invalid_by_reason,
+    for name, metadata in classified(lk, summary).items():
+        yield dg.MaterializeResult(asset_key=name, metadata=metadata)
+    yield dg.MaterializeResult(
+        asset_key=CLASSIFY_FAILURES.name, metadata=location(lk, CLASSIFY_FAILURES)
     )
-    return dg.MaterializeResult(
-        metadata={
-            "dagster/row_count": n_items + sum(invalid.values()),
-            "messages": messages,
-            "items": n_items,
-            "invalid_messages": sum(invalid.values()),
+
+
+def classified(lake: Lake, summary: ItemsSummary) -> dict[str, dict[str, Any]]:
+    """The metadata of one batch's classification, by the table it wrote: message_items and
+    batch_log (a dead-letter replay reports the batches it classifies again with it too)."""
+    invalid = summary.invalid_by_reason
+    counts = {
+        "messages": summary.messages,
+        "items": summary.items,
+        "invalid_messages": sum(invalid.values()),
+        "items_digest": summary.digest,
+    }
+    return {
+        MESSAGE_ITEMS.name: {
+            "dagster/row_count": summary.items + sum(invalid.values()),
+            **counts,
             "invalid_by_reason": dg.MetadataValue.json(invalid),
-            "items_digest": digest,
-            "table": dg.MetadataValue.path(lk.path(MESSAGE_ITEMS)),
-        }
-    )
+            **location(lake, MESSAGE_ITEMS),
+        },
+        BATCH_LOG.name: {**counts, **location(lake, BATCH_LOG)},
+    }

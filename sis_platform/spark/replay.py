@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pyspark.sql import functions as F
+
 from sis_platform.domain.limits import Limits
 from sis_platform.domain.reasons import Reason
 from sis_platform.lake.tables import DEAD_LETTERS
@@ -50,9 +52,8 @@ def replay_dead_letters(
     landing_root: str | None = None,
 ) -> ReplayResult:
     """Replay the committed dead letters (those with a reason in `reasons` and in a batch of
-    `batch_keys`, each filter unless empty)."""
-    from pyspark.sql import functions as F
-
+    `batch_keys`, each filter unless empty). `on_relogged` is called with each batch classified
+    again and its summary, as soon as it is written."""
     lake.claim_writer(FOLD_WRITER)
     committed, versions = recover(lake)
     letters = lake.read(DEAD_LETTERS, version=versions[DEAD_LETTERS.name])

@@ -28,9 +28,16 @@ SENSOR = "sportsdata_queue_sensor"
 # The job's steps in execution order, with the asset keys each materializes.
 STEPS = {
     "raw_messages": ["raw_messages"],
-    "message_items": ["message_items"],
-    "fold_masters": ["master_documents", "master_versions", "dead_letters", "message_outcomes"],
-    "interpreted_model": ["events", "markets", "selections"],
+    "message_items": ["message_items", "batch_log", "classify_failures"],
+    "fold_masters": [
+        "master_documents",
+        "master_versions",
+        "dead_letters",
+        "message_outcomes",
+        "fold_steps",
+        "fold_failures",
+    ],
+    "interpreted_model": ["events", "markets", "selections", "model_steps", "model_failures"],
 }
 
 
