@@ -39,15 +39,13 @@ from sis_platform.settings import (
     SparkSettings,
     StompSourceSettings,
     load_settings,
-    sensor_interval_seconds,
 )
 
-# Re-exported: callers catch config.ConfigurationError and read the interval from here.
+# Re-exported: callers of resources() catch config.ConfigurationError.
 __all__ = [
     "ConfigurationError",
     "queue_resource",
     "resources",
-    "sensor_interval_seconds",
     "shared_spark_session",
     "spark_config",
 ]
