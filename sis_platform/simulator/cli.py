@@ -22,7 +22,7 @@ from datetime import date, datetime
 from pathlib import Path
 
 from sis_platform.queues.base import SourceUnavailable
-from sis_platform.queues.factory import open_source
+from sis_platform.queues.factory import open_source_from_environment
 from sis_platform.simulator.feedfile import FeedFileError, read_feed, write_feed, write_stream
 from sis_platform.simulator.generator import (
     DEFAULT_MAX_BYTES,
@@ -260,7 +260,7 @@ def _publish(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         total = 12_000 if args.messages is None else args.messages
 
     try:
-        source = open_source(args.to)
+        source = open_source_from_environment(args.to)
     except ValueError as error:
         parser.error(f"--to: {error}")
 

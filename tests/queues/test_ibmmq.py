@@ -23,7 +23,6 @@ from sis_platform.queues.ibmmq import (
     IbmMqError,
     IbmMqQueue,
     Rfh2Error,
-    missing_env,
     mqmd_put_time,
     parse_rfh2,
 )
@@ -981,43 +980,3 @@ def test_conformance_real_queue_manager_entry_defines_and_deletes_its_queues(
     assert [m.message_id for m in sources.read_backout_ibmmq(source)] == [poison]
     sources._delete_real_queues(env, sources._REAL_QUEUES.pop("test"))
     assert name not in server.queues and f"{name}.BACKOUT" not in server.queues
-
-
-# -- configuration from the environment -------------------------------------------------
-
-
-def test_from_env_reads_the_sis_ibmmq_variables() -> None:
-    environ = {
-        "SIS_IBMMQ_QMGR": "QM1",
-        "SIS_IBMMQ_CHANNEL": "DEV.APP.SVRCONN",
-        "SIS_IBMMQ_CONN": "mq1(1414)",
-        "SIS_IBMMQ_QUEUE": QUEUE,
-        "SIS_IBMMQ_USER": "app",
-        "SIS_IBMMQ_PASSWORD": PASSWORD,
-        "SIS_IBMMQ_CIPHER_SPEC": "ANY_TLS12_OR_HIGHER",
-        "SIS_IBMMQ_KEY_REPOSITORY": "/keys/client",
-        "SIS_IBMMQ_RECONNECT": "qmgr",
-    }
-    source = IbmMqQueue.from_env(environ)
-    assert (source.queue_manager, source.channel, source.conn_name, source.queue) == (
-        "QM1",
-        "DEV.APP.SVRCONN",
-        "mq1(1414)",
-        QUEUE,
-    )
-    assert (source.user, source.cipher_spec, source.key_repository) == (
-        "app",
-        "ANY_TLS12_OR_HIGHER",
-        "/keys/client",
-    )
-    assert source.client_reconnect == "qmgr"
-
-
-def test_from_env_names_every_missing_variable() -> None:
-    assert missing_env({"SIS_IBMMQ_QMGR": "QM1"}) == [
-        "SIS_IBMMQ_CHANNEL",
-        "SIS_IBMMQ_CONN",
-        "SIS_IBMMQ_QUEUE",
-    ]
-    with pytest.raises(ValueError, match="SIS_IBMMQ_CHANNEL, SIS_IBMMQ_CONN, SIS_IBMMQ_QUEUE"):
-        IbmMqQueue.from_env({"SIS_IBMMQ_QMGR": "QM1"})
