@@ -21,6 +21,7 @@ import pytest
 
 from sis_platform.queues.base import QueueSession, QueueSource, ReceivedMessage
 from sis_platform.queues.embedded import EmbeddedQueue
+from sis_platform.queues.factory import open_source_from_environment
 from sis_platform.queues.ibmmq import IbmMqQueue
 from sis_platform.queues.stomp import StompQueue
 from tests.queues.fake_pymqi import FakePymqi, FakeQueueManagerServer
@@ -229,7 +230,11 @@ def spec_ibmmq(ctx: Context) -> Spec:
 
 
 def _real_source(env: dict[str, str], queue: str) -> IbmMqQueue:
-    return IbmMqQueue.from_env({**env, "SIS_IBMMQ_QUEUE": queue}, reconnect_attempts=2)
+    source = open_source_from_environment(
+        "ibmmq:", {**env, "SIS_IBMMQ_QUEUE": queue}, reconnect_attempts=2
+    )
+    assert isinstance(source, IbmMqQueue)
+    return source
 
 
 def _pcf(source: IbmMqQueue, commands: list[tuple[str, dict[int, Any], int | None]]) -> None:

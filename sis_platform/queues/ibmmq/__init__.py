@@ -35,12 +35,10 @@ from sis_platform.queues.ibmmq.mqi import (
     reason_name,
 )
 from sis_platform.queues.ibmmq.rfh2 import Rfh2, Rfh2Error, parse_rfh2, rfh2_properties
-from sis_platform.queues.ibmmq.source import ENV_PREFIX, ENV_REQUIRED, IbmMqQueue, missing_env
+from sis_platform.queues.ibmmq.source import IbmMqQueue
 
 __all__ = [
     "CONNECTION_REASONS",
-    "ENV_PREFIX",
-    "ENV_REQUIRED",
     "MQRC_BACKED_OUT",
     "MQRC_BACKOUT_THRESHOLD_REACHED",
     "MQRC_DATA_LENGTH_ERROR",
@@ -55,7 +53,6 @@ __all__ = [
     "Rfh2",
     "Rfh2Error",
     "load_pymqi",
-    "missing_env",
     "mqmd_put_time",
     "parse_rfh2",
     "reason_name",

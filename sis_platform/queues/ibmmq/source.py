@@ -13,7 +13,7 @@ import copy
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -41,9 +41,6 @@ from sis_platform.queues.ibmmq.producer import IbmMqProducer
 from sis_platform.queues.ibmmq.session import IbmMqSession
 
 log = logging.getLogger(__name__)
-
-ENV_PREFIX = "SIS_IBMMQ_"
-ENV_REQUIRED = ("QMGR", "CHANNEL", "CONN", "QUEUE")
 
 
 class _Secret:
@@ -153,35 +150,6 @@ class IbmMqQueue(QueueSource):
         self.clock = clock
         self._pymqi = pymqi_module
 
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str], **options: Any) -> IbmMqQueue:
-        """Build from SIS_IBMMQ_* variables (docs/ibmmq.md lists them)."""
-        missing = missing_env(environ)
-        if missing:
-            raise ValueError(f"IBM MQ source not configured: set {', '.join(missing)}")
-
-        def var(name: str) -> str | None:
-            return environ.get(ENV_PREFIX + name) or None
-
-        reconnect = var("RECONNECT") or "disabled"
-        if reconnect not in ("disabled", "as_def", "any", "qmgr"):
-            raise ValueError(
-                f"{ENV_PREFIX}RECONNECT must be disabled, as_def, any or qmgr, not {reconnect!r}"
-            )
-        return cls(
-            queue_manager=environ[ENV_PREFIX + "QMGR"],
-            channel=environ[ENV_PREFIX + "CHANNEL"],
-            conn_name=environ[ENV_PREFIX + "CONN"],
-            queue=environ[ENV_PREFIX + "QUEUE"],
-            user=var("USER"),
-            password=var("PASSWORD") if var("USER") else None,
-            cipher_spec=var("CIPHER_SPEC"),
-            key_repository=var("KEY_REPOSITORY"),
-            certificate_label=var("CERT_LABEL"),
-            client_reconnect=reconnect,  # type: ignore[arg-type]  # checked just above
-            **options,
-        )
-
     @property
     def description(self) -> str:
         parts = [f"channel {self.channel}", f"conn {self.conn_name}"]
@@ -281,8 +249,3 @@ class IbmMqQueue(QueueSource):
 
     def now(self) -> datetime:
         return datetime.now(UTC)
-
-
-def missing_env(environ: Mapping[str, str]) -> list[str]:
-    """The SIS_IBMMQ_* variables a real queue manager needs that `environ` lacks."""
-    return [ENV_PREFIX + name for name in ENV_REQUIRED if not environ.get(ENV_PREFIX + name)]
