@@ -8,7 +8,7 @@ of each item (docs/feed.md "Items: splitting a message", docs/design.md invarian
 version it produced, the earlier copy it duplicated, filtered, or its dead letter.
 
 Only committed fold steps count. The fold appends its rows first and commits by appending to
-fold_steps last (sis_platform/spark/fold.py), so rows tagged with a later step are an
+fold_steps last (sis_platform/spark/fold/ledger.py), so rows tagged with a later step are an
 interrupted or running step's and are ignored here, as the next step's recovery will undo
 them. A copy in a batch no committed step covers is "not yet folded".
 
