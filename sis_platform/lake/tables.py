@@ -50,7 +50,7 @@ MODEL_FAILURES = Table("model_failures")
 MODEL_STEPS = Table("model_steps")
 
 # Tables the fold appends to, each row tagged with the fold step that wrote it: an uncommitted
-# step's rows are deleted before the next step (see sis_platform/spark/fold.py).
+# step's rows are deleted before the next step (see sis_platform/spark/fold/ledger.py).
 FOLD_APPEND_TABLES = (MASTER_VERSIONS, DEAD_LETTERS, MESSAGE_OUTCOMES)
 
 
@@ -204,7 +204,7 @@ def _fold_steps() -> StructType:
 
 
 def _fold_failures() -> StructType:
-    # One row per master a failed fold attempt was folding (spark/fold.py, quarantine), from a
+    # One row per master a failed fold attempt was folding (spark/fold/quarantine.py), from a
     # structured fact: the master's failure row, or a worker's in-flight marker.
     return T.StructType(
         [
@@ -217,7 +217,7 @@ def _fold_failures() -> StructType:
             # error (the fold raised), crash (its worker died), timeout (an item overran the
             # per-item budget: message_id/position name it). Null in rows of a lake from
             # before kinds, which were errors or crashes. Nullable: added to such a lake's
-            # table in place (spark/fold.py).
+            # table in place (spark/fold/quarantine.py).
             T.StructField("kind", T.StringType(), True),
             T.StructField("message_id", T.StringType(), True),
             T.StructField("position", T.IntegerType(), True),
