@@ -1,7 +1,7 @@
 """Redelivery counts a queue source keeps itself, where the broker only says "redelivered".
 
 ActiveMQ over STOMP flags a redelivered message with `redelivered:true` and gives no count
-(stomp.py). A message that kills its consumer (the process dies with it in the unit of work)
+(queues/stomp/). A message that kills its consumer (the process dies with it in the unit of work)
 comes back flagged to a new process, which has forgotten any count kept in memory: such a
 message would never reach the backout threshold and would come back for ever. So the STOMP
 source records here, keyed by the broker's message id, each time it hands a redelivered
