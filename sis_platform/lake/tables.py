@@ -8,6 +8,7 @@ queues, landing, lease and consumer modules) imports this module.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from pyspark.sql import types as T
 from pyspark.sql.types import StructType
@@ -31,6 +32,16 @@ class Table:
     def properties(self) -> dict[str, str]:
         """Delta table properties it is created with."""
         return {"delta.enableDeletionVectors": "true"} if self.replaced_in_place else {}
+
+    def row(self, **values: Any) -> tuple[Any, ...]:
+        """One row in the schema's column order, from its values by column name: a row built
+        field by field by name, never by position. Every column must be given, and only those."""
+        names = self.schema().fieldNames()
+        if missing := [n for n in names if n not in values]:
+            raise ValueError(f"{self.name} row: no value for {', '.join(missing)}")
+        if extra := sorted(set(values) - set(names)):
+            raise ValueError(f"{self.name} row: no column {', '.join(extra)}")
+        return tuple(values[n] for n in names)
 
 
 RAW_MESSAGES = Table("raw_messages", ("batch_key",))

@@ -340,7 +340,17 @@ def _deaths(records: list[InFlightRecord], *, cause: BaseException) -> list[_Dea
 
 def _record_deaths(lake: Lake, key: str, died: list[_Death], *, run_id: str | None) -> None:
     now = datetime.now(UTC)
-    rows = [(key, d.message_id, d.kind, d.error, now, run_id) for d in died]
+    rows = [
+        CLASSIFY_FAILURES.row(
+            batch_key=key,
+            message_id=d.message_id,
+            kind=d.kind,
+            error=d.error,
+            failed_at=now,
+            run_id=run_id,
+        )
+        for d in died
+    ]
     lake.ensure(CLASSIFY_FAILURES)
     lake.append(CLASSIFY_FAILURES, lake.spark.createDataFrame(rows, CLASSIFY_FAILURES.schema()))
 
@@ -427,15 +437,15 @@ def log_items(
     summary = items_summary(lake.read(MESSAGE_ITEMS).where(where))
     log_row = lake.spark.createDataFrame(
         [
-            (
-                key,
-                batch_seq_of(key),
-                summary.messages,
-                summary.items,
-                sum(summary.invalid_by_reason.values()),
-                summary.digest,
-                datetime.now(UTC),
-                run_id,
+            BATCH_LOG.row(
+                batch_key=key,
+                batch_seq=batch_seq_of(key),
+                messages=summary.messages,
+                items=summary.items,
+                invalid=sum(summary.invalid_by_reason.values()),
+                items_digest=summary.digest,
+                processed_at=datetime.now(UTC),
+                run_id=run_id,
             )
         ],
         BATCH_LOG.schema(),

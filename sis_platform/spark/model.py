@@ -323,7 +323,10 @@ def refresh_model(lake: Lake) -> ModelRefresh:
     changed.unpersist()
     lake.append(
         MODEL_STEPS,
-        lake.spark.createDataFrame([(target.fold_step, len(ids), now)], MODEL_STEPS.schema()),
+        lake.spark.createDataFrame(
+            [MODEL_STEPS.row(fold_step=target.fold_step, masters=len(ids), committed_at=now)],
+            MODEL_STEPS.schema(),
+        ),
     )
     return ModelRefresh(
         target.fold_step,

@@ -157,21 +157,21 @@ def commit_step(
     assert result.fold_step is not None and result.last_batch_seq is not None
     written = {t.name: lake.version(t) for t in STEP_TABLES}
     written[MESSAGE_ITEMS.name] = items_version
-    row = (
-        result.fold_step,
-        first_batch_seq,
-        result.last_batch_seq,
-        json.dumps({str(s): d for s, d in digests.items()}, sort_keys=True),
-        written[MASTER_DOCUMENTS.name],
-        json.dumps(written, sort_keys=True),
-        result.messages,
-        result.applied,
-        result.duplicates,
-        result.filtered,
-        result.dead_lettered,
-        result.masters_changed,
-        run_id,
-        committed_at,
+    row = FOLD_STEPS.row(
+        fold_step=result.fold_step,
+        first_batch_seq=first_batch_seq,
+        last_batch_seq=result.last_batch_seq,
+        items_digest=json.dumps({str(s): d for s, d in digests.items()}, sort_keys=True),
+        master_documents_version=written[MASTER_DOCUMENTS.name],
+        table_versions=json.dumps(written, sort_keys=True),
+        messages=result.messages,
+        applied=result.applied,
+        duplicates=result.duplicates,
+        filtered=result.filtered,
+        dead_lettered=result.dead_lettered,
+        masters_changed=result.masters_changed,
+        run_id=run_id,
+        committed_at=committed_at,
     )
     commit = lake.spark.createDataFrame([row], FOLD_STEPS.schema())
     lake.append(FOLD_STEPS, commit, txn_app_id=f"sis-fold:{FOLD_STEPS.name}")

@@ -143,16 +143,16 @@ def record_failures(
     now = datetime.now(UTC)
     _add_kind_columns(lake)
     rows = [
-        (
-            f.master_id,
-            step,
-            f.error[:FAILURE_DETAIL_CHARS],
-            now,
-            run_id,
-            False,
-            f.kind,
-            f.message_id,
-            f.position,
+        FOLD_FAILURES.row(
+            master_id=f.master_id,
+            fold_step=step,
+            error=f.error[:FAILURE_DETAIL_CHARS],
+            failed_at=now,
+            run_id=run_id,
+            released=False,
+            kind=f.kind,
+            message_id=f.message_id,
+            position=f.position,
         )
         for f in sorted(set(failures), key=lambda f: (f.master_id, f.kind, f.error))
     ]
