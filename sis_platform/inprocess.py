@@ -25,11 +25,12 @@ from sis_platform.definitions import build_definitions
 from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
 from sis_platform.domain.pipeline import LoggedMessage
 from sis_platform.landing import LandingZone
+from sis_platform.sensors.queue_sensor import SENSOR_NAME
 
 if TYPE_CHECKING:
     from sis_platform.lake.delta import Lake
 
-SENSOR: Final = "sportsdata_queue_sensor"
+SENSOR: Final = SENSOR_NAME
 BATCH_JOB: Final = "process_batch"
 # The assets of a batch's message log: logged and parsed, before the fold.
 LOG_ASSETS: Final = ("raw_messages", "message_items")
