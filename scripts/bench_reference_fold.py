@@ -35,6 +35,7 @@ from sis_platform.domain.pipeline import (
     LoggedMessage,
     ReferencePipeline,
     classify_message,
+    valid_items_by_master,
 )
 from sis_platform.domain.xmlpatch import Patch, PatchError
 from sis_platform.simulator.generator import generate_feed
@@ -57,18 +58,10 @@ def feed(seed: int, count: int) -> list[LoggedMessage]:
 
 def stages(messages: list[LoggedMessage]) -> tuple[float, float, int]:
     """CPU seconds to classify every message, then to fold every master; and the item count."""
-    seen: set[str] = set()
     groups: dict[str, list[Item]] = {}
 
     def classify() -> None:
-        for message in messages:
-            if message.message_id in seen:
-                continue
-            seen.add(message.message_id)
-            classified = classify_message(message)
-            if not isinstance(classified, DeadLetter):
-                for item in classified:
-                    groups.setdefault(item.master_id, []).append(item)
+        groups.update(valid_items_by_master(messages))
 
     def fold() -> None:
         cache = PatchCache()

@@ -37,7 +37,7 @@ from pyspark.sql import SparkSession
 from sis_platform import config
 from sis_platform.cli import spark_connect
 from sis_platform.domain.fold import PatchCache, fold_master
-from sis_platform.domain.pipeline import DeadLetter, LoggedMessage, classify_message
+from sis_platform.domain.pipeline import LoggedMessage, valid_items_by_master
 from sis_platform.inprocess import LOG_ASSETS, InProcessPlatform
 from sis_platform.landing import LandingZone, batch_seq_of
 from sis_platform.queues.embedded import EmbeddedQueue
@@ -442,16 +442,7 @@ def reference_fold(messages: list[LoggedMessage]) -> ReferenceFold:
     """Items and wall seconds of the single-process reference fold: `fold_master` per master
     over its (deduplicated, valid) items, as ReferencePipeline folds them; classification is
     done before the clock starts, as the Spark fold's input is already classified."""
-    seen: set[str] = set()
-    groups: dict[str, list[Any]] = {}
-    for message in messages:
-        if message.message_id in seen:
-            continue
-        seen.add(message.message_id)
-        classified = classify_message(message)
-        if not isinstance(classified, DeadLetter):
-            for item in classified:
-                groups.setdefault(item.master_id, []).append(item)
+    groups = valid_items_by_master(messages)
     cache = PatchCache()
     t0 = time.perf_counter()
     for master_id, items in groups.items():

@@ -15,6 +15,7 @@ from sis_platform.domain.pipeline import (
     MessageResult,
     ReferencePipeline,
     classify_message,
+    valid_items_by_master,
 )
 from sis_platform.domain.reasons import Outcome, Reason
 from sis_platform.domain.selector import Selector
@@ -397,3 +398,11 @@ def test_simulated_feed_outcomes_match_the_simulators_labels():
             assert set(first) == {APPLIED}, (message.kind, first)
             checked[message.kind] += 1
     assert set(checked) >= {str(reason) for reason in INVALID_REASONS} | {"duplicate", "update"}
+
+
+def test_valid_items_by_master_keeps_first_copies_and_valid_items_in_feed_order():
+    messages = log(master(event()), update(ASCOT_1430, GO_SOFT), b"<not-well-formed")
+    redelivered = [*messages, messages[1]]
+    groups = valid_items_by_master(redelivered)
+    assert list(groups) == [ASCOT_1430]
+    assert [item.message_id for item in groups[ASCOT_1430]] == [mid(1), mid(2)]
