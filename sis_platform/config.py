@@ -1,6 +1,6 @@
 """Settings to Dagster resources: what the platform's code location is configured with.
 
-`resources()` takes the platform's `Settings` (sis_platform/settings.py, which reads and checks
+`resources()` takes the platform's `Settings` (sis_platform/settings/, which reads and checks
 the environment) or a plain mapping of `SIS_*` variables, and builds the typed resources of
 sis_platform/resources/. `SIS_PROFILE` picks the source and Spark: `local` (default: embedded
 queue, local Spark, local Delta), `activemq` (STOMP broker), `ibmmq` (IBM MQ through pymqi),

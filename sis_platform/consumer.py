@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class BatchLimits:
-    """The bounds of one landing batch (their defaults, and why: sis_platform/settings.py)."""
+    """The bounds of one landing batch (their defaults, and why: sis_platform/settings/)."""
 
     max_messages: int = DEFAULT_BATCH_MAX_MESSAGES
     max_bytes: int = DEFAULT_BATCH_MAX_BYTES

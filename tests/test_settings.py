@@ -1,4 +1,4 @@
-"""The settings (sis_platform/settings.py): defaults, every check a bad value fails at start,
+"""The settings (sis_platform/settings/): defaults, every check a bad value fails at start,
 the profile file, secrets kept out of the settings and the file, and what is read at call time."""
 
 from __future__ import annotations
@@ -57,6 +57,28 @@ def test_defaults(tmp_path: Path) -> None:
         None,
         (),
     )
+
+
+def test_the_live_path_is_the_default_intake(tmp_path: Path) -> None:
+    s = load_settings({"SIS_DATA_DIR": str(tmp_path)})
+    assert s.intake == "live"
+    assert s.serving == settings.ServingSettings(f"sqlite:///{tmp_path}/serving/serving.db")
+    assert s.live == settings.LiveSettings()
+    assert (s.live.group_wait_seconds, s.live.group_max_messages) == (0.002, 500)
+    chosen = load_settings(
+        {
+            "SIS_DATA_DIR": str(tmp_path),
+            "SIS_INTAKE": "sensor",
+            "SIS_SERVING_URL": "postgresql://sis@db.internal:5432/serving",
+            "SIS_SERVING_PASSWORD": "pw",
+            "SIS_LIVE_GROUP_WAIT_MS": "0",
+        }
+    )
+    assert (chosen.intake, chosen.live.group_wait_seconds) == ("sensor", 0.0)
+    assert chosen.serving == settings.ServingSettings(
+        "postgresql://sis@db.internal:5432/serving", has_password=True
+    )
+    assert "pw" not in repr(chosen)
 
 
 def test_the_resources_take_their_defaults_from_the_settings(tmp_path: Path) -> None:
@@ -152,6 +174,16 @@ def test_ibmmq_settings_name_every_missing_variable() -> None:
         ({"SIS_SPARK_SHUFFLE_PARTITIONS": "many"}, "SIS_SPARK_SHUFFLE_PARTITIONS='many' is not"),
         ({"SIS_SPARK_CONF": "spark.a"}, "SIS_SPARK_CONF: 'spark.a' is not a spark.<name>=<value>"),
         ({"SIS_SPARK_CLASS_ARCHIVE": "/no/such.jsa"}, "SIS_SPARK_CLASS_ARCHIVE='/no/such.jsa' is"),
+        ({"SIS_INTAKE": "both"}, "SIS_INTAKE='both': expected one of live, sensor"),
+        ({"SIS_SERVING_URL": "redis://h/0"}, "SIS_SERVING_URL: scheme 'redis': expected sqlite"),
+        ({"SIS_SERVING_URL": "sqlite:///"}, "SIS_SERVING_URL='sqlite:///': expected sqlite:///"),
+        ({"SIS_SERVING_URL": "postgresql://u@h"}, "expected postgresql://user@host:port/database"),
+        ({"SIS_SERVING_URL": "postgresql://u:pw@h/db"}, "'postgresql://u:***@h/db' holds a pass"),
+        ({"SIS_LIVE_GROUP_WAIT_MS": "5000"}, "SIS_LIVE_GROUP_WAIT_MS=5000 must be 0 to 1000"),
+        ({"SIS_LIVE_GROUP_MAX_MESSAGES": "0"}, "SIS_LIVE_GROUP_MAX_MESSAGES=0 must be at least 1"),
+        ({"SIS_LIVE_MAX_MASTERS": "0"}, "SIS_LIVE_MAX_MASTERS=0 must be at least 1"),
+        ({"SIS_LIVE_REPORT_SECONDS": "0.5"}, "SIS_LIVE_REPORT_SECONDS=0.5 must be at least 1"),
+        ({"SIS_LIVE_MAX_LAG_SECONDS": "0"}, "SIS_LIVE_MAX_LAG_SECONDS=0 positive"),
     ],
 )
 def test_a_bad_value_fails_at_start_naming_the_variable(
@@ -283,7 +315,7 @@ def test_only_the_settings_module_reads_the_environment() -> None:
         for path in (REPO / "sis_platform").rglob("*.py")
         if re.search(r"os\.environ|getenv", path.read_text())
     ]
-    assert readers == ["sis_platform/settings.py"]
+    assert readers == ["sis_platform/settings/environment.py"]
 
 
 def test_the_configuration_reference_lists_every_variable() -> None:

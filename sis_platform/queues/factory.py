@@ -15,7 +15,7 @@ the `user`/`password` keywords, else the URL, else `fallback` (per field; IBM MQ
 fallback password only for a user). `open_source_from_environment` is the entry point for a URL
 an operator typed (`sis-feed --to`): its fallback is SIS_STOMP_USER / SIS_STOMP_PASSWORD, or
 SIS_IBMMQ_PASSWORD, and `ibmmq:` gets the SIS_IBMMQ_* settings, all through
-sis_platform/settings.py. A password may be given in the URL, but the intended places are the
+sis_platform/settings/. A password may be given in the URL, but the intended places are the
 `password` keyword (a resource field set from an EnvVar) and the environment. Error messages
 never include one. Extra keyword options go to the source's constructor (e.g.
 `connect_attempts=1`).

@@ -1,7 +1,7 @@
 """The message source as a Dagster resource: one interface, three implementations.
 
 Sensors annotate `QueueSourceResource`; which implementation is bound is decided once, in
-`sis_platform.config`, from the settings (sis_platform/settings.py). Each resource only holds
+`sis_platform.config`, from the settings (sis_platform/settings/). Each resource only holds
 configuration and builds the real client (`sis_platform.queues.*`) when asked, so constructing
 one never touches the network.
 

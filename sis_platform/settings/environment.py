@@ -1,0 +1,174 @@
+"""The one module of the platform that reads the process environment: typed reads of the
+`SIS_*` variables (over the profile file `SIS_SETTINGS_FILE` names), secrets, the
+fault-injection hooks, and the environment handed to child processes."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sis_platform.settings.records import ConfigurationError
+from sis_platform.settings.variables import (
+    FAULT_INJECTION_VARIABLES,
+    SECRET_VARIABLES,
+    SETTINGS_FILE_VARIABLE,
+    VARIABLES,
+)
+
+# -- reading ------------------------------------------------------------------------------
+
+
+class Reader:
+    """Typed reads of one mapping of variables; an unset or empty variable is its default."""
+
+    def __init__(self, variables: Mapping[str, str]) -> None:
+        self.variables = variables
+
+    def text(self, name: str, default: str) -> str:
+        return self.optional(name) or default
+
+    def optional(self, name: str) -> str | None:
+        return self.variables.get(name, "").strip() or None
+
+    def whole(self, name: str, default: int) -> int:
+        raw = self.text(name, str(default))
+        try:
+            return int(raw)
+        except ValueError:
+            raise ConfigurationError(f"{name}={raw!r} is not a whole number") from None
+
+    def number(self, name: str, default: float) -> float:
+        raw = self.text(name, str(default))
+        try:
+            return float(raw)
+        except ValueError:
+            raise ConfigurationError(f"{name}={raw!r} is not a number") from None
+
+    def choice(self, name: str, choices: tuple[str, ...], default: str | None = None) -> str:
+        """One of `choices` (default: the first)."""
+        value = self.text(name, default or choices[0])
+        if value not in choices:
+            raise ConfigurationError(f"{name}={value!r}: expected one of {', '.join(choices)}")
+        return value
+
+    def at_least(self, name: str, default: int, least: int) -> int:
+        value = self.whole(name, default)
+        if value < least:
+            raise ConfigurationError(f"{name}={value} must be at least {least}")
+        return value
+
+
+def _environment(env: Mapping[str, str] | None) -> Mapping[str, str]:
+    return os.environ if env is None else env
+
+
+def variables_in_effect(env: Mapping[str, str] | None) -> Reader:
+    """The variables in effect: the environment over the profile file it names, if any."""
+    env = _environment(env)
+    path = env.get(SETTINGS_FILE_VARIABLE, "").strip()
+    if not path:
+        return Reader(env)
+    from_file = read_settings_file(Path(path))
+    return Reader({**from_file, **{k: v for k, v in env.items() if v.strip()}})
+
+
+def read_settings_file(path: Path) -> dict[str, str]:
+    """A profile file's variables: `SIS_NAME=value` lines (blank lines and `#` comments
+    skipped; no quoting: the value is the rest of the line, stripped). A secret, an unknown
+    name or a malformed line is an error."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as error:
+        raise ConfigurationError(f"{SETTINGS_FILE_VARIABLE}={str(path)!r}: {error}") from None
+    variables: dict[str, str] = {}
+    for number, line in enumerate(lines, start=1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        where = f"{SETTINGS_FILE_VARIABLE}={str(path)!r} line {number}"
+        name, sep, value = text.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise ConfigurationError(f"{where}: expected SIS_NAME=value")
+        if is_secret(name):
+            raise ConfigurationError(
+                f"{where}: {name} is a secret; secrets are taken from the environment only"
+            )
+        if name not in VARIABLES or name == SETTINGS_FILE_VARIABLE:
+            raise ConfigurationError(f"{where}: {name} is not a setting of the platform")
+        variables[name] = value.strip()
+    return variables
+
+
+def is_secret(name: str) -> bool:
+    """Whether variable `name` holds a secret (a password, token or other secret)."""
+    return name in SECRET_VARIABLES or name.endswith(("_PASSWORD", "_TOKEN", "_SECRET"))
+
+
+# -- read at call time ----------------------------------------------------------------------
+
+
+def secret(name: str, env: Mapping[str, str] | None = None) -> str | None:
+    """The secret variable `name` (e.g. SIS_STOMP_PASSWORD) from the environment, or None if it
+    is unset or empty. Never from a profile file, never kept in `Settings`."""
+    if not is_secret(name):
+        raise ValueError(f"{name} is not a secret variable")
+    return _environment(env).get(name) or None
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """A login for a queue URL that names none (the password is left out of the repr)."""
+
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+
+
+def url_credentials(scheme: str, env: Mapping[str, str] | None = None) -> Credentials:
+    """The environment's login for a queue URL of `scheme` that names none: SIS_STOMP_USER and
+    SIS_STOMP_PASSWORD for `stomp`, SIS_IBMMQ_PASSWORD for `ibmmq` (its user is the URL's or
+    the settings'); nothing for another scheme."""
+    if scheme == "stomp":
+        return Credentials(
+            variables_in_effect(env).optional("SIS_STOMP_USER"), secret("SIS_STOMP_PASSWORD", env)
+        )
+    if scheme == "ibmmq":
+        return Credentials(None, secret("SIS_IBMMQ_PASSWORD", env))
+    return Credentials()
+
+
+def fault_injection(variable: str) -> str | None:
+    """A fault-injection hook's variable (FAULT_INJECTION_VARIABLES), read each time it is
+    asked, so a test sets it per child process; None when unset or empty."""
+    if variable not in FAULT_INJECTION_VARIABLES:
+        raise ValueError(f"{variable} is not a fault-injection variable")
+    return os.environ.get(variable) or None
+
+
+def cache_home() -> Path:
+    """The user's cache folder: $XDG_CACHE_HOME, else ~/.cache."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache"))
+
+
+def python_workers_use_this_interpreter() -> None:
+    """Make PySpark start its Python workers with this interpreter unless the operator chose one.
+
+    PySpark takes the workers' interpreter from $PYSPARK_PYTHON when the session starts (else
+    whatever `python3` is first on PATH); in local mode it must be the platform's own (its
+    virtualenv holds pandas, pyarrow, lxml and the platform). The Spark settings
+    `spark.pyspark.python` and `spark.pyspark.driver.python` do not replace it: pyspark 4.2
+    started from Python reads only the environment variable (tried: a local session with
+    `spark.pyspark.python` set ran its Arrow workers on the `python3` of PATH).
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+def child_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for a child process that runs Spark (the Spark Connect server): `env`
+    (default: this process's), with PYSPARK_PYTHON this interpreter unless set."""
+    child = dict(_environment(env))
+    child.setdefault("PYSPARK_PYTHON", sys.executable)
+    return child

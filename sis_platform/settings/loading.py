@@ -1,0 +1,335 @@
+"""`load_settings`: the variables in effect read into `Settings`, section by section, each value
+checked (a bad one raises `ConfigurationError` naming the variable and what it accepts)."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+from typing import cast
+from urllib.parse import urlsplit
+
+from sis_platform.domain.limits import Limits
+from sis_platform.settings.environment import Reader, variables_in_effect
+from sis_platform.settings.records import (
+    Backout,
+    BatchSettings,
+    ConfigurationError,
+    EmbeddedSourceSettings,
+    IbmMqSourceSettings,
+    LiveSettings,
+    ProcessingSettings,
+    ServingSettings,
+    Settings,
+    SourceSettings,
+    SparkSettings,
+    StompSourceSettings,
+)
+from sis_platform.settings.variables import (
+    DEFAULT_BACKOUT_THRESHOLD,
+    DEFAULT_BATCH_MAX_BYTES,
+    DEFAULT_BATCH_MAX_MESSAGES,
+    DEFAULT_BATCH_MAX_SECONDS,
+    DEFAULT_DATA_DIR,
+    DEFAULT_DRIVER_MEMORY,
+    DEFAULT_GET_WAIT_SECONDS,
+    DEFAULT_LEASE_SECONDS,
+    DEFAULT_LIMITS,
+    DEFAULT_LIVE_GROUP_MAX_MESSAGES,
+    DEFAULT_LIVE_GROUP_WAIT_MS,
+    DEFAULT_LIVE_MAX_LAG_SECONDS,
+    DEFAULT_LIVE_MAX_MASTERS,
+    DEFAULT_LIVE_REPORT_SECONDS,
+    DEFAULT_MAX_RUNS_IN_FLIGHT,
+    DEFAULT_PROFILE,
+    DEFAULT_QUARANTINE_AFTER,
+    DEFAULT_QUEUE_NAME,
+    DEFAULT_REDELIVERY_LIMIT,
+    DEFAULT_SENSOR_INTERVAL_SECONDS,
+    DEFAULT_SERVING_FILE,
+    DEFAULT_SHUFFLE_PARTITIONS,
+    DEFAULT_SPARK_MASTER,
+    DEFAULT_STOMP_DESTINATION,
+    DEFAULT_STOMP_HOST,
+    DEFAULT_STOMP_PORT,
+    DEFAULT_STOMP_PREFETCH,
+    IBMMQ_RECONNECT,
+    IBMMQ_REQUIRED,
+    INTAKE_MODES,
+    LIMIT_VARIABLES,
+    PROFILES,
+    SERVING_SCHEMES,
+    SOURCES,
+    IbmMqReconnect,
+    IntakeMode,
+)
+
+
+def load_settings(env: Mapping[str, str] | None = None) -> Settings:
+    """The settings `env` (default: the process environment) configures, all checked."""
+    read = variables_in_effect(env)
+    profile = read.choice("SIS_PROFILE", PROFILES, DEFAULT_PROFILE)
+    data_dir = _data_dir(read)
+    limits = _limits(read)
+    processing = ProcessingSettings(
+        redelivery_limit=read.whole("SIS_REDELIVERY_LIMIT", DEFAULT_REDELIVERY_LIMIT),
+        quarantine_after=read.at_least("SIS_QUARANTINE_AFTER", DEFAULT_QUARANTINE_AFTER, 1),
+        selector=read.optional("SIS_SELECTOR"),
+    )
+    spark = _spark(read)
+    if profile == "cluster" and spark.master.startswith("local"):
+        raise ConfigurationError(
+            "profile 'cluster' needs SIS_SPARK_MASTER (spark://, k8s://, yarn or sc://)"
+        )
+    return Settings(
+        profile=profile,
+        data_dir=data_dir,
+        source=_source(read, profile, data_dir, limits, processing.redelivery_limit),
+        batch=_batch(read),
+        limits=limits,
+        processing=processing,
+        spark=spark,
+        lake_path=read.text("SIS_LAKE_PATH", str(data_dir / "lake")),
+        landing_dir=read.text("SIS_LANDING_DIR", str(data_dir / "landing")),
+        serving=_serving(read, data_dir),
+        live=_live(read),
+        intake=cast(IntakeMode, read.choice("SIS_INTAKE", INTAKE_MODES)),
+        sensor_interval_seconds=_sensor_interval(read),
+    )
+
+
+def sensor_interval_seconds(env: Mapping[str, str] | None = None) -> int:
+    """How often the daemon evaluates the queue sensor (SIS_SENSOR_INTERVAL_SECONDS): the
+    floor of a message's latency from the queue to its master."""
+    return _sensor_interval(variables_in_effect(env))
+
+
+def spark_settings(env: Mapping[str, str] | None = None) -> SparkSettings:
+    """The Spark section alone (the Spark Connect server needs nothing else)."""
+    return _spark(variables_in_effect(env))
+
+
+def ibmmq_settings(env: Mapping[str, str] | None = None) -> IbmMqSourceSettings:
+    """The IBM MQ source the SIS_IBMMQ_* variables describe (an `ibmmq:` queue URL); the
+    backout settings are the source's own defaults."""
+    read = variables_in_effect(env)
+    return _ibmmq(read, "the queue URL 'ibmmq:'", _limits(read), Backout())
+
+
+def _data_dir(read: Reader) -> Path:
+    return Path(read.text("SIS_DATA_DIR", DEFAULT_DATA_DIR)).resolve()
+
+
+def _sensor_interval(read: Reader) -> int:
+    return read.at_least("SIS_SENSOR_INTERVAL_SECONDS", DEFAULT_SENSOR_INTERVAL_SECONDS, 1)
+
+
+def _limits(read: Reader) -> Limits:
+    """The resource bounds (defaults: DEFAULT_LIMITS); each must be positive."""
+    values: dict[str, int | float] = {}
+    for name, variable in LIMIT_VARIABLES.items():
+        default = getattr(DEFAULT_LIMITS, name)
+        value = (
+            read.number(variable, default)
+            if isinstance(default, float)
+            else read.whole(variable, default)
+        )
+        if value <= 0:
+            raise ConfigurationError(f"{variable}={value:g} must be positive")
+        values[name] = value
+    return Limits(**values)  # type: ignore[arg-type]  # each value has its field's type
+
+
+def _batch(read: Reader) -> BatchSettings:
+    max_seconds = read.number("SIS_BATCH_MAX_SECONDS", DEFAULT_BATCH_MAX_SECONDS)
+    lease_seconds = read.number("SIS_LEASE_SECONDS", DEFAULT_LEASE_SECONDS)
+    if lease_seconds < 3 * max_seconds:
+        # A tick renews the lease and then consumes for up to max_seconds; the next tick must
+        # renew before it expires, with room for the sensor interval and clock skew.
+        raise ConfigurationError(
+            f"SIS_LEASE_SECONDS={lease_seconds:g} must be at least 3 x SIS_BATCH_MAX_SECONDS"
+            f"={max_seconds:g}"
+        )
+    return BatchSettings(
+        deployment=read.text("SIS_DEPLOYMENT", socket.gethostname()),
+        max_messages=read.whole("SIS_BATCH_MAX_MESSAGES", DEFAULT_BATCH_MAX_MESSAGES),
+        max_bytes=read.whole("SIS_BATCH_MAX_BYTES", DEFAULT_BATCH_MAX_BYTES),
+        max_seconds=max_seconds,
+        get_wait_seconds=read.number("SIS_GET_WAIT_SECONDS", DEFAULT_GET_WAIT_SECONDS),
+        max_runs_in_flight=read.whole("SIS_MAX_RUNS_IN_FLIGHT", DEFAULT_MAX_RUNS_IN_FLIGHT),
+        lease_seconds=lease_seconds,
+    )
+
+
+def _source(
+    read: Reader, profile: str, data_dir: Path, limits: Limits, redelivery_limit: int
+) -> SourceSettings:
+    """The queue source. SIS_SOURCE defaults by profile (activemq: stomp, ibmmq: ibmmq, else
+    embedded)."""
+    default_source = {"activemq": "stomp", "ibmmq": "ibmmq"}.get(profile, "embedded")
+    source = read.text("SIS_SOURCE", default_source)
+    if source not in SOURCES:
+        raise ConfigurationError(f"SIS_SOURCE={source!r}: expected embedded, stomp or ibmmq")
+    backout = Backout(
+        _backout_threshold(read, redelivery_limit), read.optional("SIS_BACKOUT_QUEUE")
+    )
+    if source == "embedded":
+        embedded = EmbeddedSourceSettings(
+            path=read.text("SIS_QUEUE_DIR", str(data_dir / "queue")),
+            queue=read.text("SIS_QUEUE_NAME", DEFAULT_QUEUE_NAME),
+            backout=backout,
+        )
+        _require_other_queue(backout, embedded.queue)
+        return embedded
+    if source == "stomp":
+        stomp = StompSourceSettings(
+            host=read.text("SIS_STOMP_HOST", DEFAULT_STOMP_HOST),
+            port=read.whole("SIS_STOMP_PORT", DEFAULT_STOMP_PORT),
+            destination=read.text("SIS_STOMP_DESTINATION", DEFAULT_STOMP_DESTINATION),
+            user=read.optional("SIS_STOMP_USER"),
+            has_password=read.optional("SIS_STOMP_PASSWORD") is not None,
+            selector=read.optional("SIS_STOMP_SELECTOR"),
+            prefetch=read.at_least("SIS_STOMP_PREFETCH", DEFAULT_STOMP_PREFETCH, 1),
+            backout=backout,
+            redelivery_counts=read.text(
+                "SIS_STOMP_REDELIVERY_COUNTS", str(data_dir / "stomp" / "redeliveries.db")
+            ),
+        )
+        _require_other_queue(backout, stomp.destination)
+        return stomp
+    return _ibmmq(read, f"profile {profile!r}", limits, backout)
+
+
+def _ibmmq(read: Reader, needed_by: str, limits: Limits, backout: Backout) -> IbmMqSourceSettings:
+    missing = [name for name in IBMMQ_REQUIRED if read.optional(name) is None]
+    if missing:
+        raise ConfigurationError(
+            f"{needed_by} needs {', '.join(missing)} to be set (IBM MQ source not configured)"
+        )
+    max_message_bytes = limits.max_message_bytes
+    max_get_bytes = read.whole("SIS_IBMMQ_MAX_GET_BYTES", 2 * max_message_bytes)
+    if max_get_bytes < max_message_bytes:
+        # A body the platform accepts must never be turned away by the source.
+        raise ConfigurationError(
+            f"SIS_IBMMQ_MAX_GET_BYTES={max_get_bytes} must be at least "
+            f"SIS_MAX_MESSAGE_BYTES={max_message_bytes}"
+        )
+    settings = IbmMqSourceSettings(
+        queue_manager=read.text("SIS_IBMMQ_QMGR", ""),
+        channel=read.text("SIS_IBMMQ_CHANNEL", ""),
+        conn_name=read.text("SIS_IBMMQ_CONN", ""),
+        queue=read.text("SIS_IBMMQ_QUEUE", ""),
+        user=read.optional("SIS_IBMMQ_USER"),
+        has_password=read.optional("SIS_IBMMQ_PASSWORD") is not None,
+        cipher_spec=read.optional("SIS_IBMMQ_CIPHER_SPEC"),
+        key_repository=read.optional("SIS_IBMMQ_KEY_REPOSITORY"),
+        certificate_label=read.optional("SIS_IBMMQ_CERT_LABEL"),
+        client_reconnect=cast(IbmMqReconnect, read.choice("SIS_IBMMQ_RECONNECT", IBMMQ_RECONNECT)),
+        backout=backout,
+        max_get_bytes=max_get_bytes,
+    )
+    _require_other_queue(backout, settings.queue)
+    return settings
+
+
+def _require_other_queue(backout: Backout, queue: str) -> None:
+    """SIS_BACKOUT_QUEUE must not name the queue itself (STOMP names with or without their
+    /queue/ prefix)."""
+
+    def bare(name: str) -> str:
+        return name.removeprefix("/queue/")
+
+    if backout.queue is not None and bare(backout.queue) == bare(queue):
+        raise ConfigurationError(f"SIS_BACKOUT_QUEUE={backout.queue!r} is the queue itself")
+
+
+def _backout_threshold(read: Reader, redelivery_limit: int) -> int:
+    """SIS_BACKOUT_THRESHOLD: 0 (off) or more backouts than SIS_REDELIVERY_LIMIT allows
+    deliveries, so that a message coming back is landed and dead-lettered by the fold, with
+    its record in the message log, before the source moves it aside unlogged. Unset, it is
+    twice the redelivery limit and at least DEFAULT_BACKOUT_THRESHOLD (10 with the default
+    limit of 5), so raising the limit alone never makes the configuration invalid."""
+    default = max(DEFAULT_BACKOUT_THRESHOLD, 2 * redelivery_limit)
+    threshold = read.whole("SIS_BACKOUT_THRESHOLD", default)
+    if threshold < 0 or 0 < threshold <= redelivery_limit:
+        raise ConfigurationError(
+            f"SIS_BACKOUT_THRESHOLD={threshold} must be above SIS_REDELIVERY_LIMIT="
+            f"{redelivery_limit} (unset: {default}), or 0 to turn it off"
+        )
+    return threshold
+
+
+def _spark(read: Reader) -> SparkSettings:
+    archive = read.optional("SIS_SPARK_CLASS_ARCHIVE")
+    if archive is not None and archive != "off" and not Path(archive).is_file():
+        raise ConfigurationError(f"SIS_SPARK_CLASS_ARCHIVE={archive!r} is not a file")
+    return SparkSettings(
+        master=read.text("SIS_SPARK_MASTER", DEFAULT_SPARK_MASTER),
+        driver_memory=read.text("SIS_SPARK_DRIVER_MEMORY", DEFAULT_DRIVER_MEMORY),
+        shuffle_partitions=read.whole("SIS_SPARK_SHUFFLE_PARTITIONS", DEFAULT_SHUFFLE_PARTITIONS),
+        ui_enabled=read.text("SIS_SPARK_UI", "false") == "true",
+        jars_dir=read.optional("SIS_SPARK_JARS_DIR"),
+        class_archive=archive,
+        extra_conf=_spark_conf(read),
+    )
+
+
+def _spark_conf(read: Reader) -> tuple[tuple[str, str], ...]:
+    """SIS_SPARK_CONF: further Spark settings, `key=value` pairs separated by whitespace, e.g.
+    `spark.eventLog.enabled=true spark.eventLog.dir=/var/log/spark` (for the history server).
+    They are applied last, so they override the platform's own."""
+    conf: dict[str, str] = {}
+    for pair in (read.optional("SIS_SPARK_CONF") or "").split():
+        key, sep, value = pair.partition("=")
+        if not sep or not key.startswith("spark.") or not value:
+            raise ConfigurationError(f"SIS_SPARK_CONF: {pair!r} is not a spark.<name>=<value> pair")
+        conf[key] = value
+    return tuple(conf.items())
+
+
+def _serving(read: Reader, data_dir: Path) -> ServingSettings:
+    """SIS_SERVING_URL: `sqlite:///<absolute path>` (default: DEFAULT_SERVING_FILE under
+    SIS_DATA_DIR) or `postgresql://user@host[:port]/database`; a password in the URL is refused
+    (SIS_SERVING_PASSWORD holds it)."""
+    default = f"sqlite:///{data_dir / DEFAULT_SERVING_FILE}"
+    url = read.text("SIS_SERVING_URL", default)
+    parts = urlsplit(url)
+    if parts.scheme not in SERVING_SCHEMES:
+        raise ConfigurationError(
+            f"SIS_SERVING_URL: scheme {parts.scheme or '(none)'!r}: expected sqlite:///<path> "
+            "or postgresql://user@host:port/database"
+        )
+    if parts.password is not None:
+        shown = parts._replace(netloc=f"{parts.username}:***@{parts.hostname}").geturl()
+        raise ConfigurationError(
+            f"SIS_SERVING_URL={shown!r} holds a password: set SIS_SERVING_PASSWORD instead"
+        )
+    if parts.scheme == "sqlite" and not parts.path.strip("/"):
+        raise ConfigurationError(f"SIS_SERVING_URL={url!r}: expected sqlite:///<path>")
+    if parts.scheme == "postgresql" and not (parts.hostname and parts.path.strip("/")):
+        raise ConfigurationError(
+            f"SIS_SERVING_URL={url!r}: expected postgresql://user@host:port/database"
+        )
+    return ServingSettings(url, has_password=read.optional("SIS_SERVING_PASSWORD") is not None)
+
+
+def _live(read: Reader) -> LiveSettings:
+    wait_ms = read.number("SIS_LIVE_GROUP_WAIT_MS", DEFAULT_LIVE_GROUP_WAIT_MS)
+    if not 0 <= wait_ms <= 1000:
+        raise ConfigurationError(f"SIS_LIVE_GROUP_WAIT_MS={wait_ms:g} must be 0 to 1000")
+    report = read.number("SIS_LIVE_REPORT_SECONDS", DEFAULT_LIVE_REPORT_SECONDS)
+    lag = read.number("SIS_LIVE_MAX_LAG_SECONDS", DEFAULT_LIVE_MAX_LAG_SECONDS)
+    if report < 1 or lag <= 0:
+        raise ConfigurationError(
+            f"SIS_LIVE_REPORT_SECONDS={report:g} must be at least 1 and "
+            f"SIS_LIVE_MAX_LAG_SECONDS={lag:g} positive"
+        )
+    return LiveSettings(
+        group_wait_seconds=wait_ms / 1000,
+        group_max_messages=read.at_least(
+            "SIS_LIVE_GROUP_MAX_MESSAGES", DEFAULT_LIVE_GROUP_MAX_MESSAGES, 1
+        ),
+        max_masters_in_memory=read.at_least("SIS_LIVE_MAX_MASTERS", DEFAULT_LIVE_MAX_MASTERS, 1),
+        report_seconds=report,
+        max_lag_seconds=lag,
+    )

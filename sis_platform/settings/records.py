@@ -1,0 +1,162 @@
+"""The typed records `load_settings` returns: one frozen dataclass per section."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sis_platform.domain.limits import Limits
+from sis_platform.settings.variables import (
+    DEFAULT_BACKOUT_THRESHOLD,
+    DEFAULT_BATCH_MAX_BYTES,
+    DEFAULT_BATCH_MAX_MESSAGES,
+    DEFAULT_BATCH_MAX_SECONDS,
+    DEFAULT_DRIVER_MEMORY,
+    DEFAULT_GET_WAIT_SECONDS,
+    DEFAULT_IBMMQ_RECONNECT,
+    DEFAULT_LEASE_SECONDS,
+    DEFAULT_LIVE_GROUP_MAX_MESSAGES,
+    DEFAULT_LIVE_GROUP_WAIT_MS,
+    DEFAULT_LIVE_MAX_LAG_SECONDS,
+    DEFAULT_LIVE_MAX_MASTERS,
+    DEFAULT_LIVE_REPORT_SECONDS,
+    DEFAULT_MAX_RUNS_IN_FLIGHT,
+    DEFAULT_QUARANTINE_AFTER,
+    DEFAULT_QUEUE_NAME,
+    DEFAULT_REDELIVERY_LIMIT,
+    DEFAULT_SENSOR_INTERVAL_SECONDS,
+    DEFAULT_SHUFFLE_PARTITIONS,
+    DEFAULT_SPARK_MASTER,
+    DEFAULT_STOMP_DESTINATION,
+    DEFAULT_STOMP_HOST,
+    DEFAULT_STOMP_PORT,
+    DEFAULT_STOMP_PREFETCH,
+    IbmMqReconnect,
+    IntakeMode,
+)
+
+
+class ConfigurationError(ValueError):
+    """A setting that cannot be used; the message names the variable and what it accepts."""
+
+
+# -- the records ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Backout:
+    """MQ's BOTHRESH and BOQNAME, on every source: a message backed out `threshold` times (0:
+    off) is moved to `queue` (None: the source's default) instead of being delivered again."""
+
+    threshold: int = DEFAULT_BACKOUT_THRESHOLD
+    queue: str | None = None
+
+
+@dataclass(frozen=True)
+class EmbeddedSourceSettings:
+    path: str
+    queue: str = DEFAULT_QUEUE_NAME
+    backout: Backout = field(default_factory=Backout)
+
+
+@dataclass(frozen=True)
+class StompSourceSettings:
+    redelivery_counts: str
+    host: str = DEFAULT_STOMP_HOST
+    port: int = DEFAULT_STOMP_PORT
+    destination: str = DEFAULT_STOMP_DESTINATION
+    user: str | None = None
+    has_password: bool = False  # SIS_STOMP_PASSWORD is set in the environment (value not held)
+    selector: str | None = None
+    prefetch: int = DEFAULT_STOMP_PREFETCH
+    backout: Backout = field(default_factory=Backout)
+
+
+@dataclass(frozen=True)
+class IbmMqSourceSettings:
+    queue_manager: str
+    channel: str
+    conn_name: str
+    queue: str
+    max_get_bytes: int
+    user: str | None = None
+    has_password: bool = False  # SIS_IBMMQ_PASSWORD is set in the environment (value not held)
+    cipher_spec: str | None = None
+    key_repository: str | None = None
+    certificate_label: str | None = None
+    client_reconnect: IbmMqReconnect = DEFAULT_IBMMQ_RECONNECT
+    backout: Backout = field(default_factory=Backout)
+
+
+SourceSettings = EmbeddedSourceSettings | StompSourceSettings | IbmMqSourceSettings
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    """How the queue sensor lands batches, and the consumer lease it holds meanwhile."""
+
+    deployment: str
+    max_messages: int = DEFAULT_BATCH_MAX_MESSAGES
+    max_bytes: int = DEFAULT_BATCH_MAX_BYTES
+    max_seconds: float = DEFAULT_BATCH_MAX_SECONDS
+    get_wait_seconds: float = DEFAULT_GET_WAIT_SECONDS
+    max_runs_in_flight: int = DEFAULT_MAX_RUNS_IN_FLIGHT
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+
+
+@dataclass(frozen=True)
+class ProcessingSettings:
+    redelivery_limit: int = DEFAULT_REDELIVERY_LIMIT
+    quarantine_after: int = DEFAULT_QUARANTINE_AFTER
+    selector: str | None = None
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    """The Spark driver (or Spark Connect client). `class_archive` is SIS_SPARK_CLASS_ARCHIVE
+    as given: a path (checked to be a file), `off`, or None for the built one if any."""
+
+    master: str = DEFAULT_SPARK_MASTER
+    driver_memory: str = DEFAULT_DRIVER_MEMORY
+    shuffle_partitions: int = DEFAULT_SHUFFLE_PARTITIONS
+    ui_enabled: bool = False
+    jars_dir: str | None = None
+    class_archive: str | None = None
+    extra_conf: tuple[tuple[str, str], ...] = ()  # SIS_SPARK_CONF, in order
+
+
+@dataclass(frozen=True)
+class ServingSettings:
+    """Where sis-live keeps the serving store: `sqlite:///<path>` or
+    `postgresql://user@host:port/db` (its password only in SIS_SERVING_PASSWORD)."""
+
+    url: str
+    has_password: bool = False  # SIS_SERVING_PASSWORD is set in the environment (value not held)
+
+
+@dataclass(frozen=True)
+class LiveSettings:
+    """sis-live's group bounds, its in-memory bound, and how Dagster watches it."""
+
+    group_wait_seconds: float = DEFAULT_LIVE_GROUP_WAIT_MS / 1000
+    group_max_messages: int = DEFAULT_LIVE_GROUP_MAX_MESSAGES
+    max_masters_in_memory: int = DEFAULT_LIVE_MAX_MASTERS
+    report_seconds: float = DEFAULT_LIVE_REPORT_SECONDS
+    max_lag_seconds: float = DEFAULT_LIVE_MAX_LAG_SECONDS
+
+
+@dataclass(frozen=True)
+class Settings:
+    profile: str
+    data_dir: Path
+    source: SourceSettings
+    batch: BatchSettings
+    limits: Limits
+    processing: ProcessingSettings
+    spark: SparkSettings
+    lake_path: str
+    landing_dir: str
+    serving: ServingSettings
+    live: LiveSettings
+    intake: IntakeMode = "live"
+    sensor_interval_seconds: int = DEFAULT_SENSOR_INTERVAL_SECONDS

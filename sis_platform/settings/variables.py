@@ -1,0 +1,117 @@
+"""Every `SIS_*` variable the platform reads, and each setting's default (the one place each is
+set, with the reason beside it)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from sis_platform.domain.limits import DEFAULT_LIMITS as DEFAULT_LIMITS
+from sis_platform.lease import DEFAULT_LEASE_SECONDS as DEFAULT_LEASE_SECONDS
+from sis_platform.queues.base import DEFAULT_BACKOUT_THRESHOLD as DEFAULT_BACKOUT_THRESHOLD
+
+PROFILES = ("local", "activemq", "ibmmq", "cluster")
+SOURCES = ("embedded", "stomp", "ibmmq")
+IBMMQ_RECONNECT = ("disabled", "as_def", "any", "qmgr")
+IbmMqReconnect = Literal["disabled", "as_def", "any", "qmgr"]
+SETTINGS_FILE_VARIABLE = "SIS_SETTINGS_FILE"
+
+# -- defaults: the one place each is set --------------------------------------------------
+
+DEFAULT_PROFILE = "local"
+DEFAULT_DATA_DIR = "data"
+DEFAULT_QUEUE_NAME = "SPORTSDATA"
+DEFAULT_STOMP_HOST = "127.0.0.1"
+DEFAULT_STOMP_PORT = 61613
+DEFAULT_STOMP_DESTINATION = "/queue/SPORTSDATA"
+DEFAULT_STOMP_PREFETCH = 10
+DEFAULT_IBMMQ_RECONNECT: IbmMqReconnect = "disabled"
+# The default bounds of one landing batch. Every batch run pays a fixed cost (Delta commits and
+# snapshot reads), so a backlog should land in few large batches; but the Spark driver's heap
+# and Python workers grow with the step, and these bounds keep a 1.2 M-message backlog under
+# the 4 GiB budget on two cores (BENCHMARKS.md: batches of 100,000 were ~9% faster and peaked
+# at 4.1 GiB). A live feed closes its batches long before any bound (SIS_GET_WAIT_SECONDS
+# without a message). The byte bound is checked before each get and a body over
+# SIS_MAX_MESSAGE_BYTES is moved aside, so a batch's body bytes exceed SIS_BATCH_MAX_BYTES by
+# less than one message's bound.
+DEFAULT_BATCH_MAX_MESSAGES = 50_000
+DEFAULT_BATCH_MAX_BYTES = 64 * 1024 * 1024
+DEFAULT_BATCH_MAX_SECONDS = 10.0
+DEFAULT_GET_WAIT_SECONDS = 0.5
+DEFAULT_MAX_RUNS_IN_FLIGHT = 2
+DEFAULT_REDELIVERY_LIMIT = 5
+DEFAULT_QUARANTINE_AFTER = 3
+DEFAULT_SENSOR_INTERVAL_SECONDS = 5
+DEFAULT_SPARK_MASTER = "local[*]"
+# The local driver's heap. A step of a full default batch (50,000 messages, 64 MiB) fits in it;
+# every MiB more is resident for the whole run, and the platform's memory budget on a 2-core
+# machine (4 GiB for the process tree: BENCHMARKS.md) has the JVM's off-heap part, Spark's
+# Python workers and Dagster's own process to hold too. Raise it along with SIS_BATCH_MAX_*.
+DEFAULT_DRIVER_MEMORY = "1536m"
+DEFAULT_SHUFFLE_PARTITIONS = 4
+# Who takes messages off the queue: `live` (sis-live, the default: sub-second latency into the
+# serving store, the lake registering what it landed) or `sensor` (the queue sensor lands batches
+# for the lake alone; no serving store).
+INTAKE_MODES = ("live", "sensor")
+IntakeMode = Literal["live", "sensor"]
+SERVING_SCHEMES = ("sqlite", "postgresql")
+DEFAULT_SERVING_FILE = "serving/serving.db"  # under SIS_DATA_DIR
+# sis-live closes a group once a get has waited this long without a message: every message of a
+# group waits up to this for the ones behind it, and each group costs a landing file and a store
+# commit (a few ms each), so it trades a little latency for far fewer commits in a burst.
+DEFAULT_LIVE_GROUP_WAIT_MS = 2.0
+DEFAULT_LIVE_GROUP_MAX_MESSAGES = 500  # bounds a group's fold and commit while catching up
+# Masters sis-live keeps parsed in memory (least recently used out; the store holds them all).
+# A racing day has a few hundred masters; a large bound costs only memory (~50 KB a master).
+DEFAULT_LIVE_MAX_MASTERS = 20_000
+DEFAULT_LIVE_REPORT_SECONDS = 5.0  # how often the serving store's progress is shown in Dagster
+DEFAULT_LIVE_MAX_LAG_SECONDS = 30.0  # landed but not yet in the store for longer: not fresh
+# Three defaults are defined beside the code they bound and imported here: DEFAULT_LIMITS
+# (domain/limits.py), DEFAULT_LEASE_SECONDS (lease.py) and DEFAULT_BACKOUT_THRESHOLD
+# (queues/base.py; unset, the threshold is twice a higher SIS_REDELIVERY_LIMIT).
+
+# Each resource bound (sis_platform.domain.limits) and the variable that sets it.
+LIMIT_VARIABLES = {
+    "max_message_bytes": "SIS_MAX_MESSAGE_BYTES",
+    "max_elements": "SIS_MAX_ELEMENTS",
+    "max_depth": "SIS_MAX_DEPTH",
+    "max_attributes": "SIS_MAX_ATTRIBUTES",
+    "max_children": "SIS_MAX_CHILDREN",
+    "max_ids": "SIS_MAX_IDS",
+    "max_split_bytes": "SIS_MAX_SPLIT_BYTES",
+    "max_patch_operations": "SIS_MAX_PATCH_OPERATIONS",
+    "max_selector_length": "SIS_MAX_SELECTOR_LENGTH",
+    "max_selector_steps": "SIS_MAX_SELECTOR_STEPS",
+    "item_budget_seconds": "SIS_ITEM_BUDGET_SECONDS",
+}
+IBMMQ_REQUIRED = ("SIS_IBMMQ_QMGR", "SIS_IBMMQ_CHANNEL", "SIS_IBMMQ_CONN", "SIS_IBMMQ_QUEUE")
+SECRET_VARIABLES = ("SIS_STOMP_PASSWORD", "SIS_IBMMQ_PASSWORD", "SIS_SERVING_PASSWORD")
+# Test hooks, read at call time (sis_platform/faults.py); production never sets them.
+FAULT_INJECTION_VARIABLES = (
+    "SIS_CRASH_AT",
+    "SIS_INJECT_FOLD_FAILURE",
+    "SIS_INJECT_CLASSIFY_FAILURE",
+)
+# Every variable the platform reads (the profile file may set any but the secrets).
+VARIABLES = (
+    *"""
+    SIS_PROFILE SIS_DATA_DIR SIS_SOURCE SIS_LANDING_DIR SIS_LAKE_PATH
+    SIS_QUEUE_DIR SIS_QUEUE_NAME SIS_BACKOUT_THRESHOLD SIS_BACKOUT_QUEUE
+    SIS_STOMP_HOST SIS_STOMP_PORT SIS_STOMP_DESTINATION SIS_STOMP_USER SIS_STOMP_PASSWORD
+    SIS_STOMP_SELECTOR SIS_STOMP_PREFETCH SIS_STOMP_REDELIVERY_COUNTS
+    SIS_IBMMQ_USER SIS_IBMMQ_PASSWORD SIS_IBMMQ_CIPHER_SPEC SIS_IBMMQ_KEY_REPOSITORY
+    SIS_IBMMQ_CERT_LABEL SIS_IBMMQ_RECONNECT SIS_IBMMQ_MAX_GET_BYTES
+    SIS_SENSOR_INTERVAL_SECONDS SIS_BATCH_MAX_MESSAGES SIS_BATCH_MAX_BYTES
+    SIS_BATCH_MAX_SECONDS SIS_GET_WAIT_SECONDS SIS_MAX_RUNS_IN_FLIGHT SIS_DEPLOYMENT
+    SIS_LEASE_SECONDS
+    SIS_SPARK_MASTER SIS_SPARK_DRIVER_MEMORY SIS_SPARK_SHUFFLE_PARTITIONS SIS_SPARK_UI
+    SIS_SPARK_CONF SIS_SPARK_JARS_DIR SIS_SPARK_CLASS_ARCHIVE
+    SIS_REDELIVERY_LIMIT SIS_SELECTOR SIS_QUARANTINE_AFTER
+    SIS_INTAKE SIS_SERVING_URL SIS_SERVING_PASSWORD SIS_LIVE_GROUP_WAIT_MS
+    SIS_LIVE_GROUP_MAX_MESSAGES SIS_LIVE_MAX_MASTERS SIS_LIVE_REPORT_SECONDS
+    SIS_LIVE_MAX_LAG_SECONDS
+    """.split(),
+    *IBMMQ_REQUIRED,
+    *LIMIT_VARIABLES.values(),
+    *FAULT_INJECTION_VARIABLES,
+    SETTINGS_FILE_VARIABLE,
+)
