@@ -20,15 +20,17 @@ first copy in landing order, `classify_message` per remaining message, and `fold
 master id over its items sorted by (landing order, position), starting from the stored state.
 `process` itself works that way on each batch it is given (classify all, then fold per master),
 so a batch keeps each master parsed across its items; results are then put back in feed
-order.
+order. Its two halves, `classify_stretch` and `fold_stretch`, are the loop sis-live's
+in-memory fold runs too (sis_platform/live/fold.py), with the seen ids and the masters'
+states taken from its serving store instead of held here.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from operator import itemgetter
+from typing import Generic, NamedTuple, TypeVar
 
 from sis_platform.domain.fold import (
     ItemResult,
@@ -44,6 +46,8 @@ from sis_platform.domain.messages import InvalidMessage, parse_message
 from sis_platform.domain.reasons import Outcome, Reason
 
 DEFAULT_REDELIVERY_LIMIT = 5
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -175,6 +179,116 @@ def item_dead_letter(result: ItemResult, body: bytes) -> DeadLetter:
     )
 
 
+class InLog(NamedTuple, Generic[T]):
+    """An entry of a stretch's output with its place in feed order: the index of its message
+    in the stretch and its position in the message (-1: the message as a whole)."""
+
+    index: int
+    position: int
+    value: T
+
+
+@dataclass(frozen=True)
+class ClassifiedStretch:
+    """A stretch of the log deduplicated and classified: the valid items per master id in
+    feed order, and what was decided per message as a whole (duplicates, dead letters)."""
+
+    groups: dict[str, list[Item]]
+    results: list[InLog[MessageResult]]
+    dead_letters: list[InLog[DeadLetter]]
+    index_of: dict[str, int]  # message id -> index in the stretch (first copies only)
+    bodies: dict[str, bytes]  # message id -> body (first copies only)
+
+
+@dataclass(frozen=True)
+class FoldedStretch:
+    """A stretch folded: each folded master's state after it, and the versions, results and
+    dead letters in feed order."""
+
+    states: dict[str, MasterState]
+    versions: list[InLog[MasterVersion]]
+    results: list[InLog[ItemResult | MessageResult]]
+    dead_letters: list[InLog[DeadLetter]]
+
+
+def classify_stretch(
+    messages: Iterable[LoggedMessage],
+    seen: set[str],
+    *,
+    limits: Limits = DEFAULT_LIMITS,
+    redelivery_limit: int = DEFAULT_REDELIVERY_LIMIT,
+) -> ClassifiedStretch:
+    """Steps 1-3 of the module docstring over the next messages of the log. `seen` holds the
+    message ids earlier in the log (or at least every one of them among `messages`); the first
+    copies here are added to it."""
+    results: list[InLog[MessageResult]] = []
+    dead_letters: list[InLog[DeadLetter]] = []
+    groups: dict[str, list[Item]] = {}
+    index_of: dict[str, int] = {}
+    bodies: dict[str, bytes] = {}
+    for index, message in enumerate(messages):
+        if message.message_id in seen:
+            results.append(InLog(index, -1, duplicate_result(message.message_id)))
+            continue
+        seen.add(message.message_id)
+        classified = classify_message(message, limits=limits, redelivery_limit=redelivery_limit)
+        if isinstance(classified, DeadLetter):
+            results.append(InLog(index, -1, message_result(classified)))
+            dead_letters.append(InLog(index, -1, classified))
+            continue
+        index_of[message.message_id] = index
+        bodies[message.message_id] = message.body
+        for item in classified:
+            groups.setdefault(item.master_id, []).append(item)
+    return ClassifiedStretch(groups, results, dead_letters, index_of, bodies)
+
+
+def fold_stretch(
+    classified: ClassifiedStretch,
+    state_of: Callable[[str], MasterState | None],
+    *,
+    selector: ItemSelector | None = None,
+    patches: PatchCache | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+) -> FoldedStretch:
+    """Step 4: each master's items folded onto its state before the stretch (`state_of`, None:
+    no state), masters independently; everything put back in feed order."""
+    patches = patches if patches is not None else PatchCache(limits)
+    index_of, bodies = classified.index_of, classified.bodies
+    states: dict[str, MasterState] = {}
+    versions: list[InLog[MasterVersion]] = []
+    results: list[InLog[ItemResult | MessageResult]] = list(classified.results)
+    dead_letters = list(classified.dead_letters)
+    for master_id, items in classified.groups.items():
+        folded = fold_master(
+            master_id,
+            state_of(master_id),
+            items,
+            selector=selector,
+            patches=patches,
+            limits=limits,
+        )
+        states[master_id] = folded.state
+        for version in folded.versions:
+            versions.append(InLog(index_of[version.message_id], version.position, version))
+        for result in folded.results:
+            index = index_of[result.message_id]
+            results.append(InLog(index, result.position, result))
+            if result.outcome is Outcome.DEAD_LETTERED:
+                body = bodies[result.message_id]
+                dead_letters.append(InLog(index, result.position, item_dead_letter(result, body)))
+    return FoldedStretch(
+        states,
+        sorted(versions, key=_feed_order),
+        sorted(results, key=_feed_order),
+        sorted(dead_letters, key=_feed_order),
+    )
+
+
+def _feed_order(entry: InLog[object]) -> tuple[int, int]:
+    return (entry.index, entry.position)
+
+
 class ReferencePipeline:
     """Serial processing of the message log; call `process` with each new stretch of it."""
 
@@ -193,63 +307,26 @@ class ReferencePipeline:
         self.dead_letters: list[DeadLetter] = []
         self.results: list[ItemResult | MessageResult] = []
         self._seen: set[str] = set()
-        self._landed = 0
         self._patches = PatchCache(self.limits)
 
     def process(self, messages: Iterable[LoggedMessage]) -> None:
         """Process the next messages of the log, in landing order."""
-        # Entries are keyed by (landing index, position) and put in that order at the end; a
-        # message-level entry has position -1.
-        results: list[tuple[tuple[int, int], ItemResult | MessageResult]] = []
-        dead_letters: list[tuple[tuple[int, int], DeadLetter]] = []
-        versions: list[tuple[tuple[int, int], MasterVersion]] = []
-        groups: dict[str, list[Item]] = {}
-        landing: dict[str, int] = {}
-        bodies: dict[str, bytes] = {}
-
-        for message in messages:
-            index = self._landed
-            self._landed += 1
-            if message.message_id in self._seen:
-                results.append(((index, -1), duplicate_result(message.message_id)))
-                continue
-            self._seen.add(message.message_id)
-            classified = classify_message(
-                message, limits=self.limits, redelivery_limit=self.redelivery_limit
-            )
-            if isinstance(classified, DeadLetter):
-                results.append(((index, -1), message_result(classified)))
-                dead_letters.append(((index, -1), classified))
-                continue
-            landing[message.message_id] = index
-            bodies[message.message_id] = message.body
-            for item in classified:
-                groups.setdefault(item.master_id, []).append(item)
-
-        for master_id, items in groups.items():
-            folded = fold_master(
-                master_id,
-                self.masters.get(master_id),
-                items,
-                selector=self.selector,
-                patches=self._patches,
-                limits=self.limits,
-            )
-            state = folded.state
+        classified = classify_stretch(
+            messages, self._seen, limits=self.limits, redelivery_limit=self.redelivery_limit
+        )
+        folded = fold_stretch(
+            classified,
+            self.masters.get,
+            selector=self.selector,
+            patches=self._patches,
+            limits=self.limits,
+        )
+        for master_id, state in folded.states.items():
             if state.exists or state.stale or state.filtered:
                 self.masters[master_id] = state
-            for version in folded.versions:
-                versions.append(((landing[version.message_id], version.position), version))
-            for result in folded.results:
-                key = (landing[result.message_id], result.position)
-                results.append((key, result))
-                if result.outcome is Outcome.DEAD_LETTERED:
-                    dead_letters.append((key, item_dead_letter(result, bodies[result.message_id])))
-
-        by_key = itemgetter(0)
-        self.results.extend(entry for _, entry in sorted(results, key=by_key))
-        self.dead_letters.extend(entry for _, entry in sorted(dead_letters, key=by_key))
-        self.versions.extend(entry for _, entry in sorted(versions, key=by_key))
+        self.results.extend(entry.value for entry in folded.results)
+        self.dead_letters.extend(entry.value for entry in folded.dead_letters)
+        self.versions.extend(entry.value for entry in folded.versions)
 
     def outcome_counts(self) -> Counter[Outcome]:
         """How many messages (as a whole) and items ended with each outcome."""
