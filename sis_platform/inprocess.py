@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final
 
 import dagster as dg
 
@@ -24,7 +24,7 @@ from sis_platform import config
 from sis_platform.definitions import build_definitions
 from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
 from sis_platform.domain.pipeline import LoggedMessage
-from sis_platform.landing import LandingZone
+from sis_platform.landing import START_POSITION, LandingZone
 from sis_platform.sensors.queue_sensor import SENSOR_NAME
 
 if TYPE_CHECKING:
@@ -151,20 +151,5 @@ class InProcessPlatform:
 def logged_messages(zone: LandingZone, limits: Limits = DEFAULT_LIMITS) -> list[LoggedMessage]:
     """The message log in landing order, as the reference pipeline consumes it: a body moved
     aside at intake stays aside unless it fits `limits` now, as message_items reads it back
-    (LandingZone.restored_body)."""
-    logged = []
-    for r in zone.iter_messages():
-        message_id, count = str(r["message_id"]), cast(int, r["delivery_count"])
-        location = r["body_location"]
-        if location is None:
-            logged.append(LoggedMessage(message_id, cast(bytes, r["body"]), count))
-            continue
-        size = cast(int, r["body_size"])
-        restored = zone.restored_body(
-            str(location), size, str(r["body_sha256"]), limits.max_message_bytes
-        )
-        if restored is None:
-            logged.append(LoggedMessage(message_id, b"", count, size, str(location)))
-        else:
-            logged.append(LoggedMessage(message_id, restored, count))
-    return logged
+    (LandingZone.landed_after)."""
+    return [landed.message for landed in zone.landed_after(START_POSITION, limits)]

@@ -1,0 +1,265 @@
+"""Landing a batch in groups: `GroupWriter`, for a resident consumer holding the lease.
+
+Each group is a part of the open batch, `batches/<key>/part-<nnnnn>.parquet` (parts numbered
+from 0), written exactly like a one-file batch: rows and links by `linked_rows` (the batch's
+`msg_seq` runs on across its parts and the chain runs on from part to part), a temporary file
+fsync'd, claimed with a hard link under the fence, the folder fsync'd. Each part's metadata
+holds its batch's running anchor (messages so far, the batch's first previous link, the head
+after this part) plus the running body bytes, the part's number and when the batch was opened,
+so the last part alone says where the batch stands.
+
+Sealing writes the seal record `batches/<key>/_seal.json` (why the batch ended, who sealed it
+under which token, its counts: the one-file batch keeps `closed_by` in its metadata, which a
+part cannot know when it is written) and then the anchor `anchors/<key>.json`, both under the
+fence. The anchor is what makes the batch landed: a crash between the two leaves the batch
+open, and the next seal writes the record again before the anchor. After the anchor the record
+never changes.
+
+Crash consistency: a part not claimed is a partial file in `tmp/` (`clean_partials`); a part
+claimed whose group the queue did not commit is redelivered and landed again in a later part
+(duplicates by message id, as with batches); a batch left open is sealed by `recover()` (or by
+`LandingZone.land` in sensor mode) from its last part.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyarrow.parquet as pq
+
+from sis_platform.faults import crash_point
+from sis_platform.landing.rows import (
+    BYTES_KEY,
+    FENCE_TOKEN_KEY,
+    LEASE_HOLDER_KEY,
+    OPENED_AT_KEY,
+    PART_KEY,
+    PART_RE,
+    SEAL_RECORD,
+    ClosedBy,
+    LandedBatch,
+    LandedGroup,
+    MovedAside,
+    OpenBatch,
+    anchor_metadata,
+    anchor_of,
+    batch_key,
+    batch_seq_of,
+    linked_rows,
+    part_name,
+    write_partial,
+)
+from sis_platform.logchain import Anchor, fsync_dir
+from sis_platform.queues.base import ReceivedMessage
+
+if TYPE_CHECKING:
+    from sis_platform.landing.zone import LandingZone
+    from sis_platform.lease import Fence
+
+
+class GroupWriter:
+    """Lands groups into the open batch for a resident consumer holding the lease. Keeps the
+    chain head and the next batch, part and message numbers in memory: `land` is O(1) in the
+    log's length (it never lists the zone); the zone's tail is read at construction and by
+    `recover`.
+
+    Only one writer may land in a zone at a time (the consumer lease's holder, with `fence`);
+    a writer whose lease was taken over lands nothing (`FencedOff`) and must be replaced by a
+    new one, which recovers the tail."""
+
+    def __init__(self, zone: LandingZone, fence: Fence | None = None) -> None:
+        self.zone = zone
+        self.fence = fence
+        self._load()
+
+    def _load(self) -> None:
+        tail = self.zone.tail()
+        self._last_seq = tail.seq
+        self._head = tail.head
+        self._open = tail.open
+
+    @property
+    def open_batch(self) -> OpenBatch | None:
+        """The batch the next group goes into, when one is open."""
+        return self._open
+
+    def recover(self) -> LandedBatch | None:
+        """Take over the zone's tail after taking the lease: remove partial files a crash left,
+        read the tail again, restore a missing anchor of a one-file last batch, and seal a batch
+        left open by a crash or an earlier holder (with the reason its seal record gives, else
+        `ClosedBy.RECOVERED`). The batch sealed, or None."""
+        self.zone.ensure()
+        self.zone.clean_partials()
+        self._load()
+        if self._open is None:
+            if self._last_seq and self.zone.batch_path(batch_key(self._last_seq)).is_file():
+                self.zone.ensure_anchor(batch_key(self._last_seq))
+            return None
+        batch = seal_batch(self.zone, self._open, None, self.fence)
+        self._open = None
+        return batch
+
+    def land(
+        self, messages: Sequence[ReceivedMessage | MovedAside], *, now: datetime | None = None
+    ) -> LandedGroup:
+        """Land `messages` durably as the next part of the open batch (a new batch, numbered
+        after the last, when none is open). Under the fence: `FencedOff` and nothing landed
+        when the lease was taken over."""
+        if not messages:
+            raise ValueError("a landing group needs at least one message")
+        landed_at = now or datetime.now(UTC)
+        current = self._open
+        if current is None:
+            seq = self._last_seq + 1
+            current = OpenBatch(batch_key(seq), seq, 0, 0, 0, landed_at, self._head.hex(), "")
+            self._prepare_folder(current.key)
+        rows = linked_rows(
+            messages,
+            key=current.key,
+            seq=current.seq,
+            first_msg_seq=current.messages,
+            prev=self._head,
+            received_at=landed_at,
+        )
+        after = OpenBatch(
+            key=current.key,
+            seq=current.seq,
+            messages=current.messages + len(messages),
+            bytes=current.bytes + rows.bytes,
+            parts=current.parts + 1,
+            opened_at=current.opened_at,
+            first_prev=current.first_prev,
+            head=rows.head.hex(),
+        )
+        metadata = anchor_metadata(Anchor(after.key, after.messages, after.first_prev, after.head))
+        metadata[PART_KEY] = str(current.parts).encode()
+        metadata[BYTES_KEY] = str(after.bytes).encode()
+        metadata[OPENED_AT_KEY] = after.opened_at.astimezone(UTC).isoformat().encode()
+        if self.fence is not None:
+            metadata[FENCE_TOKEN_KEY] = str(self.fence.token).encode()
+            metadata[LEASE_HOLDER_KEY] = self.fence.holder.encode()
+        table = rows.table.replace_schema_metadata(metadata)
+        tmp = write_partial(table, self.zone.tmp_dir, f"{current.key}.{part_name(current.parts)}")
+        crash_point("landing.before_claim")
+        final = self.zone.batch_dir(current.key) / part_name(current.parts)
+        try:
+            with self._fenced():
+                # link() never overwrites: a part of this number claimed by anyone else stays.
+                os.link(tmp, final)
+                fsync_dir(final.parent)
+        finally:
+            tmp.unlink(missing_ok=True)
+        self._open, self._head, self._last_seq = after, rows.head, after.seq
+        return LandedGroup(
+            batch_key=current.key,
+            batch_seq=current.seq,
+            part=current.parts,
+            first_msg_seq=current.messages,
+            messages=len(messages),
+            bytes=rows.bytes,
+            last_link=after.head,
+            path=final,
+        )
+
+    def seal(self, closed_by: ClosedBy) -> LandedBatch | None:
+        """Seal the open batch (write its seal record and anchor, under the fence): from now on
+        it is landed. None when no batch is open."""
+        if self._open is None:
+            return None
+        batch = seal_batch(self.zone, self._open, closed_by, self.fence)
+        self._open = None
+        return batch
+
+    def _prepare_folder(self, key: str) -> None:
+        """Create the batch's folder (0700) durably. A crash before its first part leaves an
+        empty folder, which is no batch (the next writer or `land` reuses or removes it)."""
+        self.zone.ensure()
+        folder = self.zone.batch_dir(key)
+        folder.mkdir(mode=0o700, exist_ok=True)
+        fsync_dir(self.zone.batches_dir)
+
+    def _fenced(self) -> contextlib.AbstractContextManager[None]:
+        return self.fence.held() if self.fence is not None else contextlib.nullcontext()
+
+
+def open_batch_of(key: str, parts: list[Path]) -> OpenBatch:
+    """Where a batch in parts stands, from its last part's metadata (`parts` in order, not
+    empty)."""
+    metadata = pq.read_schema(parts[-1]).metadata or {}
+    anchor = anchor_of(key, metadata)
+    match = PART_RE.match(parts[-1].name)
+    if anchor is None or match is None:
+        raise ValueError(f"{parts[-1]} is not a landing part (no running anchor in its metadata)")
+    try:
+        opened_at = datetime.fromisoformat(metadata[OPENED_AT_KEY].decode())
+        body_bytes = int(metadata[BYTES_KEY])
+    except (KeyError, ValueError) as exc:
+        raise ValueError(f"{parts[-1]} is not a landing part: {exc}") from exc
+    return OpenBatch(
+        key=key,
+        seq=batch_seq_of(key),
+        messages=anchor.messages,
+        bytes=body_bytes,
+        parts=int(match.group(1)) + 1,
+        opened_at=opened_at,
+        first_prev=anchor.first_prev,
+        head=anchor.head,
+    )
+
+
+def seal_batch(
+    zone: LandingZone, batch: OpenBatch, closed_by: ClosedBy | None, fence: Fence | None
+) -> LandedBatch:
+    """Seal an open batch: its seal record, then its anchor, under `fence`. `closed_by` None:
+    the reason a seal record left by an interrupted seal gives, else `ClosedBy.RECOVERED`. A
+    batch found sealed already is returned as its anchor says."""
+    folder = zone.batch_dir(batch.key)
+    reason = closed_by or _recorded_reason(folder) or ClosedBy.RECOVERED
+    anchor = Anchor(batch.key, batch.messages, batch.first_prev, batch.head)
+    record = {
+        "closed_by": reason.value,
+        "fence_token": fence.token if fence is not None else None,
+        "lease_holder": fence.holder if fence is not None else None,
+        "messages": batch.messages,
+        "parts": batch.parts,
+        "bytes": batch.bytes,
+        "sealed_at": datetime.now(UTC).isoformat(),
+    }
+    zone.ensure()
+    tmp = zone.tmp_dir / f"{batch.key}.seal.{uuid.uuid4().hex}.partial"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(json.dumps(record, sort_keys=True).encode() + b"\n")
+        f.flush()
+        os.fsync(f.fileno())
+    try:
+        with fence.held() if fence is not None else contextlib.nullcontext():
+            existing = zone.anchors.read(batch.key)
+            if existing is None:
+                os.replace(tmp, folder / SEAL_RECORD)
+                fsync_dir(folder)
+                zone.anchors.write(anchor)
+    finally:
+        tmp.unlink(missing_ok=True)
+    if existing is not None:
+        anchor = existing
+        reason = _recorded_reason(folder) or reason
+    token = fence.token if fence is not None else None
+    return LandedBatch(
+        batch.key, batch.seq, folder, anchor.messages, batch.bytes, anchor.head, token, reason
+    )
+
+
+def _recorded_reason(folder: Path) -> ClosedBy | None:
+    try:
+        record = json.loads((folder / SEAL_RECORD).read_bytes())
+        return ClosedBy(record["closed_by"])
+    except (FileNotFoundError, KeyError, ValueError, TypeError):
+        return None
