@@ -100,7 +100,7 @@ def consume_batch(
                 closed_by = ClosedBy.SECONDS if clock() >= deadline else ClosedBy.DRAINED
                 break
             if len(message.body) > message_limits.max_message_bytes:
-                messages.append(_move_aside(zone, message))
+                messages.append(move_aside(zone, message))
                 del message  # drop this loop's reference to the body before the next get
             else:
                 messages.append(message)
@@ -120,7 +120,7 @@ def consume_batch(
     return batch
 
 
-def _move_aside(zone: LandingZone, message: ReceivedMessage) -> MovedAside:
+def move_aside(zone: LandingZone, message: ReceivedMessage) -> MovedAside:
     """The message with its body written to an overflow file and dropped from memory."""
     body = zone.move_aside(message.body)
     return MovedAside(replace(message, body=b""), body)

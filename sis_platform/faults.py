@@ -74,7 +74,14 @@ REWIND_POINTS = (
     "write.rewind",  # the first of the rewind's merge-deletes, mid-write
     "fold.after_rewind",  # the rewound masters' later rows deleted, the refold not yet written
 )
-CRASH_POINTS = CONSUMER_POINTS + MATERIALIZER_POINTS + REWIND_POINTS
+# sis-live (sis_platform/live/service.py): one group's boundaries.
+LIVE_POINTS = (
+    "live.after_get",  # a group got under syncpoint, nothing landed
+    "live.after_land",  # the group landed as a part of the open batch, queue not committed
+    "live.after_queue_commit",  # queue committed, the group not folded into the store
+    "live.store_commit",  # inside the store's transaction: written, not committed
+)
+CRASH_POINTS = CONSUMER_POINTS + MATERIALIZER_POINTS + REWIND_POINTS + LIVE_POINTS
 
 _reached: dict[str, int] = {}
 
