@@ -45,8 +45,9 @@ def raw_messages(
     """The message log: one row per message as landed from the queue: message id, put time,
     delivery count, the original bytes (or, for a body over SIS_MAX_MESSAGE_BYTES, its size and
     where intake moved it), and its hash chain link. Written once per batch from the immutable
-    landing file; re-materializing rewrites the same rows. Its check `hash_chain_intact`
-    verifies the rows and the landing file against the batch's anchors."""
+    landing file (or the parts of a batch landed in groups); re-materializing rewrites the same
+    rows. Its check `hash_chain_intact` verifies the rows and the landing file against the
+    batch's anchors."""
     key = context.partition_key
     session = spark.spark_session
     lk = lake.lake(session)
@@ -57,7 +58,10 @@ def raw_messages(
             "before they existed hold nulls)"
         )
     zone = landing.zone()
-    landed = session.read.parquet(str(zone.batch_path(key)))
+    files = zone.batch_files(key)  # the batch's file, or its parts (a batch landed in groups)
+    if not files:
+        raise FileNotFoundError(f"batch {key} has no landing file in {zone.root}")
+    landed = session.read.parquet(*[str(p) for p in files])
     if "body_size" not in landed.columns:  # landed before bodies could be moved aside
         landed = landed.withColumn("body_size", F.length("body")).withColumn(
             "body_location", F.lit(None).cast("string")
@@ -87,7 +91,7 @@ def raw_messages(
             "first_put_time": str(stats["first_put"]),
             "last_put_time": str(stats["last_put"]),
             **location(lk, RAW_MESSAGES),
-            "landing_file": dg.MetadataValue.path(str(zone.batch_path(key))),
+            "landing_file": dg.MetadataValue.path(str(zone.batch_location(key))),
         },
     )
 

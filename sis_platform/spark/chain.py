@@ -1,7 +1,8 @@
 """Verifying the message log's hash chain, one batch at a time (docs/design.md invariant 5).
 
 A batch is checked three ways against its anchors (sis_platform/logchain.py): its anchor file
-must exist and start where the previous batch's anchor ends; its landing file and its rows in
+must exist and start where the previous batch's anchor ends; its landing file (or its parts in
+order, for a batch landed in groups: read as one sequence) and its rows in
 the Delta table `raw_messages` must each hold exactly the anchored number of messages, every
 one matching its link and every link following the one before, ending on the anchored head;
 and, inside a batch run, the run's tags (`sis/chain_head`, `sis/messages`) must agree with the
@@ -124,7 +125,7 @@ def _read_anchor(zone: LandingZone, key: str, problems: list[Problem]) -> Anchor
 def _verify_landing_file(
     zone: LandingZone, key: str, first_prev: str, anchor: Anchor | None
 ) -> list[Problem]:
-    if not zone.batch_path(key).is_file():
+    if not zone.batch_files(key):
         return [Problem(key, "its landing file is missing")]
     try:
         claimed = zone.anchor_from_file(key)
