@@ -1,0 +1,150 @@
+"""The serving store in PostgreSQL, through psycopg 3 (the `postgres` extra).
+
+The connection runs in autocommit mode with explicit transactions; a group's commit locks the
+position row (`FOR UPDATE`), so a second writer waits and is then refused. The commit sends
+`NOTIFY sis_serving_changes` (delivered when it commits); `wait_for_changes` LISTENs on a
+connection of its own. The password comes from SIS_SERVING_PASSWORD, read at each connect,
+never from the URL. A lost or refused connection, an administrator shutdown or a full disk
+raises `ServingUnavailable`; the next call connects again.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+
+from sis_platform.serving.location import PASSWORD_VARIABLE, PostgresLocation
+from sis_platform.serving.records import ServingUnavailable
+from sis_platform.serving.store import ServingStore
+from sis_platform.settings import secret
+
+CHANNEL = "sis_serving_changes"
+# Serialises schema creation between processes opening a new database at once.
+_SCHEMA_LOCK_KEY = 0x5153_5356  # "SISV"
+CONNECT_TIMEOUT_SECONDS = 10
+# A peer that vanishes without closing (host down, network cut) is noticed within about
+# idle + interval * count seconds instead of TCP's hours (libpq ignores these on a socket).
+_KEEPALIVES = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+}
+
+
+class PostgresStore(ServingStore):
+    dialect = "postgresql"
+    placeholder = "%s"
+
+    def __init__(self, location: PostgresLocation) -> None:
+        super().__init__(location.shown)
+        self.location = location
+        self._conn: psycopg.Connection[Any] | None = None
+        self._listener: psycopg.Connection[Any] | None = None
+        self._listen_lock = threading.Lock()
+        self._run(self._prepare)
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        password = secret(PASSWORD_VARIABLE)
+        extra: dict[str, Any] = {"password": password} if password else {}
+        return psycopg.connect(
+            self.location.url,
+            autocommit=True,
+            connect_timeout=CONNECT_TIMEOUT_SECONDS,
+            application_name="sis-serving",
+            **_KEEPALIVES,
+            **extra,
+        )
+
+    def _prepare(self, conn: psycopg.Connection[Any]) -> None:
+        """The schema, created if missing; refused if of another version."""
+        row = conn.execute("SELECT to_regclass('position')").fetchone()
+        if row is None or row[0] is None:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK_KEY,))
+                self._create_schema(conn)
+        found = conn.execute("SELECT schema_version FROM position WHERE id = 1").fetchone()
+        assert found is not None  # created with the schema
+        self._check_schema(int(found[0]))
+
+    # -- the backend's part --------------------------------------------------------------------
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self._drop_connection()
+            self._conn = self._connect()
+        return self._conn
+
+    def _drop_connection(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _is_outage(self, exc: BaseException) -> bool:
+        # Connection refused or lost, administrator shutdown, disk full, lock or statement
+        # timeouts: psycopg's OperationalError (SQLSTATE classes 08, 53, 57, 58 and the like).
+        return isinstance(exc, psycopg.OperationalError)
+
+    @contextmanager
+    def _transaction(self, conn: psycopg.Connection[Any], *, write: bool) -> Iterator[None]:
+        with conn.transaction():
+            yield
+
+    def _position_for_update(self) -> str:
+        return "SELECT batch_seq, msg_seq FROM position WHERE id = 1 FOR UPDATE"
+
+    def _ids(self, column: str, ids: Sequence[str]) -> tuple[str, Any]:
+        return f"{column} = ANY(?)", list(ids)
+
+    def _before_commit(self, conn: Any, last_seq: int) -> None:
+        conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(last_seq)))
+
+    def _after_commit(self, last_seq: int) -> None:
+        """Nothing: the NOTIFY sent inside the transaction is delivered by its COMMIT."""
+
+    # -- waiting -------------------------------------------------------------------------------
+
+    def wait_for_changes(self, after_seq: int, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        with self._listen_lock:
+            listener = self._listening()
+            while True:
+                # LISTEN is in effect before this look: a commit after it notifies the wait.
+                last = self.last_seq()
+                left = deadline - time.monotonic()
+                if last > after_seq or left <= 0:
+                    return last
+                try:
+                    for _ in listener.notifies(timeout=left, stop_after=1):
+                        break
+                except psycopg.OperationalError as exc:
+                    self._drop_listener()
+                    raise ServingUnavailable(f"serving store {self.shown}: {exc}") from exc
+
+    def _listening(self) -> psycopg.Connection[Any]:
+        if self._listener is not None and not (self._listener.closed or self._listener.broken):
+            return self._listener
+        self._drop_listener()
+        try:
+            self._listener = self._connect()
+            self._listener.execute(f"LISTEN {CHANNEL}")
+        except psycopg.OperationalError as exc:
+            self._drop_listener()
+            raise ServingUnavailable(f"serving store {self.shown}: {exc}") from exc
+        return self._listener
+
+    def _drop_listener(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+
+    def close(self) -> None:
+        with self._listen_lock:
+            self._drop_listener()
+        with self._lock:
+            self._drop_connection()

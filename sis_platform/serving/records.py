@@ -1,0 +1,156 @@
+"""The serving store's records: what sis-live commits for one group, what readers get back, and
+the store's errors.
+
+A group's commit is one `GroupCommit`: the state of every master the group changed, their model
+rows, the change log's new rows, dead letters and message outcomes, and the log position the
+group ends at. Readers get `StoredMaster`, `Change`, `DeadLetter` and `StoreStatus` rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import NamedTuple
+
+from sis_platform.domain.interpret import Interpretation
+from sis_platform.landing import LogPosition
+
+
+class ServingUnavailable(Exception):
+    """The store cannot be reached or written right now (connection refused or lost, database
+    locked past its busy timeout, disk full): retry later; nothing of the call was committed."""
+
+
+class PositionConflict(RuntimeError):
+    """A commit whose position is not after the stored one: a bug in the caller or a second
+    writer. Nothing of the group was committed."""
+
+
+# -- what readers get ---------------------------------------------------------------------------
+
+
+class StoredMaster(NamedTuple):
+    """A master's current version and document (UTF-8 XML bytes)."""
+
+    version: int
+    document: bytes
+
+
+class Change(NamedTuple):
+    """One row of the change log, in commit order (`seq` ascending, no gaps between commits)."""
+
+    seq: int
+    master_id: str
+    version: int
+    message_id: str
+    put_time: datetime | None
+    committed_at: datetime
+    batch_seq: int
+    msg_seq: int
+    document_sha256: str
+
+
+class DeadLetter(NamedTuple):
+    """A dead-lettered message (master_id and position None) or one master's item of it."""
+
+    seq: int
+    message_id: str
+    master_id: str | None
+    position: int | None
+    reason: str
+    detail: str
+    batch_seq: int
+    msg_seq: int
+    recorded_at: datetime
+
+
+class StoreStatus(NamedTuple):
+    """Where the store is: the last log position applied, the change log's last seq, how many
+    masters and messages it holds, when the last group was committed and the writer's last
+    heartbeat (None before the first)."""
+
+    position: LogPosition
+    last_seq: int
+    masters: int
+    messages: int
+    committed_at: datetime | None
+    heartbeat_at: datetime | None
+
+
+# -- what sis-live commits ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MasterRow:
+    """A master's state after the group: its version, document (None before its first applied
+    version), the message that made that version, and its stale / filtered flags."""
+
+    master_id: str
+    version: int
+    document: bytes | None
+    message_id: str | None
+    stale: bool
+    filtered: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeRow:
+    """One new version of a master: the change log row a reader tails."""
+
+    master_id: str
+    version: int
+    message_id: str
+    position: int
+    batch_seq: int
+    msg_seq: int
+    put_time: datetime | None
+    operation: str
+    document_sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterRow:
+    """A dead-lettered message (master_id and position None) or item, with the body kept."""
+
+    message_id: str
+    master_id: str | None
+    position: int | None
+    reason: str
+    detail: str
+    batch_seq: int
+    msg_seq: int
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeRow:
+    """How one message (position -1) or one of its items ended: applied, duplicate, filtered,
+    dead-lettered (docs/feed.md)."""
+
+    message_id: str
+    batch_seq: int
+    msg_seq: int
+    position: int
+    master_id: str | None
+    outcome: str
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class GroupCommit:
+    """Everything one group changes, committed in one transaction with `position`, the last
+    message of the group. `model` maps each changed master to its interpreted rows, or None to
+    remove them; every master in `model` has its row in `masters`."""
+
+    position: LogPosition
+    masters: list[MasterRow]
+    model: dict[str, Interpretation | None]
+    changes: list[ChangeRow]
+    dead_letters: list[DeadLetterRow]
+    outcomes: list[OutcomeRow]
+
+    @property
+    def messages(self) -> int:
+        """Messages the group applied: every message of the log ends with at least one outcome
+        row (invariant 4), so the distinct log positions among the outcomes."""
+        return len({(o.batch_seq, o.msg_seq) for o in self.outcomes})

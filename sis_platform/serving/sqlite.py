@@ -1,0 +1,181 @@
+"""The serving store in SQLite: one file in WAL mode, one writer and readers in any process.
+
+WAL lets readers read while sis-live writes; synchronous=FULL makes each commit durable when it
+returns. The folder is created 0700 and the database 0600 (SQLite gives its -wal and -shm files
+the database's mode). A writer that meets the lock past the busy timeout, a full disk or an I/O
+error raises `ServingUnavailable`.
+
+Waiting readers are woken by a doorbell (`sis_platform.doorbell`) beside the database
+(`<file>.doorbell/`): the writer rings it after each commit.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from sis_platform.doorbell import Doorbell, ring
+from sis_platform.serving.store import ServingStore
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BUSY_TIMEOUT_SECONDS = 5.0
+# The primary result codes that mean "not now" rather than a bug (extended codes carry them in
+# their low byte).
+_OUTAGE_CODES = frozenset(
+    {
+        sqlite3.SQLITE_BUSY,
+        sqlite3.SQLITE_LOCKED,
+        sqlite3.SQLITE_FULL,
+        sqlite3.SQLITE_IOERR,
+        sqlite3.SQLITE_CANTOPEN,
+        sqlite3.SQLITE_PROTOCOL,
+    }
+)
+
+
+def doorbell_folder(path: Path) -> Path:
+    """The doorbell of the store at `path`."""
+    return path.with_name(path.name + ".doorbell")
+
+
+class SqliteStore(ServingStore):
+    dialect = "sqlite"
+
+    def __init__(
+        self, path: Path, busy_timeout: float = DEFAULT_BUSY_TIMEOUT_SECONDS, shown: str = ""
+    ) -> None:
+        super().__init__(shown or f"sqlite:///{path}")
+        self.path = path.absolute()
+        self.busy_timeout = busy_timeout
+        self.doorbell = doorbell_folder(self.path)
+        self._conn: sqlite3.Connection | None = None
+        _private_folder(self.path.parent)
+        _private_file(self.path)
+        Doorbell(self.doorbell)
+        self._run(self._prepare)
+
+    def _prepare(self, conn: sqlite3.Connection) -> None:
+        """The schema, created if missing; refused if of another version."""
+        if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'position'").fetchone():
+            with self._transaction(conn, write=True):
+                self._create_schema(conn)
+        row = conn.execute("SELECT schema_version FROM position WHERE id = 1").fetchone()
+        self._check_schema(int(row[0]))
+
+    # -- the backend's part --------------------------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self.busy_timeout,
+                isolation_level=None,  # transactions are explicit (BEGIN IMMEDIATE to write)
+                check_same_thread=False,  # calls are serialised by the store's lock
+            )
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = FULL")
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
+        return self._conn
+
+    def _drop_connection(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except sqlite3.Error:
+                pass
+            self._conn = None
+
+    def _is_outage(self, exc: BaseException) -> bool:
+        if not isinstance(exc, sqlite3.OperationalError | sqlite3.DatabaseError):
+            return False
+        code = getattr(exc, "sqlite_errorcode", None)
+        return code is not None and code & 0xFF in _OUTAGE_CODES
+
+    @contextmanager
+    def _transaction(self, conn: sqlite3.Connection, *, write: bool) -> Iterator[None]:
+        # IMMEDIATE takes the write lock at once: a second writer waits (busy timeout) before
+        # reading the position rather than failing at its first write.
+        conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        try:
+            yield
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        try:
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    def _ids(self, column: str, ids: Sequence[str]) -> tuple[str, Any]:
+        # One parameter whatever the count (SQLite bounds the number of parameters).
+        return f"{column} IN (SELECT value FROM json_each(?))", json.dumps(list(ids))
+
+    def _timestamp_in(self, value: datetime | None) -> Any:
+        return value.astimezone(UTC).isoformat() if value is not None else None
+
+    def _timestamp_out(self, value: Any) -> datetime | None:
+        return datetime.fromisoformat(value) if value is not None else None
+
+    def _decimal_in(self, value: Decimal | None) -> Any:
+        return str(value) if value is not None else None
+
+    def _before_commit(self, conn: Any, last_seq: int) -> None:
+        """Nothing: the doorbell rings once the commit is done."""
+
+    def _after_commit(self, last_seq: int) -> None:
+        try:
+            ring(self.doorbell)
+        except OSError as exc:
+            # Committed already; a waiting reader still wakes at its timeout.
+            log.warning("serving store %s: doorbell not rung: %s", self.shown, exc)
+
+    def wait_for_changes(self, after_seq: int, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        # Bound before the first look, so a commit after that look rings it.
+        with Doorbell(self.doorbell).waiter() as waiter:
+            while True:
+                waiter.clear()
+                last = self.last_seq()
+                left = deadline - time.monotonic()
+                if last > after_seq or left <= 0:
+                    return last
+                waiter.wait(left)
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop_connection()
+
+
+def _private_folder(folder: Path) -> None:
+    """`folder` created 0700 if missing (its missing parents with the umask's mode)."""
+    try:
+        folder.mkdir(mode=0o700, parents=True)
+    except FileExistsError:
+        return
+    os.chmod(folder, 0o700)  # mkdir's mode is masked by the umask
+
+
+def _private_file(path: Path) -> None:
+    """The database file created 0600 before SQLite opens it (SQLite would use the umask)."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)

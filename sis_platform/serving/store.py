@@ -1,0 +1,383 @@
+"""The serving store: what readers ask and what sis-live commits, in SQL both backends share.
+
+`ServingStore` holds one DB-API connection (sqlite3 or psycopg) behind a lock; a backend
+(`sqlite.py`, `postgres.py`) supplies the connection, its transactions, how a list of ids is
+bound, how an error is told apart as an outage, and how waiting readers are woken. SQL is
+written with `?` placeholders and rewritten once per statement for a `%s` driver.
+
+One writer (sis-live) commits each group in one transaction that also moves the stored log
+position; a position not after the stored one is refused (`PositionConflict`). Any number of
+readers, in any process, read committed state only.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
+from datetime import UTC, datetime
+from decimal import Decimal
+from types import TracebackType
+from typing import Any, TypeVar
+
+from sis_platform.faults import crash_point
+from sis_platform.landing import LogPosition
+from sis_platform.serving import rows as R
+from sis_platform.serving.records import (
+    Change,
+    DeadLetter,
+    GroupCommit,
+    MasterRow,
+    PositionConflict,
+    ServingUnavailable,
+    StoredMaster,
+    StoreStatus,
+)
+from sis_platform.serving.schema import (
+    CHANGES,
+    DEAD_LETTERS,
+    MASTERS,
+    MESSAGE_OUTCOMES,
+    MODEL_TABLES,
+    SCHEMA_VERSION,
+    create_statements,
+)
+
+T = TypeVar("T")
+
+CRASH_POINT = "live.store_commit"
+# Rows one reader call returns at most.
+MAX_LIMIT = 100_000
+
+_UPSERT_MASTER = (
+    MASTERS.insert() + " ON CONFLICT (master_id) DO UPDATE SET version = excluded.version, "
+    "document = excluded.document, message_id = excluded.message_id, "
+    "updated_at = excluded.updated_at, stale = excluded.stale, filtered = excluded.filtered"
+)
+_CHANGE_COLUMNS = (
+    "seq, master_id, version, message_id, put_time, committed_at, batch_seq, msg_seq, "
+    "document_sha256"
+)
+_DEAD_LETTER_COLUMNS = (
+    "seq, message_id, master_id, position, reason, detail, batch_seq, msg_seq, recorded_at"
+)
+# Each master's last change at or before a batch's end (index changes(master_id, batch_seq)).
+_VERSIONS_AT = (
+    "SELECT c.master_id, c.version, c.document_sha256 FROM changes c JOIN "
+    "(SELECT max(seq) AS seq FROM changes WHERE batch_seq <= ? GROUP BY master_id) l "
+    "ON c.seq = l.seq"
+)
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class ServingStore(ABC):
+    """A serving store at `shown` (its URL, password-free). Use as a context manager or close."""
+
+    dialect: str = ""
+    placeholder: str = "?"
+
+    def __init__(self, shown: str) -> None:
+        self.shown = shown
+        self._lock = threading.RLock()
+        self._sql_cache: dict[str, str] = {}
+        self.converters = R.Converters(self._timestamp_in, self._decimal_in)
+
+    # -- what a backend supplies ---------------------------------------------------------------
+
+    @abstractmethod
+    def _connection(self) -> Any:
+        """The open connection, (re)connecting if there is none."""
+
+    @abstractmethod
+    def _drop_connection(self) -> None:
+        """Forget a connection an outage broke; the next call reconnects."""
+
+    @abstractmethod
+    def _is_outage(self, exc: BaseException) -> bool:
+        """Whether `exc` means the store is unreachable or unwritable for now."""
+
+    @abstractmethod
+    def _transaction(self, conn: Any, *, write: bool) -> AbstractContextManager[Any]:
+        """A transaction on `conn`, committed on exit or rolled back on an exception."""
+
+    @abstractmethod
+    def _ids(self, column: str, ids: Sequence[str]) -> tuple[str, Any]:
+        """A condition `column IN ids` and its one parameter."""
+
+    @abstractmethod
+    def wait_for_changes(self, after_seq: int, timeout: float) -> int:
+        """The change log's last seq, as soon as it exceeds `after_seq` (woken by the writer's
+        commit, not by polling), or at `timeout` seconds whatever it is."""
+
+    @abstractmethod
+    def _before_commit(self, conn: Any, last_seq: int) -> None:
+        """Inside the commit's transaction, after its writes (PostgreSQL notifies here)."""
+
+    @abstractmethod
+    def _after_commit(self, last_seq: int) -> None:
+        """After the commit (SQLite rings its doorbell here)."""
+
+    def _timestamp_in(self, value: datetime | None) -> Any:
+        return value
+
+    def _timestamp_out(self, value: Any) -> datetime | None:
+        return value.astimezone(UTC) if value is not None else None
+
+    def _decimal_in(self, value: Decimal | None) -> Any:
+        return value
+
+    @abstractmethod
+    def close(self) -> None:
+        """Close the connections (idempotent)."""
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def _sql(self, text: str) -> str:
+        if self.placeholder == "?":
+            return text
+        if (converted := self._sql_cache.get(text)) is None:
+            converted = self._sql_cache[text] = text.replace("?", self.placeholder)
+        return converted
+
+    def _run(self, work: Callable[[Any], T]) -> T:
+        """`work(connection)` under the lock; an outage becomes `ServingUnavailable`."""
+        with self._lock:
+            try:
+                return work(self._connection())
+            except ServingUnavailable:
+                raise
+            except Exception as exc:
+                if not self._is_outage(exc):
+                    raise
+                self._drop_connection()
+                raise ServingUnavailable(f"serving store {self.shown}: {exc}") from exc
+
+    def _all(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return list(conn.execute(self._sql(sql), params).fetchall())
+
+    def _one(self, conn: Any, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        row = conn.execute(self._sql(sql), params).fetchone()
+        return tuple(row) if row is not None else None
+
+    def _many(self, conn: Any, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """One executemany per table (psycopg pipelines it; sqlite3 reuses the statement)."""
+        if rows:
+            conn.cursor().executemany(self._sql(sql), rows)
+
+    def _create_schema(self, conn: Any) -> None:
+        """Every table, if missing, and the position row at the log's start."""
+        for statement in create_statements(self.dialect):
+            conn.execute(statement)
+        conn.execute(
+            self._sql(
+                "INSERT INTO position (id, schema_version, batch_seq, msg_seq, messages) "
+                "VALUES (1, ?, 0, -1, 0) ON CONFLICT (id) DO NOTHING"
+            ),
+            (SCHEMA_VERSION,),
+        )
+
+    def _check_schema(self, version: int) -> None:
+        if version != SCHEMA_VERSION:
+            raise RuntimeError(
+                f"serving store {self.shown} has schema version {version}; this code reads "
+                f"version {SCHEMA_VERSION}"
+            )
+
+    # -- readers -------------------------------------------------------------------------------
+
+    def master(self, master_id: str) -> StoredMaster | None:
+        """The master's current version and document; None if unknown or never applied."""
+        row = self._run(
+            lambda c: self._one(
+                c, "SELECT version, document FROM masters WHERE master_id = ?", (master_id,)
+            )
+        )
+        if row is None or row[1] is None:
+            return None
+        return StoredMaster(int(row[0]), bytes(row[1]))
+
+    def changes(self, after_seq: int = 0, limit: int = 1000) -> list[Change]:
+        """Change log rows after `after_seq`, in order, at most `limit`."""
+        query = f"SELECT {_CHANGE_COLUMNS} FROM changes WHERE seq > ? ORDER BY seq LIMIT ?"
+        found = self._run(lambda c: self._all(c, query, (after_seq, _limit(limit))))
+        return [
+            Change(r[0], r[1], r[2], r[3], self._timestamp_out(r[4]), self._stamp(r[5]), *r[6:])
+            for r in found
+        ]
+
+    def dead_letters(self, after_seq: int = 0, limit: int = 1000) -> list[DeadLetter]:
+        """Dead letters recorded after `after_seq`, in order, at most `limit` (bodies left out:
+        read `dead_letters.body` by seq when needed)."""
+        query = (
+            f"SELECT {_DEAD_LETTER_COLUMNS} FROM dead_letters WHERE seq > ? ORDER BY seq LIMIT ?"
+        )
+        found = self._run(lambda c: self._all(c, query, (after_seq, _limit(limit))))
+        return [DeadLetter(*r[:8], self._stamp(r[8])) for r in found]
+
+    def status(self) -> StoreStatus:
+        def work(conn: Any) -> StoreStatus:
+            with self._transaction(conn, write=False):
+                position = self._one(
+                    conn,
+                    "SELECT batch_seq, msg_seq, messages, committed_at, heartbeat_at "
+                    "FROM position WHERE id = 1",
+                )
+                masters = self._one(conn, "SELECT count(*) FROM masters")
+                last_seq = self._last_seq(conn)
+            assert position is not None and masters is not None  # created with the schema
+            return StoreStatus(
+                LogPosition(int(position[0]), int(position[1])),
+                last_seq,
+                int(masters[0]),
+                int(position[2]),
+                self._timestamp_out(position[3]),
+                self._timestamp_out(position[4]),
+            )
+
+        return self._run(work)
+
+    def versions_at(self, batch_seq: int) -> dict[str, tuple[int, str]]:
+        """master id -> (version, document_sha256) of its last change at or before the end of
+        batch `batch_seq`: the live side of the live == lake check."""
+        found = self._run(lambda c: self._all(c, _VERSIONS_AT, (batch_seq,)))
+        return {r[0]: (int(r[1]), r[2]) for r in found}
+
+    def last_seq(self) -> int:
+        """The change log's last seq (0 when empty)."""
+        return self._run(self._last_seq)
+
+    def _last_seq(self, conn: Any) -> int:
+        row = self._one(conn, "SELECT max(seq) FROM changes")
+        return int(row[0]) if row and row[0] is not None else 0
+
+    def _stamp(self, value: Any) -> datetime:
+        stamp = self._timestamp_out(value)
+        assert stamp is not None  # a NOT NULL column
+        return stamp
+
+    # -- the writer (sis-live) -----------------------------------------------------------------
+
+    def position(self) -> LogPosition:
+        """The last log position committed (LogPosition(0, -1) before the first group)."""
+        row = self._run(
+            lambda c: self._one(c, "SELECT batch_seq, msg_seq FROM position WHERE id = 1")
+        )
+        assert row is not None  # created with the schema
+        return LogPosition(int(row[0]), int(row[1]))
+
+    def masters_state(self, ids: Iterable[str]) -> dict[str, MasterRow]:
+        """The stored state of those of `ids` the store has."""
+        wanted = sorted(set(ids))
+        if not wanted:
+            return {}
+        condition, param = self._ids("master_id", wanted)
+        query = (
+            "SELECT master_id, version, document, message_id, stale, filtered FROM masters "
+            f"WHERE {condition}"
+        )
+        found = self._run(lambda c: self._all(c, query, (param,)))
+        return {
+            r[0]: MasterRow(
+                r[0],
+                int(r[1]),
+                bytes(r[2]) if r[2] is not None else None,
+                r[3],
+                bool(r[4]),
+                bool(r[5]),
+            )
+            for r in found
+        }
+
+    def seen(self, message_ids: Iterable[str]) -> set[str]:
+        """Those of `message_ids` that have an outcome (were applied in an earlier group)."""
+        wanted = sorted(set(message_ids))
+        if not wanted:
+            return set()
+        condition, param = self._ids("message_id", wanted)
+        query = f"SELECT DISTINCT message_id FROM message_outcomes WHERE {condition}"
+        return {r[0] for r in self._run(lambda c: self._all(c, query, (param,)))}
+
+    def commit(self, group: GroupCommit) -> None:
+        """Everything of `group` and its position in one transaction; `PositionConflict` if the
+        position is not after the stored one, `ServingUnavailable` on an outage (then nothing
+        of the group is stored)."""
+        last_seq = self._run(lambda conn: self._commit(conn, group))
+        self._after_commit(last_seq)
+
+    def _commit(self, conn: Any, group: GroupCommit) -> int:
+        with self._transaction(conn, write=True):
+            stored = self._locked_position(conn)
+            if group.position <= stored:
+                raise PositionConflict(
+                    f"serving store {self.shown}: group position {tuple(group.position)} is "
+                    f"not after the stored {tuple(stored)} (a second writer?)"
+                )
+            now = self._timestamp_in(utc_now())
+            self._write_group(conn, group, now)
+            last_seq = self._last_seq(conn)
+            conn.execute(
+                self._sql(
+                    "UPDATE position SET batch_seq = ?, msg_seq = ?, committed_at = ?, "
+                    "messages = messages + ? WHERE id = 1"
+                ),
+                (group.position.batch_seq, group.position.msg_seq, now, group.messages),
+            )
+            self._before_commit(conn, last_seq)
+            crash_point(CRASH_POINT)
+        return last_seq
+
+    def _locked_position(self, conn: Any) -> LogPosition:
+        row = self._one(conn, self._position_for_update())
+        assert row is not None  # created with the schema
+        return LogPosition(int(row[0]), int(row[1]))
+
+    def _position_for_update(self) -> str:
+        return "SELECT batch_seq, msg_seq FROM position WHERE id = 1"
+
+    def _write_group(self, conn: Any, group: GroupCommit, now: Any) -> None:
+        self._many(conn, _UPSERT_MASTER, R.master_rows(group.masters, now))
+        if group.model:
+            condition, param = self._ids("master_id", list(group.model))
+            for table in MODEL_TABLES:
+                conn.execute(self._sql(f"DELETE FROM {table.name} WHERE {condition}"), (param,))
+            model = R.model_rows(group, self.converters)
+            for table, rows in zip(
+                MODEL_TABLES, (model.events, model.markets, model.selections), strict=True
+            ):
+                self._many(conn, table.insert(), rows)
+        self._many(conn, CHANGES.insert(), R.change_rows(group.changes, now, self.converters))
+        self._many(conn, DEAD_LETTERS.insert(), R.dead_letter_rows(group.dead_letters, now))
+        self._many(conn, MESSAGE_OUTCOMES.insert(), R.outcome_rows(group.outcomes))
+
+    def heartbeat(self) -> None:
+        """Record that the writer is alive (StoreStatus.heartbeat_at)."""
+
+        def work(conn: Any) -> None:
+            with self._transaction(conn, write=True):
+                conn.execute(
+                    self._sql("UPDATE position SET heartbeat_at = ? WHERE id = 1"),
+                    (self._timestamp_in(utc_now()),),
+                )
+
+        self._run(work)
+
+    def __enter__(self) -> ServingStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _limit(limit: int) -> int:
+    if not 1 <= limit <= MAX_LIMIT:
+        raise ValueError(f"limit {limit} must be 1 to {MAX_LIMIT}")
+    return limit
