@@ -4,7 +4,8 @@
 the environment) or a plain mapping of `SIS_*` variables, and builds the typed resources of
 sis_platform/resources/. `SIS_PROFILE` picks the source and Spark: `local` (default: embedded
 queue, local Spark, local Delta), `activemq` (STOMP broker), `ibmmq` (IBM MQ through pymqi),
-`cluster` (embedded or any source, Spark at SIS_SPARK_MASTER, Delta at SIS_LAKE_PATH).
+`cluster` (embedded or any source, Spark at SIS_SPARK_MASTER, Delta at SIS_LAKE_PATH). The
+serving store's resource holds its URL (SIS_SERVING_URL), never its password.
 Secrets are bound as `dg.EnvVar`, so they are read at run time and never stored in the code
 location's configuration snapshot. docs/configuration.md lists every variable.
 """
@@ -24,6 +25,7 @@ from sis_platform.resources.platform import (
     FeedProcessingResource,
     LandingZoneResource,
 )
+from sis_platform.resources.serving import ServingStoreResource
 from sis_platform.resources.sources import (
     EmbeddedQueueResource,
     IbmMqQueueResource,
@@ -88,6 +90,10 @@ def resources(settings_or_env: Settings | Mapping[str, str] | None = None) -> di
             selector=processing.selector,
         ),
         "spark": DeltaSparkResource(spark_config=spark_config(spark, master)),
+        # Read by the serving store's reporter and checks (live intake); the URL only.
+        "serving": ServingStoreResource(
+            url=settings.serving.url, max_lag_seconds=settings.live.max_lag_seconds
+        ),
     }
 
 

@@ -1,8 +1,15 @@
-"""The code location: every asset, check, job, sensor and resource of the platform."""
+"""The code location: every asset, check, job, sensor and resource of the platform.
+
+The intake mode (SIS_INTAKE, docs/configuration.md) is chosen here and nowhere else
+(`intake_definitions`): with `live` (the default) sis-live consumes the queue, the landed-batches
+sensor registers what it lands, and the serving store is in the graph with its reporter and its
+checks; with `sensor` the queue sensor consumes the queue and there is no serving store.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import dagster as dg
 
@@ -10,9 +17,40 @@ from sis_platform import config
 from sis_platform.assets.masters import fold_masters
 from sis_platform.assets.message_log import hash_chain_intact, message_items, raw_messages
 from sis_platform.assets.model import interpreted_model
-from sis_platform.jobs import process_batch_job, replay_dead_letters_job
+from sis_platform.assets.serving import live_matches_lake, live_store_fresh, serving_store_spec
+from sis_platform.jobs import live_matches_lake_job, process_batch_job, replay_dead_letters_job
+from sis_platform.sensors.landed_sensor import build_landed_batches_sensor
+from sis_platform.sensors.live_check_sensor import build_live_check_sensor
 from sis_platform.sensors.queue_sensor import build_queue_sensor
+from sis_platform.sensors.serving_reporter import build_serving_reporter
 from sis_platform.settings import Settings
+
+
+class IntakeDefinitions(NamedTuple):
+    """What one intake mode adds to the code location."""
+
+    assets: Sequence[dg.AssetSpec]
+    asset_checks: Sequence[dg.AssetChecksDefinition]
+    jobs: Sequence[dg.UnresolvedAssetJobDefinition]
+    sensors: Sequence[dg.SensorDefinition]
+
+
+def intake_definitions(settings: Settings) -> IntakeDefinitions:
+    """The sensors, and for live intake the serving store's asset, checks and check job, of
+    the configured intake mode."""
+    if settings.intake == "sensor":
+        return IntakeDefinitions([], [], [], [build_queue_sensor(settings.sensor_interval_seconds)])
+    live = settings.live
+    return IntakeDefinitions(
+        assets=[serving_store_spec(settings.serving.url)],
+        asset_checks=[live_matches_lake, live_store_fresh],
+        jobs=[live_matches_lake_job],
+        sensors=[
+            build_landed_batches_sensor(settings.sensor_interval_seconds),
+            build_serving_reporter(live.report_seconds, live.max_lag_seconds),
+            build_live_check_sensor(),
+        ],
+    )
 
 
 def build_definitions(
@@ -21,11 +59,12 @@ def build_definitions(
     """The platform's definitions, configured by the settings (or a mapping of SIS_* variables;
     by default the process environment), read once."""
     settings = config.settings_of(settings_or_env)
+    intake = intake_definitions(settings)
     return dg.Definitions(
-        assets=[raw_messages, message_items, fold_masters, interpreted_model],
-        asset_checks=[hash_chain_intact],
-        jobs=[process_batch_job, replay_dead_letters_job],
-        sensors=[build_queue_sensor(settings.sensor_interval_seconds)],
+        assets=[raw_messages, message_items, fold_masters, interpreted_model, *intake.assets],
+        asset_checks=[hash_chain_intact, *intake.asset_checks],
+        jobs=[process_batch_job, replay_dead_letters_job, *intake.jobs],
+        sensors=list(intake.sensors),
         resources=config.resources(settings),
     )
 

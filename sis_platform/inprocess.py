@@ -37,6 +37,8 @@ LOG_ASSETS: Final = ("raw_messages", "message_items")
 
 # Small by default, for one process on a small machine; `overrides` replace any of them.
 IN_PROCESS_DEFAULTS: Final[Mapping[str, str]] = {
+    # It drives the queue sensor: sensor intake (sis-live is a process of its own).
+    "SIS_INTAKE": "sensor",
     "SIS_SPARK_MASTER": "local[2]",
     "SIS_SPARK_SHUFFLE_PARTITIONS": "2",
     "SIS_GET_WAIT_SECONDS": "0.05",

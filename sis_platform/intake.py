@@ -23,6 +23,8 @@ batch is claimed, or a landing file that cannot be read) propagates, as an unexp
 
 The queue sensor builds an `Intake` per tick; a resident process can keep one, with
 `keep_session=True` to hold its queue connection between ticks, and `close()` it at the end.
+`ready_batch` gives a landed batch its anchor the same way for the landed-batches sensor,
+which registers what sis-live landed.
 """
 
 from __future__ import annotations
@@ -126,6 +128,25 @@ class IntakeLimits:
     max_runs_in_flight: int
     batch: BatchLimits = field(default_factory=BatchLimits)
     message: Limits = DEFAULT_LIMITS
+
+
+def ready_batch(zone: LandingZone, key: str, log: IntakeLog) -> ReadyBatch:
+    """The landed batch `key` with its anchor, written from its landing file's metadata if a
+    crash right after the claim left it without an anchor file (what both intake sensors hand
+    on to Dagster)."""
+    had_anchor = zone.anchors.path(key).exists()
+    anchor = zone.ensure_anchor(key)
+    if anchor is None:
+        log.error(
+            f"batch {key} has no chain anchor and its landing file carries "
+            "none: its run's hash_chain_intact check will fail"
+        )
+    elif not had_anchor:
+        log.warning(
+            f"batch {key} had no anchor file (a crash right after it "
+            "landed): written from its landing file's metadata"
+        )
+    return ReadyBatch(key, anchor)
 
 
 class Intake:
@@ -309,21 +330,7 @@ class Intake:
         return self._session
 
     def _ready(self, key: str) -> ReadyBatch:
-        """The batch with its anchor, written from its landing file's metadata if a crash right
-        after the claim left it without an anchor file."""
-        had_anchor = self.zone.anchors.path(key).exists()
-        anchor = self.zone.ensure_anchor(key)
-        if anchor is None:
-            self.log.error(
-                f"batch {key} has no chain anchor and its landing file carries "
-                "none: its run's hash_chain_intact check will fail"
-            )
-        elif not had_anchor:
-            self.log.warning(
-                f"batch {key} had no anchor file (a crash right after it "
-                "landed): written from its landing file's metadata"
-            )
-        return ReadyBatch(key, anchor)
+        return ready_batch(self.zone, key, self.log)
 
     def close(self) -> None:
         """Close the queue session kept between ticks, if any (an open unit of work is backed

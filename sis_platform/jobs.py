@@ -1,5 +1,5 @@
-"""Jobs: the per-batch job the sensor requests, and dead-letter replay. Both are asset jobs: every
-table they write is materialized by its own asset.
+"""Jobs: the per-batch job the sensor requests, dead-letter replay, and the live == lake check.
+The first two are asset jobs: every table they write is materialized by its own asset.
 
 No `from __future__ import annotations`: Dagster reads the config mapping's annotations at
 definition time.
@@ -12,6 +12,7 @@ import dagster as dg
 from sis_platform.assets.masters import fold_masters
 from sis_platform.assets.message_log import message_items, raw_messages
 from sis_platform.assets.model import interpreted_model
+from sis_platform.assets.serving import live_matches_lake
 
 REPLAY_KIND_TAG = {"sis/kind": "replay"}
 
@@ -91,4 +92,15 @@ replay_dead_letters_job = dg.define_asset_job(
     description="Replay dead letters after a fix: classify their batches again, rewind the "
     "masters they touch and refold them in feed order, then refresh the model (config: "
     "reasons, batches).",
+)
+
+# The live == lake check reads the whole of master_documents with Spark: a job of its own,
+# requested by live_matches_lake_sensor when the lake's fold has advanced, instead of a step of
+# every batch run (live intake only).
+live_matches_lake_job = dg.define_asset_job(
+    "check_live_matches_lake",
+    selection=dg.AssetSelection.checks(live_matches_lake),
+    executor_def=dg.in_process_executor,
+    description="Compare the serving store with the lake at the lake's fold position, master by "
+    "master (version and document hash).",
 )

@@ -1,26 +1,90 @@
 """The code location loads as the webserver and the daemon load it (every job, asset, sensor and
-op resolved together: e.g. no two definitions may share a name)."""
+op resolved together: e.g. no two definitions may share a name), in either intake mode."""
 
 from __future__ import annotations
 
 import dagster as dg
+import pytest
 
 from sis_platform.definitions import build_definitions
 from sis_platform.settings import load_settings
 
+LIVE_SENSORS = {"landed_batches_sensor", "serving_store_reporter", "live_matches_lake_sensor"}
+SERVING_CHECKS = {"live_matches_lake", "live_store_fresh"}
 
-def test_code_location_loads_as_the_daemon_loads_it(tmp_path):
-    defs = build_definitions({"SIS_DATA_DIR": str(tmp_path)})
+
+def _loaded(defs: dg.Definitions) -> dg.RepositoryDefinition:
     dg.Definitions.validate_loadable(defs)
-    assert {j.name for j in defs.get_repository_def().get_all_jobs()} >= {
+    return defs.get_repository_def()
+
+
+def _checks(repo: dg.RepositoryDefinition) -> set[str]:
+    return {k.name for k in repo.asset_graph.asset_check_keys}
+
+
+def test_live_intake_is_the_default_the_lake_registers_what_sis_live_lands(tmp_path):
+    repo = _loaded(build_definitions({"SIS_DATA_DIR": str(tmp_path)}))
+    assert {s.name for s in repo.sensor_defs} == LIVE_SENSORS
+    assert {j.name for j in repo.get_all_jobs()} >= {
         "process_batch",
         "replay_dead_letters",
+        "check_live_matches_lake",
     }
+    assert dg.AssetKey("serving_store") in repo.asset_graph.get_all_asset_keys()
+    assert _checks(repo) == {"hash_chain_intact", *SERVING_CHECKS}
+
+
+def test_sensor_intake_consumes_with_the_queue_sensor_and_has_no_serving_store(tmp_path):
+    repo = _loaded(build_definitions({"SIS_DATA_DIR": str(tmp_path), "SIS_INTAKE": "sensor"}))
+    assert {s.name for s in repo.sensor_defs} == {"sportsdata_queue_sensor"}
+    assert {j.name for j in repo.get_all_jobs()} >= {"process_batch", "replay_dead_letters"}
+    assert "check_live_matches_lake" not in {j.name for j in repo.get_all_jobs()}
+    assert dg.AssetKey("serving_store") not in repo.asset_graph.get_all_asset_keys()
+    assert _checks(repo) == {"hash_chain_intact"}
+
+
+@pytest.mark.parametrize(
+    ("url", "kind"),
+    [
+        (None, "sqlite"),
+        ("postgresql://sis@db.example:5432/serving", "postgres"),
+    ],
+)
+def test_the_serving_store_asset_shows_its_engine_and_the_resource_holds_no_password(
+    tmp_path, url, kind
+):
+    env = {"SIS_DATA_DIR": str(tmp_path)} | ({"SIS_SERVING_URL": url} if url else {})
+    defs = build_definitions(env)
+    spec = defs.resolve_assets_def("serving_store").specs_by_key[dg.AssetKey("serving_store")]
+    assert spec.kinds == {kind}
+    assert spec.group_name == "live"
+    assert [d.asset_key for d in spec.deps] == [dg.AssetKey("raw_messages")]
+    serving = defs.resources["serving"]
+    assert serving.url == (url or f"sqlite:///{tmp_path / 'serving' / 'serving.db'}")
 
 
 def test_the_code_location_is_configured_by_its_settings_read_once(tmp_path):
-    settings = load_settings({"SIS_DATA_DIR": str(tmp_path), "SIS_SENSOR_INTERVAL_SECONDS": "7"})
+    settings = load_settings(
+        {
+            "SIS_DATA_DIR": str(tmp_path),
+            "SIS_SENSOR_INTERVAL_SECONDS": "7",
+            "SIS_LIVE_REPORT_SECONDS": "2.5",
+            "SIS_LIVE_MAX_LAG_SECONDS": "12",
+        }
+    )
     defs = build_definitions(settings)
-    sensor = defs.resolve_sensor_def("sportsdata_queue_sensor")
-    assert sensor.minimum_interval_seconds == 7
+    assert defs.resolve_sensor_def("landed_batches_sensor").minimum_interval_seconds == 7
+    assert defs.resolve_sensor_def("serving_store_reporter").minimum_interval_seconds == 3
     assert defs.resources["landing"].root == str(tmp_path / "landing")
+    assert defs.resources["serving"].max_lag_seconds == 12
+
+    queue_mode = build_definitions(
+        load_settings(
+            {
+                "SIS_DATA_DIR": str(tmp_path),
+                "SIS_INTAKE": "sensor",
+                "SIS_SENSOR_INTERVAL_SECONDS": "7",
+            }
+        )
+    )
+    assert queue_mode.resolve_sensor_def("sportsdata_queue_sensor").minimum_interval_seconds == 7

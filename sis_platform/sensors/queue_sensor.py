@@ -4,7 +4,8 @@ Each tick counts the batch runs in flight in the Dagster instance, runs one inta
 partial-file cleanup, backpressure, get/land/commit, anchor recovery) and turns its outcome into
 Dagster's terms: the batches handed on become `batches` partitions, each with a run request
 tagged with its anchored chain head and message count (so Dagster's database keeps a copy of
-every anchor, sis_platform/logchain.py), and the cursor moves to the last of them; a standby,
+every anchor, sis_platform/logchain.py), and the cursor moves to the last of them
+(sis_platform/sensors/batch_runs.py, shared with the landed-batches sensor); a standby,
 backpressure or an empty queue is a skip with its reason; an outage or a lost lease is a failed
 tick (`dg.Failure`), visible in the UI.
 
@@ -16,22 +17,15 @@ from __future__ import annotations
 
 import dagster as dg
 
-from sis_platform.assets.message_log import CHAIN_HEAD_TAG, MESSAGES_TAG
-from sis_platform.assets.partitions import BATCHES, batches_partitions
 from sis_platform.consumer import BatchLimits
 from sis_platform.faults import crash_point
-from sis_platform.intake import Intake, IntakeLimits, ReadyBatch, TickOutcome, TickStatus
+from sis_platform.intake import Intake, IntakeLimits, TickOutcome, TickStatus
 from sis_platform.jobs import process_batch_job
 from sis_platform.resources.platform import FeedProcessingResource, LandingZoneResource
 from sis_platform.resources.sources import QueueSourceResource
+from sis_platform.sensors.batch_runs import batches_result, runs_in_flight
 
 SENSOR_NAME = "sportsdata_queue_sensor"
-IN_FLIGHT = [
-    dg.DagsterRunStatus.QUEUED,
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-]
 
 
 def build_queue_sensor(minimum_interval_seconds: int) -> dg.SensorDefinition:
@@ -55,7 +49,7 @@ def build_queue_sensor(minimum_interval_seconds: int) -> dg.SensorDefinition:
     ) -> dg.SensorResult | dg.SkipReason:
         intake = _intake(context, queue, landing, processing)
         registered = int(context.cursor) if context.cursor else 0
-        runs = _runs_in_flight(context.instance, landing.max_runs_in_flight)
+        runs = runs_in_flight(context.instance, landing.max_runs_in_flight)
         outcome = intake.tick(runs, registered=registered)
         if outcome.landed is not None:
             crash_point("sensor.after_commit")
@@ -84,14 +78,6 @@ def _intake(
     return Intake(queue.open(), landing.zone(), landing.lease(), limits, log=context.log)
 
 
-def _runs_in_flight(instance: dg.DagsterInstance, limit: int) -> int:
-    """Batch runs queued or running, counted up to `limit` (all backpressure needs)."""
-    records = instance.get_run_records(
-        dg.RunsFilter(job_name=process_batch_job.name, statuses=IN_FLIGHT), limit=max(limit, 1)
-    )
-    return len(records)
-
-
 def _sensor_result(
     instance: dg.DagsterInstance, outcome: TickOutcome
 ) -> dg.SensorResult | dg.SkipReason:
@@ -100,20 +86,4 @@ def _sensor_result(
         raise dg.Failure(description=outcome.detail) from outcome.error
     if outcome.status is not TickStatus.BATCHES:
         return dg.SkipReason(outcome.detail)
-    known = set(instance.get_dynamic_partitions(BATCHES))
-    new_keys = [b.key for b in outcome.batches if b.key not in known]
-    return dg.SensorResult(
-        run_requests=[_run_request(b) for b in outcome.batches],
-        dynamic_partitions_requests=[batches_partitions.build_add_request(new_keys)]
-        if new_keys
-        else [],
-        cursor=str(outcome.last_seq),
-    )
-
-
-def _run_request(batch: ReadyBatch) -> dg.RunRequest:
-    """The batch's run, requested once (`run_key`), tagged with its anchor when it has one."""
-    tags = {"sis/batch": batch.key}
-    if batch.anchor is not None:
-        tags |= {CHAIN_HEAD_TAG: batch.anchor.head, MESSAGES_TAG: str(batch.anchor.messages)}
-    return dg.RunRequest(partition_key=batch.key, run_key=f"batch-{batch.key}", tags=tags)
+    return batches_result(instance, outcome.batches)

@@ -45,6 +45,7 @@ def platform_env(data: Path) -> dict[str, str]:
     return {
         **os.environ,
         "SIS_DATA_DIR": str(data),
+        "SIS_INTAKE": "sensor",  # the driver ticks the queue sensor
         "SIS_SPARK_MASTER": "local[2]",
         "SIS_SPARK_SHUFFLE_PARTITIONS": "2",
         "SIS_GET_WAIT_SECONDS": "0.05",

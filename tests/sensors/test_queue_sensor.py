@@ -245,6 +245,8 @@ def test_a_batch_ended_by_its_deadline_is_a_live_feed_too(tmp_path):
 
 def test_the_sensor_interval_comes_from_the_settings_the_code_location_is_built_with(tmp_path):
     assert build_queue_sensor(7).minimum_interval_seconds == 7
-    defs = build_definitions({"SIS_DATA_DIR": str(tmp_path), "SIS_SENSOR_INTERVAL_SECONDS": "3"})
+    defs = build_definitions(
+        {"SIS_DATA_DIR": str(tmp_path), "SIS_INTAKE": "sensor", "SIS_SENSOR_INTERVAL_SECONDS": "3"}
+    )
     sensor = defs.resolve_sensor_def(SENSOR)
     assert (sensor.name, sensor.minimum_interval_seconds) == (SENSOR, 3)

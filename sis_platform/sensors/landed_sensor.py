@@ -1,0 +1,89 @@
+"""The landed-batches sensor: the lake's intake when sis-live consumes the queue (SIS_INTAKE=live).
+
+sis-live lands the feed in groups and seals them into batches (sis_platform/landing). Each
+tick this sensor takes the batches sealed after its cursor, found by probing the next keys
+(`LandingZone.sealed_after`: the cost is the number of new batches, never the size of the
+zone), and hands them on to Dagster exactly as the queue sensor does
+(sis_platform/sensors/batch_runs.py): a `batches` partition each, one run request each with the
+chain anchor in its tags, and the cursor at the last of them. It never touches the queue.
+
+A tick registers at most MAX_BATCHES_PER_TICK batches, and none while SIS_MAX_RUNS_IN_FLIGHT
+batch runs are queued or running: sealed batches wait durably in the landing zone meanwhile,
+so Dagster's run queue stays short in a backlog.
+
+Without a cursor (a new deployment, or one switching from SIS_INTAKE=sensor) it starts after
+the last `batches` partition already registered, so no batch is requested twice.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from sis_platform.assets.partitions import BATCHES
+from sis_platform.intake import ready_batch
+from sis_platform.jobs import process_batch_job
+from sis_platform.landing import LandingZone, batch_key, batch_seq_of
+from sis_platform.landing.groups import open_batch_of
+from sis_platform.resources.platform import LandingZoneResource
+from sis_platform.sensors.batch_runs import batches_result, runs_in_flight
+
+LANDED_SENSOR_NAME = "landed_batches_sensor"
+MAX_BATCHES_PER_TICK = 25
+
+
+def build_landed_batches_sensor(minimum_interval_seconds: int) -> dg.SensorDefinition:
+    """The landed-batches sensor, evaluated at most every `minimum_interval_seconds`."""
+
+    @dg.sensor(
+        name=LANDED_SENSOR_NAME,
+        job=process_batch_job,
+        minimum_interval_seconds=minimum_interval_seconds,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Registers the batches sis-live has landed and sealed as partitions and "
+        "requests their runs (the lake's intake in live mode; it never reads the queue).",
+    )
+    def landed_batches_sensor(
+        context: dg.SensorEvaluationContext, landing: LandingZoneResource
+    ) -> dg.SensorResult | dg.SkipReason:
+        zone = landing.zone()
+        after = int(context.cursor) if context.cursor else _last_registered(context.instance)
+        room = landing.max_runs_in_flight - runs_in_flight(
+            context.instance, landing.max_runs_in_flight
+        )
+        if room <= 0:
+            return dg.SkipReason(
+                f"backpressure: {landing.max_runs_in_flight} batch run(s) queued or running "
+                f"(SIS_MAX_RUNS_IN_FLIGHT); batches sealed after {after} wait in the landing "
+                "zone"
+            )
+        keys = zone.sealed_after(after, min(room, MAX_BATCHES_PER_TICK))
+        if not keys:
+            return dg.SkipReason(_nothing_sealed(zone, after))
+        batches = [ready_batch(zone, key, context.log) for key in keys]
+        context.log.info(f"registering sealed batch(es) {keys[0]}..{keys[-1]}")
+        return batches_result(context.instance, batches)
+
+    return landed_batches_sensor
+
+
+def _last_registered(instance: dg.DagsterInstance) -> int:
+    """The number of the last `batches` partition registered (0: none), read once when the
+    sensor has no cursor yet."""
+    keys = instance.get_dynamic_partitions(BATCHES)
+    return max((batch_seq_of(k) for k in keys), default=0)
+
+
+def _nothing_sealed(zone: LandingZone, after: int) -> str:
+    """Why there is nothing to register, with the open batch's size when there is one (read
+    from its last part's metadata: one folder listed)."""
+    key = batch_key(after + 1)
+    parts = zone.parts(key)
+    if not parts:
+        return (
+            f"no sealed batch after {after}; no batch is open (sis-live has landed nothing since)"
+        )
+    batch = open_batch_of(key, parts)
+    return (
+        f"no sealed batch after {after}; sis-live's open batch {key} has {batch.messages} "
+        f"message(s) in {batch.parts} part(s) since {batch.opened_at:%H:%M:%S} UTC"
+    )
