@@ -20,9 +20,13 @@ backout) and every state change is one SQLite transaction:
   dies with a message in its unit counts as a backout, so a message that kills its consumer
   stops coming back after the threshold.
 
-Waiting: SQLite has no cross-process notification, so a waiting `get` polls
-`PRAGMA data_version` (it changes when another connection commits; reading it touches only the
-shared-memory WAL index, no disk I/O) every 20 ms until something changed or the wait is over.
+Waiting: SQLite has no cross-process notification, so the queue's folder has a doorbell
+(sis_platform.doorbell, a folder of Unix datagram sockets): every change that makes messages
+gettable (a put, a commit moving messages to a backout queue, a backout, reinstating a dead
+session's messages) rings it after its transaction commits, and a waiting `get` sleeps on its
+own socket until rung, looking again then. It also looks again every half second without a
+ring, to reinstate dead sessions' messages (a crashed consumer rings nothing) and in case a
+ring was missed (a producer of an older version, a full socket buffer).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
+from sis_platform.doorbell import Doorbell, Waiter, ring
 from sis_platform.queues.base import (
     DEFAULT_BACKOUT_THRESHOLD,
     QueueProducer,
@@ -55,12 +60,12 @@ log = logging.getLogger(__name__)
 DATABASE_NAME = "queues.db"
 OPENING_LOCK_NAME = "opening.lock"  # held while a connection sets the database up
 _SESSIONS_DIR = "sessions"
-# How often a waiting get looks for a commit by another process; short enough that a put is
-# seen within a tick, long enough that an idle consumer costs nothing measurable.
-_POLL_SECONDS = 0.02
-# How often a waiting get checks for dead owners (crashed consumers commit nothing, so there is
-# no data_version change to wake up for).
+DOORBELL_DIR = "doorbell"  # rung when messages become gettable (see the module docstring)
+# How often a waiting get looks again without a ring: for dead owners (a crashed consumer rings
+# nothing) and for a missed ring.
 _REAP_INTERVAL_SECONDS = 0.5
+# Without a doorbell (its socket could not be made), a waiting get looks again this often.
+_POLL_SECONDS = 0.02
 _BUSY_TIMEOUT_SECONDS = 30.0
 
 _SCHEMA = """
@@ -151,6 +156,15 @@ def _db_errors(directory: Path) -> Iterator[None]:
         yield
     except sqlite3.OperationalError as e:
         raise SourceUnavailable(f"embedded queue in {directory}: {e}") from e
+
+
+def _ring(directory: Path) -> None:
+    """Wake the queue's waiting gets. Called after a commit: a failure here must not fail the
+    change, which is done; a waiter missing it looks again within _REAP_INTERVAL_SECONDS."""
+    try:
+        ring(directory / DOORBELL_DIR)
+    except OSError as e:
+        log.debug("embedded queue in %s: doorbell not rung: %s", directory, e)
 
 
 def _row_to_message(row: tuple[str, bytes, int, int]) -> ReceivedMessage:
@@ -244,6 +258,8 @@ def _reap_dead_sessions(
         reinstated += cur.rowcount
     for token in dead:
         (sessions_dir / f"{token}.lock").unlink(missing_ok=True)
+    if reinstated:
+        _ring(sessions_dir.parent)
     log.warning(
         "embedded queue: reinstated %d in-flight message(s) of %d dead consumer session(s)",
         reinstated,
@@ -362,6 +378,7 @@ class EmbeddedSession(QueueSession):
             raise
         self._in_unit = 0
         self._closed = False
+        self._waiter: Waiter | None = None  # bound at the first get that waits
 
     def _register(self) -> None:
         with _transaction(self._conn):
@@ -374,8 +391,12 @@ class EmbeddedSession(QueueSession):
         deadline = time.monotonic() + max(0.0, wait_seconds)
         with self._lock, _db_errors(self._source.path):
             self._require_open()
-            version = self._data_version()
+            waiter = self._bound_waiter() if wait_seconds > 0 else None
             while True:
+                # Rings before this look are forgotten: the look sees what they announced. One
+                # after it stays queued on the socket and ends the wait below at once.
+                if waiter is not None:
+                    waiter.clear()
                 # As a queue manager backs out a broken connection's unit at once, a consumer
                 # that died is noticed before every get (a probe of each other session's lock
                 # file), so its messages are back in their places before this get chooses.
@@ -386,15 +407,24 @@ class EmbeddedSession(QueueSession):
                 now = time.monotonic()
                 if now >= deadline:
                     return None
-                # Wait until another connection commits something (a put, a backout), the
-                # wait is over, or it is time to look for dead owners again.
-                wake = min(deadline, now + _REAP_INTERVAL_SECONDS)
-                while (now := time.monotonic()) < wake:
-                    time.sleep(min(_POLL_SECONDS, wake - now))
-                    current = self._data_version()
-                    if current != version:
-                        version = current
-                        break
+                # Until rung (a put, a backout), the wait is over, or it is time to look for
+                # dead owners again.
+                pause = min(deadline - now, _REAP_INTERVAL_SECONDS)
+                if waiter is not None:
+                    waiter.wait(pause)
+                else:
+                    time.sleep(min(pause, _POLL_SECONDS))
+
+    def _bound_waiter(self) -> Waiter | None:
+        """This session's doorbell socket, bound once; None if it cannot be (the get then
+        looks again every _POLL_SECONDS, as it did before the doorbell)."""
+        if self._waiter is None:
+            try:
+                self._waiter = Doorbell(self._source.path / DOORBELL_DIR).waiter()
+            except OSError as e:
+                log.warning("embedded queue in %s: no doorbell (%s); polling", self._source.path, e)
+                return None
+        return self._waiter
 
     def commit(self) -> None:
         with self._lock, _db_errors(self._source.path):
@@ -402,14 +432,16 @@ class EmbeddedSession(QueueSession):
             if not self._in_unit:
                 return
             with _transaction(self._conn):
-                self._conn.execute(
+                moved = self._conn.execute(
                     "INSERT INTO messages (queue, message_id, body, put_time_us, backout_count)"
                     " SELECT move_to, message_id, body, put_time_us, backout_count FROM messages"
                     " WHERE owner = ? AND move_to IS NOT NULL ORDER BY seq",
                     (self._token,),
-                )
+                ).rowcount
                 self._conn.execute("DELETE FROM messages WHERE owner = ?", (self._token,))
             self._in_unit = 0
+            if moved:
+                _ring(self._source.path)  # gettable now on the backout queue
 
     def backout(self) -> None:
         with self._lock, _db_errors(self._source.path):
@@ -430,6 +462,9 @@ class EmbeddedSession(QueueSession):
                 # Released only after the session row is gone, so no reaper ever sees a live
                 # row without a held lock.
                 self._owner_lock.release()
+                if self._waiter is not None:
+                    self._waiter.close()
+                    self._waiter = None
 
     def _backout_locked(self) -> None:
         if not self._in_unit:
@@ -441,6 +476,7 @@ class EmbeddedSession(QueueSession):
                 (self._token,),
             )
         self._in_unit = 0
+        _ring(self._source.path)  # reinstated: gettable again
 
     def _claim_next(self) -> ReceivedMessage | None:
         # A claim needs no fsync of its own: if it is lost in a power cut, the message is
@@ -481,10 +517,6 @@ class EmbeddedSession(QueueSession):
         finally:
             self._conn.execute("PRAGMA synchronous=FULL")
 
-    def _data_version(self) -> int:
-        (version,) = self._conn.execute("PRAGMA data_version").fetchone()
-        return int(version)
-
     def _require_open(self) -> None:
         if self._closed:
             raise RuntimeError("session is closed")
@@ -508,6 +540,7 @@ class EmbeddedProducer(QueueProducer):
                     " VALUES (?, ?, ?, ?)",
                     (self._queue, message_id, bytes(body), _now_us()),
                 )
+        _ring(self._path)
         return message_id
 
     def put_many(self, messages: Iterable[tuple[bytes, str | None]]) -> int:
@@ -526,6 +559,7 @@ class EmbeddedProducer(QueueProducer):
                     " VALUES (?, ?, ?, ?)",
                     rows,
                 )
+        _ring(self._path)
         return len(rows)
 
     def close(self) -> None:
