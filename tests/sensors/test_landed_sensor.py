@@ -1,0 +1,159 @@
+"""The landed-batches sensor (live intake) against a real landing zone written by GroupWriter,
+as sis-live writes it, and a real embedded queue it must never touch (no Spark involved)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from sis_platform import config
+from sis_platform.landing import ClosedBy, GroupWriter, LandingZone
+from sis_platform.sensors.landed_sensor import (
+    LANDED_SENSOR_NAME,
+    MAX_BATCHES_PER_TICK,
+    build_landed_batches_sensor,
+)
+from tests.harness import received
+
+pytestmark = [pytest.mark.dagster]
+
+
+def _resources(tmp_path: Path, **env: str) -> dict[str, object]:
+    return config.resources({"SIS_DATA_DIR": str(tmp_path), **env})
+
+
+def _zone(resources: dict[str, object]) -> LandingZone:
+    return resources["landing"].zone()  # type: ignore[attr-defined]
+
+
+def _land(writer: GroupWriter, *groups: int) -> None:
+    """Land groups of the given sizes into the open batch."""
+    for size in groups:
+        writer.land([received(f"<m n='{i}'/>".encode()) for i in range(size)])
+
+
+class Ticker:
+    """Evaluates the sensor as the daemon does: the cursor and partitions carried over."""
+
+    def __init__(self, resources: dict[str, object]) -> None:
+        self.sensor = build_landed_batches_sensor(5)
+        self.resources = resources
+        self.instance = dg.DagsterInstance.ephemeral()
+        self.cursor: str | None = None
+
+    def tick(self) -> dg.SensorResult | dg.SkipReason:
+        context = dg.build_sensor_context(
+            instance=self.instance, cursor=self.cursor, resources=self.resources
+        )
+        result = self.sensor(context)
+        assert isinstance(result, (dg.SensorResult, dg.SkipReason))
+        if isinstance(result, dg.SensorResult):
+            for request in result.dynamic_partitions_requests or []:
+                assert isinstance(request, dg.AddDynamicPartitionsRequest)
+                self.instance.add_dynamic_partitions(
+                    request.partitions_def_name, list(request.partition_keys)
+                )
+            self.cursor = result.cursor
+        return result
+
+
+def test_registers_sealed_batches_only_and_requests_their_runs_with_their_anchor(tmp_path):
+    resources = _resources(tmp_path)
+    zone = _zone(resources)
+    writer = GroupWriter(zone)
+    _land(writer, 2, 3)
+    first = writer.seal(ClosedBy.MESSAGES)
+    assert first is not None
+    _land(writer, 4)  # batch 2 stays open
+
+    ticker = Ticker(resources)
+    result = ticker.tick()
+    assert isinstance(result, dg.SensorResult)
+    (request,) = result.run_requests or []
+    anchor = zone.anchors.read(first.key)
+    assert anchor is not None and anchor.messages == 5
+    assert request.partition_key == first.key == "0000000001"
+    assert request.run_key == "batch-0000000001"
+    assert request.tags == {
+        "sis/batch": "0000000001",
+        "sis/chain_head": anchor.head,
+        "sis/messages": "5",
+    }
+    assert ticker.instance.get_dynamic_partitions("batches") == ["0000000001"]
+    assert ticker.cursor == "1"
+
+    skipped = ticker.tick()
+    assert isinstance(skipped, dg.SkipReason)
+    assert skipped.skip_message == (
+        "no sealed batch after 1; sis-live's open batch 0000000002 has 4 message(s) in 1 "
+        f"part(s) since {writer.open_batch.opened_at:%H:%M:%S} UTC"  # type: ignore[union-attr]
+    )
+
+    writer.seal(ClosedBy.SECONDS)
+    result = ticker.tick()
+    assert isinstance(result, dg.SensorResult)
+    assert [r.partition_key for r in result.run_requests or []] == ["0000000002"]
+    assert ticker.instance.get_dynamic_partitions("batches") == ["0000000001", "0000000002"]
+
+
+def test_never_touches_the_queue(tmp_path):
+    resources = _resources(tmp_path)
+    queue = resources["queue"].open()  # type: ignore[attr-defined]
+    with queue.producer() as producer:
+        for i in range(3):
+            producer.put(f"<m n='{i}'/>".encode())
+    writer = GroupWriter(_zone(resources))
+    _land(writer, 1)
+    writer.seal(ClosedBy.DRAINED)
+
+    ticker = Ticker(resources)
+    assert isinstance(ticker.tick(), dg.SensorResult)
+    assert isinstance(ticker.tick(), dg.SkipReason)
+    assert queue.depth() == 3
+    # It is not even given the queue: its only resource is the landing zone.
+    assert ticker.sensor.required_resource_keys == {"landing"}
+    assert ticker.sensor.name == LANDED_SENSOR_NAME
+
+
+def test_a_bounded_number_of_batches_per_tick(tmp_path):
+    resources = _resources(tmp_path, SIS_MAX_RUNS_IN_FLIGHT="1000")
+    writer = GroupWriter(_zone(resources))
+    for _ in range(MAX_BATCHES_PER_TICK + 3):
+        _land(writer, 1)
+        writer.seal(ClosedBy.MESSAGES)
+    ticker = Ticker(resources)
+    sizes = []
+    while isinstance(result := ticker.tick(), dg.SensorResult):
+        sizes.append(len(result.run_requests or []))
+    assert sizes == [MAX_BATCHES_PER_TICK, 3]
+    assert ticker.cursor == str(MAX_BATCHES_PER_TICK + 3)
+
+
+def test_backpressure_leaves_sealed_batches_in_the_landing_zone(tmp_path):
+    resources = _resources(tmp_path, SIS_MAX_RUNS_IN_FLIGHT="0")
+    writer = GroupWriter(_zone(resources))
+    _land(writer, 1)
+    writer.seal(ClosedBy.MESSAGES)
+    ticker = Ticker(resources)
+    held = ticker.tick()
+    assert isinstance(held, dg.SkipReason)
+    assert "backpressure" in (held.skip_message or "")
+    assert ticker.instance.get_dynamic_partitions("batches") == []
+
+
+def test_without_a_cursor_it_starts_after_the_partitions_already_registered(tmp_path):
+    """A deployment switching from SIS_INTAKE=sensor: the queue sensor registered (and
+    requested) batch 1; the landed-batches sensor requests only what follows."""
+    resources = _resources(tmp_path)
+    zone = _zone(resources)
+    zone.land([received(b"<m/>")], closed_by=ClosedBy.DRAINED)  # as the queue sensor did
+    writer = GroupWriter(zone)
+    _land(writer, 2)
+    writer.seal(ClosedBy.MESSAGES)
+    ticker = Ticker(resources)
+    ticker.instance.add_dynamic_partitions("batches", ["0000000001"])
+    result = ticker.tick()
+    assert isinstance(result, dg.SensorResult)
+    assert [r.partition_key for r in result.run_requests or []] == ["0000000002"]
