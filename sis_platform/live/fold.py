@@ -1,0 +1,258 @@
+"""sis-live's in-memory fold: landed messages to what the serving store commits for them.
+
+A stretch of the log (one landed group, or a run of groups while catching up) goes through the
+reference pipeline's own loop (`classify_stretch`, `fold_stretch` in
+sis_platform/domain/pipeline.py): deduplicated by message id against the stretch and the store
+(`ServingStore.seen`), the redelivery limit, classification, splitting, `fold_master` per
+master in feed order with one `PatchCache`, dead letters with the original body. So the store
+ends with exactly the masters, versions, dead letters and outcomes of `ReferencePipeline` over
+the same log (docs/design.md, invariants 2-4 and 7).
+
+The result is a `GroupCommit`: each changed master's state, its model rows (`interpret`; None
+when it has no document or is filtered, as the lake's model leaves such a master out), one
+change row per new version, the dead letters and one outcome row per message or item, and the
+log position it brings the store to.
+
+Masters are cached in memory, at most `max_masters` (least recently used out). A miss is loaded
+from the store, one `masters_state` call per stretch for all of them; a master the store does
+not hold is cached as absent. The cache changes only in `committed`, after the store has
+committed the same rows, so it always holds what the store holds and an eviction loses nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from sis_platform.domain.fold import ItemResult, ItemSelector, MasterState, PatchCache
+from sis_platform.domain.interpret import Interpretation, interpret
+from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
+from sis_platform.domain.pipeline import (
+    DEFAULT_REDELIVERY_LIMIT,
+    FoldedStretch,
+    classify_stretch,
+    fold_stretch,
+)
+from sis_platform.landing import LandedMessage
+from sis_platform.serving.records import (
+    ChangeRow,
+    DeadLetterRow,
+    GroupCommit,
+    MasterRow,
+    OutcomeRow,
+)
+
+log = logging.getLogger(__name__)
+
+
+class FoldStore(Protocol):
+    """What the fold reads of the serving store (sis_platform.serving.ServingStore)."""
+
+    def masters_state(self, ids: Iterable[str]) -> dict[str, MasterRow]: ...
+
+    def seen(self, message_ids: Iterable[str]) -> set[str]: ...
+
+
+@dataclass(frozen=True)
+class FoldOptions:
+    """How the feed is folded (settings.processing and settings.limits) and the cache bound."""
+
+    selector: ItemSelector | None = None
+    limits: Limits = DEFAULT_LIMITS
+    redelivery_limit: int = DEFAULT_REDELIVERY_LIMIT
+    max_masters: int = 20_000
+
+    def __post_init__(self) -> None:
+        if self.max_masters < 1:
+            raise ValueError(f"max_masters must be at least 1, got {self.max_masters}")
+
+
+class LiveFold:
+    """Folds stretches of the landed log against the store (see the module docstring)."""
+
+    def __init__(self, store: FoldStore, options: FoldOptions) -> None:
+        self.store = store
+        self.options = options
+        self._patches = PatchCache(options.limits)
+        # master id -> its row as the store holds it, or None: the store has no row for it.
+        self._cache: OrderedDict[str, MasterRow | None] = OrderedDict()
+
+    @property
+    def cached(self) -> int:
+        """How many masters (present or known absent) are held in memory."""
+        return len(self._cache)
+
+    def fold(self, messages: Sequence[LandedMessage]) -> GroupCommit:
+        """The commit for `messages`, the log's next stretch after the store's position (in log
+        order, at least one). The cache is not changed: call `committed` once the store has
+        committed the result, or nothing if it has not."""
+        if not messages:
+            raise ValueError("nothing to fold: a stretch has at least one message")
+        options = self.options
+        logged = [landed.message for landed in messages]
+        seen = self.store.seen({message.message_id for message in logged})
+        classified = classify_stretch(
+            logged, seen, limits=options.limits, redelivery_limit=options.redelivery_limit
+        )
+        before = self._states(classified.groups.keys())
+        folded = fold_stretch(
+            classified,
+            before.get,
+            selector=options.selector,
+            patches=self._patches,
+            limits=options.limits,
+        )
+        masters = _changed_masters(folded, before, self._rows(classified.groups.keys()))
+        return GroupCommit(
+            position=messages[-1].position,
+            masters=masters,
+            model={row.master_id: _model(row) for row in masters},
+            changes=_changes(folded, messages),
+            dead_letters=_dead_letters(folded, messages),
+            outcomes=_outcomes(folded, messages),
+        )
+
+    def committed(self, group: GroupCommit) -> None:
+        """The store has committed `group`: the cache takes its masters' rows."""
+        for row in group.masters:
+            self._cache[row.master_id] = row
+            self._cache.move_to_end(row.master_id)
+        self._evict()
+
+    def forget(self) -> None:
+        """Drop the cache (e.g. when the store may have changed behind this process)."""
+        self._cache.clear()
+
+    def _rows(self, ids: Iterable[str]) -> dict[str, MasterRow]:
+        return {i: row for i in ids if (row := self._cache.get(i)) is not None}
+
+    def _states(self, ids: Iterable[str]) -> dict[str, MasterState]:
+        """The stored state of each of `ids` the store holds, loading the cache's misses."""
+        wanted = list(ids)
+        misses = [i for i in wanted if i not in self._cache]
+        if misses:
+            loaded = self.store.masters_state(misses)
+            for master_id in misses:
+                self._cache[master_id] = loaded.get(master_id)
+        for master_id in wanted:
+            self._cache.move_to_end(master_id)
+        states = {}
+        for master_id in wanted:
+            row = self._cache[master_id]
+            if row is not None:
+                states[master_id] = MasterState(
+                    master_id, row.version, row.document, row.stale, row.filtered
+                )
+        # The stretch's own masters (at the end now) stay until `committed` replaces them.
+        self._evict(keep=len(wanted))
+        return states
+
+    def _evict(self, keep: int = 0) -> None:
+        while len(self._cache) > max(self.options.max_masters, keep):
+            self._cache.popitem(last=False)
+
+
+def _changed_masters(
+    folded: FoldedStretch, before: dict[str, MasterState], rows: dict[str, MasterRow]
+) -> list[MasterRow]:
+    """A row per folded master whose state changed and that the reference keeps (it exists,
+    is stale or is filtered; an orphan update leaves no master), with the message id of its
+    last version."""
+    last_message: dict[str, str] = {}
+    for entry in folded.versions:
+        last_message[entry.value.master_id] = entry.value.message_id
+    changed = []
+    for master_id, state in folded.states.items():
+        if not (state.exists or state.stale or state.filtered):
+            continue
+        if before.get(master_id) == state:
+            continue
+        previous = rows.get(master_id)
+        message_id = last_message.get(master_id, previous.message_id if previous else None)
+        changed.append(
+            MasterRow(
+                master_id=master_id,
+                version=state.version,
+                document=state.document,
+                message_id=message_id,
+                stale=state.stale,
+                filtered=state.filtered,
+            )
+        )
+    return changed
+
+
+def _model(row: MasterRow) -> Interpretation | None:
+    """The master's model rows; None removes them (no document, or filtered: the lake's model
+    reads only `document IS NOT NULL AND NOT filtered`)."""
+    if row.document is None or row.filtered:
+        return None
+    try:
+        return interpret(row.master_id, row.document)
+    except Exception:
+        # The fold only keeps valid events, so this is a bug in reading one master: it must
+        # not stop the live path for every other master. The lake records it in
+        # model_failures; here the master is left out of the model and logged.
+        log.exception("cannot interpret master %s version %d", row.master_id, row.version)
+        return None
+
+
+def _changes(folded: FoldedStretch, messages: Sequence[LandedMessage]) -> list[ChangeRow]:
+    rows = []
+    for entry in folded.versions:
+        version, landed = entry.value, messages[entry.index]
+        rows.append(
+            ChangeRow(
+                master_id=version.master_id,
+                version=version.version,
+                message_id=version.message_id,
+                position=version.position,
+                batch_seq=landed.position.batch_seq,
+                msg_seq=landed.position.msg_seq,
+                put_time=landed.put_time,
+                operation=version.operation,
+                document_sha256=hashlib.sha256(version.document).hexdigest(),
+            )
+        )
+    return rows
+
+
+def _dead_letters(folded: FoldedStretch, messages: Sequence[LandedMessage]) -> list[DeadLetterRow]:
+    rows = []
+    for entry in folded.dead_letters:
+        dead, landed = entry.value, messages[entry.index]
+        rows.append(
+            DeadLetterRow(
+                message_id=dead.message_id,
+                master_id=dead.master_id,
+                position=dead.position,
+                reason=str(dead.reason),
+                detail=dead.detail,
+                batch_seq=landed.position.batch_seq,
+                msg_seq=landed.position.msg_seq,
+                body=dead.body,
+            )
+        )
+    return rows
+
+
+def _outcomes(folded: FoldedStretch, messages: Sequence[LandedMessage]) -> list[OutcomeRow]:
+    rows = []
+    for entry in folded.results:
+        result, landed = entry.value, messages[entry.index]
+        rows.append(
+            OutcomeRow(
+                message_id=result.message_id,
+                batch_seq=landed.position.batch_seq,
+                msg_seq=landed.position.msg_seq,
+                position=entry.position,
+                master_id=result.master_id if isinstance(result, ItemResult) else None,
+                outcome=str(result.outcome),
+                reason=None if result.reason is None else str(result.reason),
+            )
+        )
+    return rows

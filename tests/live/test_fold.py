@@ -1,0 +1,118 @@
+"""LiveFold: folding a landed log in groups into a real SQLite serving store gives exactly the
+reference pipeline's masters, versions, dead letters and outcomes."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from sis_platform.domain.reasons import Outcome, Reason
+from sis_platform.domain.selector import Selector
+from sis_platform.landing import LandedMessage
+from sis_platform.live.fold import FoldOptions, LiveFold
+from sis_platform.serving import open_store
+from tests.live.feed import groups_of_varying_size, landed_feed
+from tests.live.store_view import assert_store_matches_reference
+from tests.reference import reference_for
+
+SELECTOR = "sport = 'horse-racing'"
+
+
+def _fold_into_store(
+    db: Path, groups: list[list[LandedMessage]], options: FoldOptions, restart_every: int = 0
+) -> None:
+    store = open_store(f"sqlite:///{db}")
+    try:
+        fold = LiveFold(store, options)
+        for number, group in enumerate(groups, 1):
+            commit = fold.fold(group)
+            store.commit(commit)
+            fold.committed(commit)
+            assert store.position() == group[-1].position
+            if restart_every and number % restart_every == 0:
+                fold = LiveFold(store, options)  # a restart: nothing but the store is kept
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    ("largest", "max_masters", "restart_every"),
+    [(40, 20_000, 0), (7, 3, 0), (120, 1, 5)],
+    ids=["groups-up-to-40", "tiny-cache", "one-master-cached-and-restarts"],
+)
+def test_live_fold_in_groups_equals_the_reference(tmp_path, largest, max_masters, restart_every):
+    log = landed_feed(seed=11, messages=1500)
+    groups = groups_of_varying_size(log, seed=largest, largest=largest)
+    _fold_into_store(
+        tmp_path / "serving.db", groups, FoldOptions(max_masters=max_masters), restart_every
+    )
+    ref = reference_for([m.message for m in log])
+    outcomes = ref.outcome_counts()
+    # The feed exercises what the comparison is about.
+    assert outcomes[Outcome.DUPLICATE] > 0 and outcomes[Outcome.DEAD_LETTERED] > 10
+    reasons = Counter(d.reason for d in ref.dead_letters)
+    assert reasons[Reason.REDELIVERY_LIMIT] and reasons[Reason.MASTER_STALE]
+    assert_store_matches_reference(tmp_path / "serving.db", ref)
+
+
+def test_live_fold_with_a_selector_equals_the_reference(tmp_path):
+    log = landed_feed(seed=12, messages=900)
+    selector = Selector.compile(SELECTOR)
+    groups = groups_of_varying_size(log, seed=3, largest=25)
+    _fold_into_store(tmp_path / "serving.db", groups, FoldOptions(selector=selector, max_masters=5))
+    ref = reference_for([m.message for m in log], selector=selector)
+    assert any(s.filtered for s in ref.masters.values())
+    assert_store_matches_reference(tmp_path / "serving.db", ref)
+
+
+def test_the_model_leaves_out_filtered_masters_and_keeps_stale_ones(tmp_path):
+    log = landed_feed(seed=12, messages=900)
+    selector = Selector.compile(SELECTOR)
+    db = tmp_path / "serving.db"
+    _fold_into_store(db, [log], FoldOptions(selector=selector))
+    ref = reference_for([m.message for m in log], selector=selector)
+    conn = sqlite3.connect(db)
+    try:
+        events = dict(conn.execute("SELECT master_id, stale FROM events"))
+    finally:
+        conn.close()
+    expected = {
+        m: int(s.stale) for m, s in ref.masters.items() if s.document is not None and not s.filtered
+    }
+    assert {m: int(s) for m, s in events.items()} == expected
+
+
+def test_a_cached_master_is_not_reloaded_and_a_miss_is_loaded_once_per_group(tmp_path):
+    log = landed_feed(seed=13, messages=300)
+    store = open_store(f"sqlite:///{tmp_path / 'serving.db'}")
+    calls: list[list[str]] = []
+    real = store.masters_state
+
+    def counting(ids):
+        ids = list(ids)
+        calls.append(ids)
+        return real(ids)
+
+    store.masters_state = counting  # type: ignore[method-assign]
+    try:
+        fold = LiveFold(store, FoldOptions())
+        for group in groups_of_varying_size(log, seed=1, largest=30):
+            commit = fold.fold(group)
+            store.commit(commit)
+            fold.committed(commit)
+    finally:
+        store.close()
+    loaded = [i for ids in calls for i in ids]
+    assert len(loaded) == len(set(loaded))  # never a master twice: the cache holds them
+
+
+def test_an_empty_stretch_is_refused(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 'serving.db'}")
+    try:
+        with pytest.raises(ValueError):
+            LiveFold(store, FoldOptions()).fold([])
+    finally:
+        store.close()
