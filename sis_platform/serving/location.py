@@ -31,13 +31,23 @@ class PostgresLocation:
 
 
 def shown_url(url: str) -> str:
-    """`url` with any password masked, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    login, _, host = parts.netloc.rpartition("@")
-    user = login.partition(":")[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    """`url` with any password (in the login or a `password=` parameter) masked, for messages
+    and logs."""
+    try:
+        parts = urlsplit(url)
+        has_password = parts.password is not None
+    except ValueError:
+        return "(a malformed URL)"
+    if has_password:
+        login, _, host = parts.netloc.rpartition("@")
+        parts = parts._replace(netloc=f"{login.partition(':')[0]}:***@{host}")
+    if parts.query:
+        params = [
+            (k, "***" if k == "password" else v)
+            for k, v in parse_qsl(parts.query, keep_blank_values=True)
+        ]
+        parts = parts._replace(query=urlencode(params, quote_via=quote, safe="/*"))
+    return urlunsplit(parts)
 
 
 def parse_location(url: str) -> SqliteLocation | PostgresLocation:

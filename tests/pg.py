@@ -1,0 +1,190 @@
+"""A throwaway PostgreSQL cluster for the tests, started with the distribution's binaries.
+
+`PgCluster` runs `initdb` and `pg_ctl` (Debian's /usr/lib/postgresql/<version>/bin) in a fresh
+folder under /tmp, listening only on a Unix socket in that folder (no TCP port), with password
+authentication (scram-sha-256) for the user `sis`. initdb refuses to run as root: as root the
+cluster runs as the `postgres` user (or `nobody`), through `runuser`, in a folder that user owns;
+as anyone else it runs as that user. `pg_ctl stop -m fast` stops it; `cluster()` is a context
+manager that always stops it and removes its folder.
+
+A test module uses it through a fixture, e.g.:
+
+    @pytest.fixture(scope="session")
+    def pg():
+        with cluster() as running:
+            yield running
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import secrets
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+
+USER = "sis"
+PASSWORD_VARIABLE = "SIS_SERVING_PASSWORD"
+PG_ROOT = Path("/usr/lib/postgresql")
+# Unprivileged accounts to run the server as when the tests run as root, in order of preference.
+SERVER_ACCOUNTS = ("postgres", "nobody")
+PG_CTL_WAIT_SECONDS = 60
+
+
+def pg_bin() -> Path:
+    """The newest installed PostgreSQL's bin folder (the postgresql package provides it)."""
+    versions = sorted(
+        (p for p in PG_ROOT.glob("*/bin") if (p / "initdb").exists()),
+        key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
+    )
+    if not versions:
+        raise RuntimeError(
+            f"no PostgreSQL server binaries under {PG_ROOT}: install the postgresql package "
+            "(apt-get install postgresql) to run the serving store's PostgreSQL tests"
+        )
+    return versions[-1]
+
+
+@dataclass
+class PgCluster:
+    folder: Path
+    bin: Path
+    run_as: str | None  # the account the server runs as; None: this process's user
+    password: str = field(default_factory=lambda: secrets.token_hex(16), repr=False)
+    _databases: int = 0
+
+    @property
+    def data(self) -> Path:
+        return self.folder / "data"
+
+    @property
+    def socket_dir(self) -> Path:
+        return self.folder
+
+    def _command(self, *args: str) -> list[str]:
+        prefix = ["runuser", "-u", self.run_as, "--"] if self.run_as else []
+        return [*prefix, *args]
+
+    def _run(self, *args: str) -> None:
+        result = subprocess.run(
+            self._command(*args), capture_output=True, text=True, cwd=self.folder, check=False
+        )
+        if result.returncode:
+            log = self.folder / "server.log"
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            raise RuntimeError(
+                f"{' '.join(args[:2])} failed ({result.returncode}): {result.stderr}\n{tail}"
+            )
+
+    def init(self) -> None:
+        pwfile = self.folder / "pwfile"
+        pwfile.write_text(self.password + "\n")
+        self._own(pwfile)
+        self._run(
+            str(self.bin / "initdb"),
+            "-D",
+            str(self.data),
+            "-U",
+            USER,
+            "--pwfile",
+            str(pwfile),
+            "--auth-local=scram-sha-256",
+            "--auth-host=scram-sha-256",
+            "-E",
+            "UTF8",
+            "--no-instructions",
+        )
+        pwfile.unlink()
+
+    def start(self) -> None:
+        # No TCP listener; the socket in the cluster's own folder. fsync off: a test cluster
+        # need not survive a power cut, and it makes commits cheap for the suite.
+        options = f"-c listen_addresses='' -k {self.socket_dir} -c fsync=off"
+        self._run(
+            str(self.bin / "pg_ctl"),
+            "start",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.folder / "server.log"),
+            "-w",
+            "-t",
+            str(PG_CTL_WAIT_SECONDS),
+            "-o",
+            options,
+        )
+
+    def stop(self) -> None:
+        self._run(
+            str(self.bin / "pg_ctl"),
+            "stop",
+            "-D",
+            str(self.data),
+            "-m",
+            "fast",
+            "-w",
+            "-t",
+            str(PG_CTL_WAIT_SECONDS),
+        )
+
+    def running(self) -> bool:
+        return (self.data / "postmaster.pid").exists()
+
+    def url(self, database: str) -> str:
+        """A password-free URL of `database` over the cluster's socket."""
+        return f"postgresql://{USER}@/{database}?host={self.socket_dir}"
+
+    def admin(self) -> psycopg.Connection:
+        return psycopg.connect(self.url("postgres"), password=self.password, autocommit=True)
+
+    def new_database(self) -> str:
+        """A fresh, empty database; its name."""
+        self._databases += 1
+        name = f"t{os.getpid()}_{self._databases}"
+        with self.admin() as conn:
+            conn.execute(f"CREATE DATABASE {name}")
+        return name
+
+    def _own(self, path: Path) -> None:
+        if self.run_as:
+            account = pwd.getpwnam(self.run_as)
+            os.chown(path, account.pw_uid, account.pw_gid)
+
+
+def _server_account() -> str | None:
+    if os.geteuid() != 0:
+        return None
+    for name in SERVER_ACCOUNTS:
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            continue
+        return name
+    raise RuntimeError(f"running as root and none of {SERVER_ACCOUNTS} exists to run PostgreSQL")
+
+
+@contextmanager
+def cluster() -> Iterator[PgCluster]:
+    """A started cluster, stopped and removed on exit whatever happened meanwhile."""
+    # Directly under /tmp (not pytest's tmp_path, whose parents are private to this user): the
+    # server's account must reach its folder; the socket path stays short (sun_path is 108).
+    folder = Path(tempfile.mkdtemp(prefix="sis-pg-"))
+    pg = PgCluster(folder, pg_bin(), _server_account())
+    try:
+        pg._own(folder)
+        pg.init()
+        pg.start()
+        yield pg
+    finally:
+        try:
+            if pg.running():
+                pg.stop()
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,104 @@
+"""Serving store URLs: which store each names, and the ones refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sis_platform.serving import open_store
+from sis_platform.serving.location import (
+    PostgresLocation,
+    SqliteLocation,
+    parse_location,
+    shown_url,
+)
+
+
+@pytest.mark.parametrize(
+    ("url", "path"),
+    [
+        ("sqlite:////abs/data/serving.db", Path("/abs/data/serving.db")),
+        ("sqlite:///rel/serving.db", Path("rel/serving.db")),
+        ("sqlite:////a%20b/serving.db", Path("/a b/serving.db")),
+    ],
+)
+def test_sqlite_paths(url: str, path: Path) -> None:
+    assert parse_location(url) == SqliteLocation(path)
+
+
+@pytest.mark.parametrize(
+    "url", ["sqlite://host/x.db", "sqlite:///", "sqlite:////data/", "sqlite:///x.db?mode=ro"]
+)
+def test_sqlite_urls_refused(url: str) -> None:
+    with pytest.raises(ValueError, match="serving store URL"):
+        parse_location(url)
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        # Loopback and sockets: as given.
+        ("postgresql://om@localhost:5432/serving", "postgresql://om@localhost:5432/serving"),
+        ("postgresql://om@127.0.0.1/serving", "postgresql://om@127.0.0.1/serving"),
+        ("postgresql://om@[::1]:5433/serving", "postgresql://om@[::1]:5433/serving"),
+        ("postgresql://om@%2Frun%2Fpg/serving", "postgresql://om@%2Frun%2Fpg/serving"),
+        ("postgresql://om@/serving?host=/run/pg", "postgresql://om@/serving?host=/run/pg"),
+        # Another host: verified TLS unless the URL says otherwise.
+        (
+            "postgresql://om@db.example.com:5432/serving",
+            "postgresql://om@db.example.com:5432/serving?sslmode=verify-full",
+        ),
+        (
+            "postgresql://om@10.0.0.5/serving?application_name=x",
+            "postgresql://om@10.0.0.5/serving?application_name=x&sslmode=verify-full",
+        ),
+        (
+            "postgresql://om@db.example.com/serving?sslmode=require",
+            "postgresql://om@db.example.com/serving?sslmode=require",
+        ),
+        (
+            "postgresql://om@localhost,db2.example.com/serving",
+            "postgresql://om@localhost,db2.example.com/serving?sslmode=verify-full",
+        ),
+    ],
+)
+def test_postgresql_urls(url: str, expected: str) -> None:
+    location = parse_location(url)
+    assert isinstance(location, PostgresLocation)
+    assert location.url == expected and location.shown == url
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://om:hunter2@db.example.com/serving",
+        "postgresql://om@db.example.com/serving?password=hunter2",
+    ],
+)
+def test_a_password_in_the_url_is_refused_without_showing_it(url: str) -> None:
+    with pytest.raises(ValueError, match="SIS_SERVING_PASSWORD") as raised:
+        open_store(url)
+    assert "hunter2" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "mysql://om@db/serving",
+        "serving.db",
+        "postgresql://om@db.example.com/",
+        "postgresql://om@db.example.com:notaport/serving",
+    ],
+)
+def test_urls_that_name_no_store(url: str) -> None:
+    with pytest.raises(ValueError, match="serving store URL"):
+        open_store(url)
+
+
+def test_shown_url_masks_a_password() -> None:
+    assert shown_url("postgresql://om:secret@db/x") == "postgresql://om:***@db/x"
+    assert shown_url("postgresql://om@db/x") == "postgresql://om@db/x"
+    assert shown_url("postgresql://om@db/x?password=pw&sslmode=require") == (
+        "postgresql://om@db/x?password=***&sslmode=require"
+    )
