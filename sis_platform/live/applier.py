@@ -1,0 +1,164 @@
+"""The store side of sis-live: folding landed messages into the serving store, exactly once.
+
+The store holds the log position it has applied, committed in the same transaction as the
+group's results (`ServingStore.commit`). The applier folds a group landed right after that
+position straight from memory; anything else (the first start, a restart after a crash, the
+store back after an outage) is caught up from the landing zone: `landed_after(store position)`
+in chunks, each committed with its position. So a crash anywhere leaves the store at a position
+it committed whole, and the next start refolds exactly what follows it (docs/design.md,
+invariants 2 and 7).
+
+A store outage (`ServingUnavailable`) never stops intake: the applier logs it once, drops the
+connection and its master cache (a commit whose acknowledgement was lost may have happened),
+retries with growing delays, and catches up when the store is back.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from itertools import islice
+from typing import TYPE_CHECKING
+
+from sis_platform.landing import LandedMessage, LandingZone, LogPosition
+from sis_platform.live.config import LiveConfig, Retry
+from sis_platform.live.fold import LiveFold
+from sis_platform.serving.records import ServingUnavailable
+
+if TYPE_CHECKING:
+    from sis_platform.serving import ServingStore
+
+log = logging.getLogger(__name__)
+
+
+class Applier:
+    """Keeps the serving store at the landing zone's last position (see the module docstring).
+    `open_store` opens the store (raises ServingUnavailable); the applier owns what it opens."""
+
+    def __init__(
+        self,
+        zone: LandingZone,
+        open_store: Callable[[], ServingStore],
+        config: LiveConfig,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.zone = zone
+        self.config = config
+        self._open_store = open_store
+        self._clock = clock
+        self._store: ServingStore | None = None
+        self._fold: LiveFold | None = None
+        self._retry = Retry(config.retry_first_seconds, config.retry_last_seconds)
+        # The store's position as last read or committed by this process (None: not known).
+        self.applied: LogPosition | None = None
+        self._heartbeat_due = 0.0
+        self.messages = 0  # messages committed to the store by this process
+
+    @property
+    def available(self) -> bool:
+        return self._store is not None
+
+    def next_due(self) -> float:
+        """The monotonic time of the applier's next own action (a retry or a heartbeat)."""
+        return self._retry.due if self._retry.failing else self._heartbeat_due
+
+    def apply(self, messages: Sequence[LandedMessage], before: LogPosition) -> None:
+        """`messages` were just landed right after `before`: fold and commit them, or catch up
+        when the store is not at `before`."""
+        if self._store is None or self._fold is None or self.applied != before:
+            self.catch_up(messages[-1].position)
+            return
+        try:
+            self._commit_stretch(messages)
+        except ServingUnavailable as error:
+            self._unavailable(error)
+
+    def catch_up(self, landed: LogPosition) -> None:
+        """Bring the store to `landed` (the landing zone's last position) from its own position,
+        if the store is reachable now (or due for a retry)."""
+        if not self._retry.ready(self._clock()):
+            return
+        try:
+            store, fold = self._connected()
+            position = store.position()
+            if position > landed:
+                raise RuntimeError(
+                    f"the serving store is at {position}, beyond the landing zone's last "
+                    f"message {landed}: the store belongs to another landing zone"
+                )
+            caught_up = 0
+            for chunk in _chunks(
+                self.zone.landed_after(position, self.config.message_limits),
+                self.config.group_max_messages,
+            ):
+                self._commit_stretch(chunk)
+                caught_up += len(chunk)
+            self.applied = position if not caught_up else self.applied
+        except ServingUnavailable as error:
+            self._unavailable(error)
+            return
+        if self._retry.succeeded():
+            log.warning("serving store available again: caught up %d message(s)", caught_up)
+        elif caught_up:
+            log.info("caught up %d landed message(s) into the serving store", caught_up)
+
+    def idle(self) -> None:
+        """Nothing arrived: heartbeat the store when due, or retry it when it was down."""
+        now = self._clock()
+        if self._retry.failing:
+            return  # the service catches up (which retries) when due
+        if now < self._heartbeat_due or self._store is None:
+            return
+        self._heartbeat_due = now + self.config.heartbeat_seconds
+        try:
+            self._store.heartbeat()
+        except ServingUnavailable as error:
+            self._unavailable(error)
+
+    def close(self) -> None:
+        store, self._store, self._fold = self._store, None, None
+        if store is not None:
+            store.close()
+
+    def _connected(self) -> tuple[ServingStore, LiveFold]:
+        if self._store is None or self._fold is None:
+            store = self._open_store()
+            self._store, self._fold = store, LiveFold(store, self.config.fold)
+            self.applied = None
+        return self._store, self._fold
+
+    def _commit_stretch(self, messages: Sequence[LandedMessage]) -> None:
+        """Fold `messages` (the log right after the store's position) and commit them; raises
+        ServingUnavailable, after which the connection is dropped (`_unavailable`)."""
+        store, fold = self._connected()
+        group = fold.fold(messages)
+        store.commit(group)
+        fold.committed(group)
+        self.applied = group.position
+        self.messages += len(messages)
+        self._heartbeat_due = self._clock() + self.config.heartbeat_seconds
+
+    def _unavailable(self, error: ServingUnavailable) -> None:
+        if self._retry.failed(self._clock()):
+            log.error(
+                "serving store unavailable: %s; landing goes on, the store catches up when it "
+                "is back (retrying with backoff up to %.0f s)",
+                error,
+                self.config.retry_last_seconds,
+            )
+        else:
+            log.debug("serving store still unavailable: %s", error)
+        store, self._store, self._fold = self._store, None, None
+        self.applied = None
+        if store is not None:
+            try:
+                store.close()
+            except ServingUnavailable:
+                pass  # already broken: nothing of it is needed any more
+
+
+def _chunks(messages: Iterator[LandedMessage], size: int) -> Iterator[list[LandedMessage]]:
+    while chunk := list(islice(messages, size)):
+        yield chunk

@@ -1,0 +1,94 @@
+"""sis-live's bounds and timings as one record, taken from the settings (sis_platform.settings)
+by `LiveConfig.from_settings`; the service never reads the environment itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
+from sis_platform.domain.selector import Selector
+from sis_platform.live.fold import FoldOptions
+from sis_platform.settings import Settings
+
+# The longest a get waits when nothing else is due: how soon a stop request is seen while the
+# queue is idle (a stop is otherwise seen between groups).
+IDLE_WAIT_SECONDS = 1.0
+# How often an idle service tells the store it is alive (StoreStatus.heartbeat_at).
+HEARTBEAT_SECONDS = 5.0
+# How often a progress line is logged while messages flow (never one per message or group).
+PROGRESS_SECONDS = 30.0
+# Retrying an unavailable store or source: from the first delay, doubling up to the last.
+RETRY_FIRST_SECONDS = 0.5
+RETRY_LAST_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class LiveConfig:
+    """What one sis-live process does: group and batch bounds, the fold, and its timings."""
+
+    group_wait_seconds: float = 0.002
+    group_max_messages: int = 500
+    batch_max_messages: int = 10_000
+    batch_max_bytes: int = 64 * 1024 * 1024
+    batch_max_seconds: float = 60.0
+    message_limits: Limits = DEFAULT_LIMITS
+    fold: FoldOptions = field(default_factory=FoldOptions)
+    idle_wait_seconds: float = IDLE_WAIT_SECONDS
+    heartbeat_seconds: float = HEARTBEAT_SECONDS
+    progress_seconds: float = PROGRESS_SECONDS
+    retry_first_seconds: float = RETRY_FIRST_SECONDS
+    retry_last_seconds: float = RETRY_LAST_SECONDS
+
+    def __post_init__(self) -> None:
+        if self.group_max_messages < 1 or self.batch_max_messages < 1 or self.batch_max_bytes < 1:
+            raise ValueError(f"group and batch bounds must be positive: {self}")
+        if self.batch_max_seconds <= 0 or self.group_wait_seconds < 0:
+            raise ValueError(f"batch seconds must be positive, the group wait not negative: {self}")
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> LiveConfig:
+        processing = settings.processing
+        selector = Selector.compile(processing.selector) if processing.selector else None
+        return cls(
+            group_wait_seconds=settings.live.group_wait_seconds,
+            group_max_messages=settings.live.group_max_messages,
+            batch_max_messages=settings.batch.max_messages,
+            batch_max_bytes=settings.batch.max_bytes,
+            batch_max_seconds=settings.batch.max_seconds,
+            message_limits=settings.limits,
+            fold=FoldOptions(
+                selector=selector,
+                limits=settings.limits,
+                redelivery_limit=processing.redelivery_limit,
+                max_masters=settings.live.max_masters_in_memory,
+            ),
+        )
+
+
+@dataclass
+class Retry:
+    """When to try an unavailable dependency again: doubling delays between `first` and `last`
+    seconds, reset by `succeeded`. `due` is the monotonic time of the next try (0: now)."""
+
+    first: float
+    last: float
+    due: float = 0.0
+    delay: float = 0.0
+    failing: bool = False
+
+    def failed(self, now: float) -> bool:
+        """Schedule the next try; True for the first failure of an outage (log it loudly)."""
+        first_failure = not self.failing
+        self.failing = True
+        self.delay = self.first if first_failure else min(self.last, self.delay * 2)
+        self.due = now + self.delay
+        return first_failure
+
+    def succeeded(self) -> bool:
+        """Back to normal; True when this ends an outage."""
+        ended = self.failing
+        self.failing, self.delay, self.due = False, 0.0, 0.0
+        return ended
+
+    def ready(self, now: float) -> bool:
+        return now >= self.due

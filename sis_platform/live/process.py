@@ -1,0 +1,60 @@
+"""One sis-live process built from the settings: the source, landing zone, consumer lease
+(the one the queue sensor holds, built without Dagster), serving store and service, run until
+SIGTERM or SIGINT asks it to stop."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from pathlib import Path
+from types import FrameType
+
+from sis_platform.landing import LandingZone
+from sis_platform.lease import ConsumerLease, holder_id
+from sis_platform.live.config import LiveConfig
+from sis_platform.live.service import LiveService
+from sis_platform.live.source import source_from_settings
+from sis_platform.serving import ServingStore, open_store
+from sis_platform.serving.location import shown_url
+from sis_platform.settings import Settings
+
+log = logging.getLogger("sis_platform.live")
+
+
+def build_service(settings: Settings) -> LiveService:
+    """The service `settings` describe (nothing is connected or opened yet)."""
+    zone = LandingZone(Path(settings.landing_dir))
+    lease = ConsumerLease(
+        zone.root, holder_id(settings.batch.deployment), settings.batch.lease_seconds
+    )
+    url = settings.serving.url
+
+    def store() -> ServingStore:
+        return open_store(url)
+
+    return LiveService(
+        source_from_settings(settings.source),
+        zone,
+        lease,
+        store,
+        LiveConfig.from_settings(settings),
+    )
+
+
+def run_until_signalled(service: LiveService, settings: Settings) -> None:
+    """Run `service` in this (main) thread; SIGTERM and SIGINT end it after the group in hand."""
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        log.warning("%s: stopping after the group in hand", signal.Signals(signum).name)
+        service.request_stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    log.info(
+        "sis-live consuming %s into %s, serving store %s",
+        service.source.description,
+        service.zone.root,
+        shown_url(settings.serving.url),
+    )
+    service.run()
+    log.info("sis-live stopped")

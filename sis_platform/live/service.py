@@ -1,0 +1,415 @@
+"""The sis-live loop: the queue's resident consumer, landing small groups and applying them.
+
+While it holds the consumer lease (sis_platform.lease, renewed well before it expires; lost or
+taken over: it stops consuming and stands by, as intake does), the service:
+
+1. after taking the lease, seals a batch a crash or an earlier holder left open
+   (`GroupWriter.recover`) and catches the serving store up from its position (`Applier`);
+2. then, per group: a get that waits for the first message (bounded by the open batch's seal
+   deadline, the lease renewal, the store's next retry or heartbeat, and `idle_wait_seconds`
+   for seeing a stop request), then gets waiting `group_wait_seconds` each until none comes, the
+   group holds `group_max_messages`, or the open batch would pass its bounds;
+   crash point `live.after_get`; `GroupWriter.land` (durable part file); `live.after_land`;
+   queue commit; `live.after_queue_commit`; fold and store commit (`Applier.apply`, with
+   `live.store_commit` inside the store's transaction); the open batch sealed when it reached
+   a bound (messages, bytes, or age, the last also when no message comes).
+
+The order is the consumer's (sis_platform/consumer.py, invariant 1): a crash before the land
+leaves every message on the queue (backed out by it); after the land and before the queue
+commit, the messages are landed and redelivered, and their second copies end `duplicate`
+(invariant 2). A body over the per-message bound is moved aside as the consumer does it. Waits
+are the queue get's own; nothing sleeps on the hot path.
+
+Outages: the source (SourceUnavailable) is reconnected with growing delays; the landing zone
+(OSError) is probed before anything more is got; the store (ServingUnavailable) is the
+applier's: landing and queue commits go on and the store catches up when it is back.
+`request_stop` (from a signal handler) ends the loop after the group in hand, leaving the open
+batch for the next start to seal.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from sis_platform.consumer import move_aside
+from sis_platform.domain.pipeline import LoggedMessage
+from sis_platform.faults import crash_point
+from sis_platform.landing import (
+    ClosedBy,
+    GroupWriter,
+    LandedGroup,
+    LandedMessage,
+    LandingZone,
+    LogPosition,
+    MovedAside,
+)
+from sis_platform.lease import ConsumerLease, Lease, LeaseError
+from sis_platform.live.applier import Applier
+from sis_platform.live.config import LiveConfig, Retry
+from sis_platform.queues.base import (
+    FencedOff,
+    QueueSession,
+    QueueSource,
+    ReceivedMessage,
+    SourceUnavailable,
+)
+
+if TYPE_CHECKING:
+    from sis_platform.serving import ServingStore
+
+log = logging.getLogger(__name__)
+
+# Renew the lease when this share of its length has passed since the last renewal: a holder
+# paused for less than the rest keeps it.
+_RENEW_SHARE = 0.25
+
+Received = ReceivedMessage | MovedAside
+
+
+class LiveService:
+    """sis-live (see the module docstring). `run` until `request_stop`."""
+
+    def __init__(
+        self,
+        source: QueueSource,
+        zone: LandingZone,
+        lease: ConsumerLease,
+        open_store: Callable[[], ServingStore],
+        config: LiveConfig,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.source = source
+        self.zone = zone
+        self.lease = lease
+        self.config = config
+        self.applier = Applier(zone, open_store, config, clock=clock)
+        self._clock = clock
+        self._stop = threading.Event()
+        self._session: QueueSession | None = None
+        self._source_retry = Retry(config.retry_first_seconds, config.retry_last_seconds)
+        self._landing_retry = Retry(config.retry_first_seconds, config.retry_last_seconds)
+        self._renew_at = 0.0
+        self._landed_to = LogPosition(0, -1)
+        self._progress = _Progress(clock(), config.progress_seconds)
+        self._stepped = threading.Condition()  # notified after every step (see `wait_until`)
+        self.landed_messages = 0  # messages this process has landed
+
+    def request_stop(self) -> None:
+        """End `run` after the group in hand (safe from a signal handler)."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    @property
+    def landed_to(self) -> LogPosition:
+        """The last message landed (as far as this process knows)."""
+        return self._landed_to
+
+    def wait_until(self, done: Callable[[LiveService], bool], timeout: float) -> bool:
+        """Wait (from another thread) until `done(self)` holds after a step, or `timeout`
+        seconds pass; whether it holds."""
+        with self._stepped:
+            return self._stepped.wait_for(lambda: done(self), timeout)
+
+    def _stepped_once(self) -> None:
+        with self._stepped:
+            self._stepped.notify_all()
+
+    def run(self) -> None:
+        """Consume while holding the lease, stand by otherwise, until a stop is requested."""
+        try:
+            while not self.stopping:
+                current = self._acquire()
+                if current is None or not self.lease.holds(current):
+                    self._stop.wait(self._standby_seconds())
+                    continue
+                self._hold(current)
+        finally:
+            self._close_session()
+            self.applier.close()
+        if self._held_at_stop():
+            self.lease.release()  # a planned stop: a standby need not wait for the expiry
+
+    def _acquire(self) -> Lease | None:
+        try:
+            current = self.lease.acquire()
+        except (LeaseError, OSError) as error:
+            log.error("consumer lease in %s unavailable: %s; retrying", self.zone.root, error)
+            return None
+        if self.lease.holds(current):
+            self._renew_at = self._clock() + self.lease.seconds * _RENEW_SHARE
+        return current
+
+    def _standby_seconds(self) -> float:
+        return max(self.config.idle_wait_seconds, self.lease.seconds * _RENEW_SHARE)
+
+    def _held_at_stop(self) -> bool:
+        try:
+            return self.lease.holds(self.lease.read())
+        except (LeaseError, OSError):
+            return False
+
+    def _hold(self, current: Lease) -> None:
+        """Consume under `current` until the lease is lost or a stop is requested."""
+        if current.acquired_at == current.renewed_at:
+            log.warning(
+                "%s acquired the consumer lease with fencing token %d%s",
+                self.lease.holder,
+                current.token,
+                f", taking over from {current.previous_holder}" if current.previous_holder else "",
+            )
+        writer = GroupWriter(self.zone, self.lease.fence(current))
+        sealed = writer.recover()
+        if sealed is not None:
+            log.warning("sealed batch %s left open (%d messages)", sealed.key, sealed.messages)
+        self._landed_to = self.zone.last_position()
+        self.applier.catch_up(self._landed_to)
+        while not self.stopping:
+            if self._clock() >= self._renew_at:
+                renewed = self._acquire()
+                if renewed is not None and not self.lease.holds(renewed):
+                    log.error("lost the consumer lease to %s: standing by", renewed.holder)
+                    self._close_session()
+                    return
+            try:
+                self._step(writer)
+            except FencedOff as error:
+                log.error("fenced off: %s; standing by", error)
+                self._close_session()
+                return
+            finally:
+                self._stepped_once()
+
+    def _step(self, writer: GroupWriter) -> None:
+        """One group, or one wait for one."""
+        if not self.applier.available or self.applier.applied != self._landed_to:
+            self.applier.catch_up(self._landed_to)
+        session = self._connected()
+        if session is None or not self._landing_ready():
+            self._stop.wait(self._wait_seconds(writer))
+            return
+        try:
+            first = session.get(wait_seconds=self._wait_seconds(writer))
+            if first is None:
+                self._idle(writer)
+                return
+            group = self._gather(session, writer, first)
+            crash_point("live.after_get")
+            landed = writer.land(group)
+        except SourceUnavailable as error:
+            self._source_down(error)
+            return
+        except OSError as error:
+            self._backout(session)
+            if self._landing_retry.failed(self._clock()):
+                log.error("landing zone %s unavailable: %s; retrying", self.zone.root, error)
+            return
+        except BaseException:
+            self._backout(session)
+            raise
+        crash_point("live.after_land")
+        self._commit_queue(session)
+        crash_point("live.after_queue_commit")
+        before, self._landed_to = self._landed_to, landed.last_position
+        self.landed_messages += len(group)
+        self.applier.apply(_landed_messages(landed, group), before)
+        self._seal_if_bound(writer)
+        self._progress.group(len(group), self._landed_to, self.applier, self._clock())
+
+    def _gather(
+        self, session: QueueSession, writer: GroupWriter, first: ReceivedMessage
+    ) -> list[Received]:
+        """The group started by `first`: further messages while they come within the group
+        wait, up to the group's and the open batch's bounds."""
+        config = self.config
+        open_batch = writer.open_batch
+        held, size = (open_batch.messages, open_batch.bytes) if open_batch else (0, 0)
+        room = min(config.group_max_messages, config.batch_max_messages - held)
+        deadline = self._seal_deadline(writer)
+        group: list[Received] = []
+        message: ReceivedMessage | None = first
+        while message is not None:
+            if len(message.body) > config.message_limits.max_message_bytes:
+                group.append(move_aside(self.zone, message))
+            else:
+                group.append(message)
+                size += len(message.body)
+            del message  # hold no body beyond the group's own reference
+            if len(group) >= room or size >= config.batch_max_bytes:
+                break
+            if deadline is not None and self._clock() >= deadline:
+                break
+            message = session.get(wait_seconds=config.group_wait_seconds)
+        return group
+
+    def _commit_queue(self, session: QueueSession) -> None:
+        """Commit what was landed; a source failing here leaves the landed messages on the
+        queue to come back as duplicates (invariant 2), so the group is applied anyway."""
+        try:
+            session.commit()
+        except SourceUnavailable as error:
+            self._source_down(error)
+
+    def _idle(self, writer: GroupWriter) -> None:
+        """No message within the wait: seal an open batch whose time is up, heartbeat."""
+        deadline = self._seal_deadline(writer)
+        if deadline is not None and self._clock() >= deadline:
+            self._seal(writer, ClosedBy.DRAINED)
+        self.applier.idle()
+
+    def _seal_if_bound(self, writer: GroupWriter) -> None:
+        open_batch = writer.open_batch
+        if open_batch is None:
+            return
+        deadline = self._seal_deadline(writer)
+        if open_batch.messages >= self.config.batch_max_messages:
+            self._seal(writer, ClosedBy.MESSAGES)
+        elif open_batch.bytes >= self.config.batch_max_bytes:
+            self._seal(writer, ClosedBy.BYTES)
+        elif deadline is not None and self._clock() >= deadline:
+            self._seal(writer, ClosedBy.SECONDS)
+
+    def _seal(self, writer: GroupWriter, closed_by: ClosedBy) -> None:
+        try:
+            batch = writer.seal(closed_by)
+        except OSError as error:
+            # The batch stays open and is sealed at the next try (or by the next start).
+            log.error("cannot seal the open batch now: %s", error)
+            return
+        if batch is not None:
+            log.info(
+                "sealed batch %s: %d message(s), %d bytes (%s)",
+                batch.key,
+                batch.messages,
+                batch.bytes,
+                closed_by,
+            )
+
+    def _seal_deadline(self, writer: GroupWriter) -> float | None:
+        """The monotonic time at which the open batch is max_seconds old (None: none open)."""
+        open_batch = writer.open_batch
+        if open_batch is None:
+            return None
+        age = (datetime.now(UTC) - open_batch.opened_at).total_seconds()
+        return self._clock() + self.config.batch_max_seconds - age
+
+    def _wait_seconds(self, writer: GroupWriter) -> float:
+        """How long the first get of a group may wait: until the next thing is due."""
+        now = self._clock()
+        due = [now + self.config.idle_wait_seconds, self._renew_at, self.applier.next_due()]
+        deadline = self._seal_deadline(writer)
+        if deadline is not None:
+            due.append(deadline)
+        for retry in (self._source_retry, self._landing_retry):
+            if retry.failing:
+                due.append(retry.due)
+        return max(0.0, min(d for d in due if d > 0) - now)
+
+    def _landing_ready(self) -> bool:
+        """After a landing failure, prove the zone writable before getting anything more: a
+        backout raises every message's backout count (consumer.py)."""
+        if not self._landing_retry.failing:
+            return True
+        if not self._landing_retry.ready(self._clock()):
+            return False
+        try:
+            self.zone.probe()
+        except OSError as error:
+            self._landing_retry.failed(self._clock())
+            log.debug("landing zone still unavailable: %s", error)
+            return False
+        self._landing_retry.succeeded()
+        log.warning("landing zone %s available again", self.zone.root)
+        return True
+
+    def _connected(self) -> QueueSession | None:
+        if self._session is not None:
+            return self._session
+        if not self._source_retry.ready(self._clock()):
+            return None
+        try:
+            self._session = self.source.connect()
+        except SourceUnavailable as error:
+            self._source_down(error)
+            return None
+        if self._source_retry.succeeded():
+            log.warning("queue available again: %s", self.source.description)
+        return self._session
+
+    def _source_down(self, error: SourceUnavailable) -> None:
+        self._close_session()
+        if self._source_retry.failed(self._clock()):
+            log.error(
+                "queue unavailable (%s): %s; reconnecting with backoff up to %.0f s",
+                self.source.description,
+                error,
+                self.config.retry_last_seconds,
+            )
+
+    def _backout(self, session: QueueSession) -> None:
+        try:
+            session.backout()
+        except SourceUnavailable as error:
+            self._source_down(error)  # the queue backs the unit out itself when it is lost
+
+    def _close_session(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            try:
+                session.close()
+            except SourceUnavailable as error:
+                log.debug("closing the queue session: %s", error)
+
+
+def _landed_messages(landed: LandedGroup, group: list[Received]) -> list[LandedMessage]:
+    """The group as the log now holds it, without reading it back: each message at its
+    position, a moved-aside body as the log keeps it (empty, with its size and location)."""
+    out = []
+    for offset, entry in enumerate(group):
+        position = LogPosition(landed.batch_seq, landed.first_msg_seq + offset)
+        if isinstance(entry, MovedAside):
+            received = entry.message
+            logged = LoggedMessage(
+                received.message_id,
+                b"",
+                received.delivery_count,
+                entry.body.size,
+                entry.body.location,
+            )
+        else:
+            received = entry
+            logged = LoggedMessage(received.message_id, received.body, received.delivery_count)
+        out.append(LandedMessage(position, logged, received.put_time))
+    return out
+
+
+class _Progress:
+    """A log line at most every `seconds` while messages flow (never one per message)."""
+
+    def __init__(self, now: float, seconds: float) -> None:
+        self.seconds = seconds
+        self.due = now + seconds
+        self.groups = 0
+        self.messages = 0
+
+    def group(self, messages: int, landed: LogPosition, applier: Applier, now: float) -> None:
+        self.groups += 1
+        self.messages += messages
+        if now < self.due:
+            return
+        log.info(
+            "landed %d message(s) in %d group(s) since the last report; landed to %s, store at %s",
+            self.messages,
+            self.groups,
+            landed,
+            applier.applied,
+        )
+        self.due, self.groups, self.messages = now + self.seconds, 0, 0

@@ -1,0 +1,46 @@
+"""The configured queue source (settings.source) as a `QueueSource`, built through the one
+URL-to-class map (sis_platform.queues.factory) without Dagster: what the queue sensor's
+resources build, for sis-live. Passwords come from the environment through the settings
+(`url_credentials`), never from a command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import quote
+
+from sis_platform.queues.base import QueueSource
+from sis_platform.queues.factory import open_source
+from sis_platform.settings import (
+    EmbeddedSourceSettings,
+    SourceSettings,
+    StompSourceSettings,
+    url_credentials,
+)
+
+
+def source_from_settings(source: SourceSettings) -> QueueSource:
+    """The queue `source` describes (nothing connects until asked)."""
+    backout = {
+        "backout_threshold": source.backout.threshold,
+        "backout_queue": source.backout.queue,
+    }
+    if isinstance(source, EmbeddedSourceSettings):
+        folder = quote(str(Path(source.path).resolve()))
+        return open_source(f"embedded://{folder}", queue=source.queue, **backout)
+    if isinstance(source, StompSourceSettings):
+        return open_source(
+            f"stomp://{source.host}:{source.port}{quote(source.destination)}",
+            fallback=url_credentials("stomp"),
+            user=source.user,
+            selector=source.selector,
+            prefetch=source.prefetch,
+            redelivery_counts=Path(source.redelivery_counts),
+            **backout,
+        )
+    return open_source(
+        "ibmmq:",
+        fallback=url_credentials("ibmmq"),
+        ibmmq=source,
+        max_get_bytes=source.max_get_bytes,
+        **backout,
+    )

@@ -1,0 +1,137 @@
+"""LiveService in a thread: a simulated feed on the embedded queue drains into the landing zone
+and the serving store, which equals the reference pipeline over the landed log; with the store
+down meanwhile, landing goes on and the store catches up when it is back."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from sis_platform.landing import START_POSITION
+from sis_platform.live.config import LiveConfig
+from sis_platform.serving import ServingStore, ServingUnavailable, open_store
+from sis_platform.simulator.generator import generate_feed
+from tests.live.feed import INVALID
+from tests.live.running import (
+    BOUND_SECONDS,
+    CONFIG,
+    Place,
+    assert_live_equals_reference,
+    drained,
+    running,
+)
+
+
+def _feed(seed: int, messages: int) -> list[Any]:
+    return list(generate_feed(seed, messages, invalid=INVALID, duplicates=0.02))
+
+
+def test_a_feed_drains_into_the_store_equal_to_the_reference(tmp_path):
+    place = Place(tmp_path)
+    feed = _feed(21, 400)
+    place.put(feed[:150])
+    with running(place) as service:
+        assert service.wait_until(drained, BOUND_SECONDS)
+        place.put(feed[150:])  # while it waits on the queue
+        assert service.wait_until(
+            lambda s: drained(s) and s.landed_messages == len(feed), BOUND_SECONDS
+        )
+    assert_live_equals_reference(place, feed)
+    # Batches were sealed by their message bound; the open one is left for the next start.
+    keys = place.zone.keys()
+    assert len(keys) == len(feed) // CONFIG.batch_max_messages
+
+
+def test_a_restart_seals_the_open_batch_and_goes_on(tmp_path):
+    place = Place(tmp_path)
+    feed = _feed(22, 200)
+    place.put(feed[:100])
+    with running(place) as service:
+        assert service.wait_until(drained, BOUND_SECONDS)
+    assert len(place.zone.keys()) == 1  # 70 sealed; 30 in the open batch
+    place.put(feed[100:])
+    with running(place) as service:
+        assert service.wait_until(drained, BOUND_SECONDS)
+    assert len(place.zone.keys()) == 3  # the open one sealed at the start, then 70 more
+    assert_live_equals_reference(place, feed)
+
+
+def test_an_idle_open_batch_is_sealed_by_its_age(tmp_path):
+    place = Place(tmp_path)
+    feed = _feed(23, 10)
+    place.put(feed)
+    config = LiveConfig(group_max_messages=20, batch_max_seconds=0.5, idle_wait_seconds=0.2)
+    with running(place, config) as service:
+        assert service.wait_until(lambda s: drained(s) and s.zone.keys() != [], BOUND_SECONDS)
+    assert len(place.zone.keys()) == 1
+    assert_live_equals_reference(place, feed)
+
+
+class _Switch:
+    """A store that is down while `down` is set: opening it, and every call of an open one,
+    raises ServingUnavailable."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.down = threading.Event()
+        self.opened = 0
+
+    def open(self) -> ServingStore:
+        if self.down.is_set():
+            raise ServingUnavailable("store switched off by the test")
+        self.opened += 1
+        return _Flaky(open_store(self.url), self.down)  # type: ignore[return-value]
+
+
+class _Flaky:
+    def __init__(self, store: ServingStore, down: threading.Event) -> None:
+        self._store, self._down = store, down
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self._store, name)
+        if name == "close":
+            return method
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if self._down.is_set():
+                raise ServingUnavailable("store switched off by the test")
+            return method(*args, **kwargs)
+
+        return call
+
+
+@pytest.mark.parametrize("down_at_start", [True, False], ids=["down-at-start", "down-midway"])
+def test_landing_goes_on_while_the_store_is_down_and_the_store_catches_up(tmp_path, down_at_start):
+    place = Place(tmp_path)
+    feed = _feed(24, 300)
+    switch = _Switch(place.url)
+    config = LiveConfig(
+        group_max_messages=20,
+        batch_max_messages=70,
+        batch_max_seconds=3600.0,
+        idle_wait_seconds=0.2,
+        retry_first_seconds=0.05,
+        retry_last_seconds=0.2,
+    )
+    if down_at_start:
+        switch.down.set()
+    else:
+        place.put(feed[:100])
+    with running(place, config, switch.open) as service:
+        if not down_at_start:
+            assert service.wait_until(drained, BOUND_SECONDS)
+            switch.down.set()
+        place.put(feed if down_at_start else feed[100:])
+        # Everything is landed and the queue committed while the store is down.
+        assert service.wait_until(
+            lambda s: s.landed_messages == len(feed) and s.source.depth() == 0, BOUND_SECONDS
+        )
+        assert service.applier.applied != service.landed_to
+        switch.down.clear()
+        assert service.wait_until(drained, BOUND_SECONDS)
+    assert switch.opened >= (1 if down_at_start else 2)
+    assert_live_equals_reference(place, feed)
+    assert place.zone.last_position() != START_POSITION
