@@ -37,7 +37,8 @@ class StoredMaster(NamedTuple):
 
 
 class Change(NamedTuple):
-    """One row of the change log, in commit order (`seq` ascending, no gaps between commits)."""
+    """One row of the change log. `seq` increases in commit order (one writer); PostgreSQL may
+    skip numbers a failed commit took, so a reader resumes after the last seq it saw."""
 
     seq: int
     master_id: str
