@@ -1,0 +1,56 @@
+"""Running the `sis-live` console script's code (python -m sis_platform.cli.live) in its own
+process over a test's data folder, with a clean SIS_* environment."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SIGKILLED = -signal.SIGKILL
+
+
+def live_env(data: Path, **variables: str) -> dict[str, str]:
+    """The environment of a sis-live process over `data`: this checkout on the path, no SIS_*
+    variable but those given (groups of 20, batches of 70 unless told otherwise)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIS_")}
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
+    )
+    env.update(
+        {
+            "SIS_DATA_DIR": str(data),
+            "SIS_LIVE_GROUP_MAX_MESSAGES": "20",
+            "SIS_BATCH_MAX_MESSAGES": "70",
+            **variables,
+        }
+    )
+    return env
+
+
+def start_live(data: Path, log: Path, **variables: str) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "sis_platform.cli.live"],
+            cwd=REPO,
+            env=live_env(data, **variables),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def finish(proc: subprocess.Popen[bytes], timeout: float, log: Path) -> int:
+    """The process's exit code, killing its group first if it outlives `timeout`."""
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise AssertionError(
+            f"sis-live did not exit within {timeout}s; log tail:\n"
+            + log.read_text(errors="replace")[-4000:]
+        ) from None

@@ -1,0 +1,53 @@
+"""sis-live SIGKILLed at each of its crash points (sis_platform/faults.py: live.after_get,
+live.after_land, live.after_queue_commit, live.store_commit), then restarted clean and drained:
+nothing lost, nothing applied twice, the store equal to the reference over the landed log."""
+
+from __future__ import annotations
+
+import pytest
+
+from sis_platform.faults import LIVE_POINTS
+from sis_platform.landing import START_POSITION
+from sis_platform.serving import open_store
+from sis_platform.simulator.generator import generate_feed
+from tests.live.feed import INVALID
+from tests.live.processes import SIGKILLED, finish, start_live
+from tests.live.running import (
+    BOUND_SECONDS,
+    CONFIG,
+    Place,
+    assert_live_equals_reference,
+    drained,
+    running,
+)
+
+pytestmark = pytest.mark.faults
+
+
+@pytest.mark.parametrize("point", LIVE_POINTS)
+@pytest.mark.parametrize("arrival", [1, 4])
+def test_a_kill_at_a_crash_point_loses_nothing_and_applies_nothing_twice(tmp_path, point, arrival):
+    place = Place(tmp_path / "data")
+    feed = list(generate_feed(31, 300, invalid=INVALID, duplicates=0.02))
+    place.put(feed)
+    log = tmp_path / "sis-live.log"
+    proc = start_live(place.root, log, SIS_CRASH_AT=f"{point}@{arrival}")
+    code = finish(proc, BOUND_SECONDS, log)
+    assert code == SIGKILLED, log.read_text(errors="replace")[-4000:]
+    killed_at = place.zone.last_position()
+    store = open_store(place.url)
+    try:
+        applied = store.position()
+    finally:
+        store.close()
+    if point in ("live.after_get",) and arrival == 1:
+        assert killed_at == START_POSITION  # nothing landed before the kill
+    if point in ("live.after_land", "live.after_queue_commit", "live.store_commit"):
+        assert applied < killed_at  # the last group landed, not applied
+
+    with running(place) as service:
+        assert service.wait_until(drained, BOUND_SECONDS)
+    assert_live_equals_reference(place, feed)
+    if point == "live.after_land":
+        logged = place.zone.landed_after(START_POSITION, CONFIG.message_limits)
+        assert any(m.message.delivery_count > 1 for m in logged)  # the landed group came back
