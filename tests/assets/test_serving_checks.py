@@ -1,0 +1,133 @@
+"""live_matches_lake on a real lake (Spark, Delta) and a real SQLite serving store, both built
+from the same landed log: the lake by the per-batch runs, the store by sis-live's fold. The check
+runs in its own job, as live_matches_lake_sensor requests it."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pytest
+
+from sis_platform.definitions import build_definitions
+from sis_platform.domain.limits import DEFAULT_LIMITS
+from sis_platform.landing import START_POSITION
+from sis_platform.live.fold import FoldOptions, LiveFold
+from sis_platform.sensors.live_check_sensor import build_live_check_sensor
+from sis_platform.serving import open_store
+from tests.domain.sportsdata_fixtures import (
+    ASCOT_1430,
+    ASCOT_1500,
+    GO_SOFT,
+    MISSING_NODE,
+    PRICE_7_TO_9,
+    event,
+    master,
+    update,
+)
+from tests.harness import Harness, received
+
+pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(180)]
+
+
+@pytest.fixture(scope="module")
+def folded_lake(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Harness:
+    """Two batches folded by the lake: two masters, one of them stale, a duplicate, an invalid
+    message and an orphan update."""
+    h = Harness(tmp_path_factory.mktemp("live_lake") / "data")
+    batches = [
+        [
+            received(master(event(ASCOT_1430), event(ASCOT_1500))),
+            received(update(f"{ASCOT_1430} {ASCOT_1500}", GO_SOFT), "dup-1"),
+            received(b"<sportsdata category='master' type='new' id='X'><event"),
+        ],
+        [
+            received(update(ASCOT_1430, PRICE_7_TO_9)),
+            received(update(f"{ASCOT_1430} {ASCOT_1500}", GO_SOFT), "dup-1", delivery_count=2),
+            received(update(ASCOT_1500, MISSING_NODE)),
+            received(update("NOPE-1", GO_SOFT)),
+        ],
+    ]
+    keys = [h.zone.land(batch).key for batch in batches]
+    h.instance.add_dynamic_partitions("batches", keys)
+    h.run_requested(keys)
+    return h
+
+
+def _live_store(h: Harness, db: Path, *, fold: bool = True) -> str:
+    """A serving store at `db` with the whole landed log folded by sis-live's fold."""
+    url = f"sqlite:///{db}"
+    store = open_store(url)
+    try:
+        if fold:
+            live = LiveFold(store, FoldOptions())
+            group = list(h.zone.landed_after(START_POSITION, DEFAULT_LIMITS))
+            commit = live.fold(group)
+            store.commit(commit)
+    finally:
+        store.close()
+    return url
+
+
+def _check(h: Harness, url: str) -> dg.AssetCheckEvaluation:
+    defs = build_definitions({**h.env, "SIS_INTAKE": "live", "SIS_SERVING_URL": url})
+    result = defs.resolve_job_def("check_live_matches_lake").execute_in_process(instance=h.instance)
+    assert result.success
+    (evaluation,) = result.get_asset_check_evaluations()
+    assert evaluation.check_name == "live_matches_lake"
+    return evaluation
+
+
+def _values(evaluation: dg.AssetCheckEvaluation) -> dict[str, Any]:
+    return {k: v.value for k, v in evaluation.metadata.items()}
+
+
+def test_live_matches_the_lake_folded_from_the_same_log(folded_lake, tmp_path):
+    evaluation = _check(folded_lake, _live_store(folded_lake, tmp_path / "serving.db"))
+    metadata = _values(evaluation)
+    assert evaluation.passed, evaluation.description
+    assert metadata["lake_batch_seq"] == 2
+    assert metadata["masters_compared"] == 2
+    assert metadata["mismatches"] == 0
+
+
+def test_one_master_whose_document_differs_fails_the_check_and_is_named(folded_lake, tmp_path):
+    db = tmp_path / "serving.db"
+    url = _live_store(folded_lake, db)
+    conn = sqlite3.connect(db)
+    try:
+        with conn:
+            conn.execute(
+                "UPDATE changes SET document_sha256 = ? WHERE master_id = ? AND version = "
+                "(SELECT max(version) FROM changes WHERE master_id = ?)",
+                ("0" * 64, ASCOT_1430, ASCOT_1430),
+            )
+    finally:
+        conn.close()
+    evaluation = _check(folded_lake, url)
+    metadata = _values(evaluation)
+    assert not evaluation.passed
+    assert metadata["mismatches"] == 1
+    assert metadata["mismatched_masters"] == [ASCOT_1430]
+    assert ASCOT_1430 in (evaluation.description or "")
+
+
+def test_a_store_behind_the_lake_fails_without_comparing(folded_lake, tmp_path):
+    evaluation = _check(folded_lake, _live_store(folded_lake, tmp_path / "empty.db", fold=False))
+    assert not evaluation.passed
+    assert "has not applied batch 2" in (evaluation.description or "")
+    assert "masters_compared" not in evaluation.metadata
+
+
+def test_the_check_is_requested_once_per_fold_position(folded_lake):
+    """The lake's runs above recorded fold position 2 in master_documents' materialization."""
+    sensor = build_live_check_sensor()
+    context = dg.build_sensor_context(instance=folded_lake.instance)
+    result = sensor(context)
+    assert isinstance(result, dg.SensorResult)
+    (request,) = result.run_requests or []
+    assert request.run_key == "live-matches-lake-2"
+    again = sensor(dg.build_sensor_context(instance=folded_lake.instance, cursor=result.cursor))
+    assert isinstance(again, dg.SensorResult) and not again.run_requests
