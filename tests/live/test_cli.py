@@ -1,0 +1,88 @@
+"""The `sis-live` command: --help without the service's imports, refusing the sensor intake
+mode, and a clean stop on SIGTERM (exit 0, the lease released, the open batch left open)."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import sys
+from datetime import UTC, datetime
+
+from sis_platform.landing import START_POSITION
+from sis_platform.serving import open_store
+from sis_platform.simulator.generator import generate_feed
+from tests.live.processes import REPO, finish, live_env, start_live
+from tests.live.running import BOUND_SECONDS, Place
+
+
+def test_help_does_not_import_the_service(tmp_path):
+    code = (
+        "import sys; from sis_platform.cli.live import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('sis_platform.live', "
+        "'sis_platform.landing', 'pyarrow', 'lxml'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env=live_env(tmp_path),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    assert "usage: sis-live" in out
+    assert out.strip().splitlines()[-1] == "[]"
+
+
+def test_the_sensor_intake_mode_is_refused(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "sis_platform.cli.live"],
+        cwd=REPO,
+        env=live_env(tmp_path / "data", SIS_INTAKE="sensor"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "SIS_INTAKE=sensor" in proc.stderr
+    assert not (tmp_path / "data").exists()  # nothing was created
+
+
+def test_sigterm_stops_it_cleanly(tmp_path):
+    place = Place(tmp_path / "data")
+    feed = list(generate_feed(41, 100))
+    place.put(feed)
+    log = tmp_path / "sis-live.log"
+    proc = start_live(place.root, log)
+    try:
+        store = _wait_for_store(place, proc)
+        last = store.status().last_seq
+        while store.position() == START_POSITION or place.queue.depth() > 0:
+            assert proc.poll() is None, log.read_text(errors="replace")[-4000:]
+            last = store.wait_for_changes(last, 1.0)
+        store.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+    assert finish(proc, BOUND_SECONDS, log) == 0, log.read_text(errors="replace")[-4000:]
+    lease = place.lease().read()
+    assert lease is not None and lease.expired(datetime.now(UTC))  # released at the stop
+    assert len(place.zone.keys()) == 1  # 70 sealed; the 30 after them left open
+    assert place.zone.last_position().msg_seq == len(feed) - 70 - 1
+
+
+def _wait_for_store(place, proc):
+    """The store, once sis-live has created it (its doorbell is not there before it is)."""
+    opened = None
+    for _ in range(int(BOUND_SECONDS * 10)):
+        if place.db.exists():
+            opened = open_store(place.url)
+            break
+        assert proc.poll() is None
+        # Waiting on the process (it must not exit): the store file has no event to await
+        # before it exists.
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=0.1)
+    assert opened is not None, "sis-live never created its serving store"
+    return opened
