@@ -59,7 +59,7 @@ def test_the_serving_store_asset_shows_its_engine_and_the_resource_holds_no_pass
     assert spec.kinds == {kind}
     assert spec.group_name == "live"
     assert [d.asset_key for d in spec.deps] == [dg.AssetKey("raw_messages")]
-    serving = defs.resources["serving"]
+    serving = (defs.resources or {})["serving"]
     assert serving.url == (url or f"sqlite:///{tmp_path / 'serving' / 'serving.db'}")
 
 
@@ -75,8 +75,9 @@ def test_the_code_location_is_configured_by_its_settings_read_once(tmp_path):
     defs = build_definitions(settings)
     assert defs.resolve_sensor_def("landed_batches_sensor").minimum_interval_seconds == 7
     assert defs.resolve_sensor_def("serving_store_reporter").minimum_interval_seconds == 3
-    assert defs.resources["landing"].root == str(tmp_path / "landing")
-    assert defs.resources["serving"].max_lag_seconds == 12
+    resources = defs.resources or {}
+    assert resources["landing"].root == str(tmp_path / "landing")
+    assert resources["serving"].max_lag_seconds == 12
 
     queue_mode = build_definitions(
         load_settings(

@@ -25,6 +25,7 @@ definition time.
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
@@ -159,7 +160,7 @@ def live_matches_lake(
         versions = store.versions_at(folded.batch_seq) if at_lake else {}
     finally:
         store.close()
-    metadata: dict[str, object] = {
+    metadata: dict[str, Any] = {
         "lake_batch_seq": folded.batch_seq,
         "store_position": _text(status.position),
         "lake_masters": len(folded.masters),
@@ -272,9 +273,7 @@ def store_unavailable(error: Exception) -> Freshness:
     )
 
 
-def freshness_evaluation(
-    fresh: Freshness, metadata: Mapping[str, object]
-) -> dg.AssetCheckEvaluation:
+def freshness_evaluation(fresh: Freshness, metadata: Mapping[str, Any]) -> dg.AssetCheckEvaluation:
     """The evaluation as reported without a run."""
     return dg.AssetCheckEvaluation(
         asset_key=SERVING_STORE_KEY,

@@ -157,7 +157,7 @@ def _report_freshness(
     instance: dg.DagsterInstance,
     state: ReporterState,
     fresh: Freshness,
-    metadata: dict[str, object],
+    metadata: dict[str, Any],
     *,
     force: bool,
 ) -> ReporterState:
@@ -177,10 +177,10 @@ def _metadata(
     zone: LandingZone,
     previous: ReporterState,
     now: datetime,
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """What a materialization of serving_store carries."""
     lag = lag_behind(zone, status.position, landed)
-    metadata: dict[str, object] = {
+    metadata: dict[str, Any] = {
         "batch_seq": status.position.batch_seq,
         "msg_seq": status.position.msg_seq,
         "last_change_seq": status.last_seq,

@@ -92,7 +92,7 @@ class Reporter:
         assert isinstance(result, dg.SensorResult)
         assert not result.run_requests
         self.cursor = result.cursor or self.cursor
-        return result.skip_reason.skip_message if result.skip_reason else ""
+        return (result.skip_reason.skip_message or "") if result.skip_reason else ""
 
     def materializations(self) -> list[dict[str, object]]:
         records = self.instance.fetch_materializations(SERVING_STORE_KEY, limit=100).records

@@ -1,0 +1,55 @@
+"""live_store_fresh executed as a check (from the UI), against a real SQLite serving store and
+a landing zone written by GroupWriter (no Spark): without the reporter's history it sees a
+stall only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from sis_platform import config
+from sis_platform.assets.serving import live_store_fresh, serving_store_spec
+from sis_platform.landing import GroupWriter
+from sis_platform.serving import GroupCommit, OutcomeRow, open_store
+from tests.harness import received
+
+pytestmark = [pytest.mark.dagster]
+
+
+def _execute(env: dict[str, str]) -> dg.AssetCheckEvaluation:
+    job = dg.define_asset_job("fresh", selection=dg.AssetSelection.checks(live_store_fresh))
+    defs = dg.Definitions(
+        assets=[serving_store_spec("sqlite:///x")],
+        asset_checks=[live_store_fresh],
+        jobs=[job],
+        resources=config.resources(env),
+    )
+    result = defs.resolve_job_def("fresh").execute_in_process()
+    assert result.success
+    (evaluation,) = result.get_asset_check_evaluations()
+    return evaluation
+
+
+def test_fails_as_an_error_while_landed_messages_wait_for_a_store_that_never_committed(
+    tmp_path: Path,
+):
+    env = {"SIS_DATA_DIR": str(tmp_path)}
+    resources = config.resources(env)
+    writer = GroupWriter(resources["landing"].zone())
+    landed = writer.land([received(b"<m/>"), received(b"<m/>")])
+
+    stalled = _execute(env)
+    assert not stalled.passed
+    assert stalled.severity is dg.AssetCheckSeverity.ERROR
+    assert "never committed" in (stalled.description or "")
+
+    with open_store(resources["serving"].url) as store:
+        outcomes = [
+            OutcomeRow(f"m{i}", 1, i, -1, None, "dead-lettered", "invalid-message")
+            for i in range(2)
+        ]
+        store.commit(GroupCommit(landed.last_position, [], {}, [], [], outcomes))
+    fresh = _execute(env)
+    assert fresh.passed, fresh.description
