@@ -20,6 +20,7 @@ import psycopg
 
 from sis_platform.serving.location import PASSWORD_VARIABLE, PostgresLocation
 from sis_platform.serving.records import ServingUnavailable
+from sis_platform.serving.schema import TableDef
 from sis_platform.serving.store import ServingStore
 from sis_platform.settings import secret
 
@@ -93,6 +94,9 @@ class PostgresStore(ServingStore):
     @contextmanager
     def _transaction(self, conn: psycopg.Connection[Any], *, write: bool) -> Iterator[None]:
         with conn.transaction():
+            if not write:
+                # One snapshot for every statement of a read (status: position and last seq).
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             yield
 
     def _position_for_update(self) -> str:
@@ -100,6 +104,15 @@ class PostgresStore(ServingStore):
 
     def _ids(self, column: str, ids: Sequence[str]) -> tuple[str, Any]:
         return f"{column} = ANY(?)", list(ids)
+
+    def _insert(self, conn: Any, table: TableDef, rows: Sequence[Sequence[Any]]) -> None:
+        # COPY streams the rows in one statement: several times faster than a pipelined
+        # executemany once a group has thousands of model rows.
+        if not rows:
+            return
+        with conn.cursor().copy(f"COPY {table.name} ({', '.join(table.names)}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
 
     def _before_commit(self, conn: Any, last_seq: int) -> None:
         conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(last_seq)))

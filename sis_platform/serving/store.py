@@ -41,6 +41,7 @@ from sis_platform.serving.schema import (
     MESSAGE_OUTCOMES,
     MODEL_TABLES,
     SCHEMA_VERSION,
+    TableDef,
     create_statements,
 )
 
@@ -167,6 +168,10 @@ class ServingStore(ABC):
         """One executemany per table (psycopg pipelines it; sqlite3 reuses the statement)."""
         if rows:
             conn.cursor().executemany(self._sql(sql), rows)
+
+    def _insert(self, conn: Any, table: TableDef, rows: Sequence[Sequence[Any]]) -> None:
+        """Append `rows` (in `table.names` order) to `table`."""
+        self._many(conn, table.insert(), rows)
 
     def _create_schema(self, conn: Any) -> None:
         """Every table, if missing, and the position row at the log's start."""
@@ -348,10 +353,10 @@ class ServingStore(ABC):
             for table, rows in zip(
                 MODEL_TABLES, (model.events, model.markets, model.selections), strict=True
             ):
-                self._many(conn, table.insert(), rows)
-        self._many(conn, CHANGES.insert(), R.change_rows(group.changes, now, self.converters))
-        self._many(conn, DEAD_LETTERS.insert(), R.dead_letter_rows(group.dead_letters, now))
-        self._many(conn, MESSAGE_OUTCOMES.insert(), R.outcome_rows(group.outcomes))
+                self._insert(conn, table, rows)
+        self._insert(conn, CHANGES, R.change_rows(group.changes, now, self.converters))
+        self._insert(conn, DEAD_LETTERS, R.dead_letter_rows(group.dead_letters, now))
+        self._insert(conn, MESSAGE_OUTCOMES, R.outcome_rows(group.outcomes))
 
     def heartbeat(self) -> None:
         """Record that the writer is alive (StoreStatus.heartbeat_at)."""
