@@ -162,14 +162,14 @@ def live_matches_lake(
         store.close()
     metadata: dict[str, Any] = {
         "lake_batch_seq": folded.batch_seq,
-        "store_position": _text(status.position),
+        "store_position": position_text(status.position),
         "lake_masters": len(folded.masters),
     }
     if not at_lake:
         return dg.AssetCheckResult(
             passed=False,
             metadata=metadata,
-            description=f"the store ({_text(status.position)}) has not applied batch "
+            description=f"the store ({position_text(status.position)}) has not applied batch "
             f"{folded.batch_seq}, the lake's fold position, yet: nothing compared",
         )
     comparison = compare_masters(folded.masters, {m: (v, h) for m, (v, h) in versions.items()})
@@ -237,7 +237,7 @@ def assess_freshness(
         return Freshness(
             True,
             dg.AssetCheckSeverity.WARN,
-            f"the store has applied every landed message ({_text(landed)})",
+            f"the store has applied every landed message ({position_text(landed)})",
             None,
         )
     if watermark is None or status.position >= watermark.position:
@@ -245,7 +245,10 @@ def assess_freshness(
     waited = (now - watermark.since).total_seconds()
     activity = [utc(t) for t in (status.committed_at, status.heartbeat_at) if t is not None]
     idle = (now - max(activity)).total_seconds() if activity else None
-    behind = f"the store is at {_text(status.position)}, the landed log at {_text(landed)}"
+    behind = (
+        f"the store is at {position_text(status.position)}, "
+        f"the landed log at {position_text(landed)}"
+    )
     if idle is None or idle > max_lag_seconds:
         since = "never committed" if idle is None else f"no commit or heartbeat for {idle:.0f}s"
         return Freshness(
@@ -259,8 +262,8 @@ def assess_freshness(
         return Freshness(
             False,
             dg.AssetCheckSeverity.WARN,
-            f"lagging: {behind}; messages landed by {_text(watermark.position)} have waited "
-            f"{waited:.0f}s (SIS_LIVE_MAX_LAG_SECONDS={max_lag_seconds:g})",
+            f"lagging: {behind}; messages landed by {position_text(watermark.position)} have "
+            f"waited {waited:.0f}s (SIS_LIVE_MAX_LAG_SECONDS={max_lag_seconds:g})",
             watermark,
         )
     return Freshness(True, dg.AssetCheckSeverity.WARN, f"catching up: {behind}", watermark)
@@ -308,11 +311,15 @@ def live_store_fresh(
         passed=fresh.passed,
         severity=fresh.severity,
         description=fresh.description,
-        metadata={"store_position": _text(status.position), "landed_position": _text(landed)},
+        metadata={
+            "store_position": position_text(status.position),
+            "landed_position": position_text(landed),
+        },
     )
 
 
-def _text(position: LogPosition) -> str:
+def position_text(position: LogPosition) -> str:
+    """A log position as the UI shows it."""
     return f"batch {position.batch_seq}, message {position.msg_seq}"
 
 

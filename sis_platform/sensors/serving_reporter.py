@@ -29,10 +29,11 @@ from sis_platform.assets.serving import (
     Watermark,
     assess_freshness,
     freshness_evaluation,
+    position_text,
     store_unavailable,
     utc,
 )
-from sis_platform.landing import LandingZone, LogPosition, batch_key
+from sis_platform.landing import START_POSITION, LandingZone, LogPosition, batch_key
 from sis_platform.resources.platform import LandingZoneResource
 from sis_platform.resources.serving import ServingStoreResource
 from sis_platform.serving import ServingUnavailable, StoreStatus
@@ -101,7 +102,10 @@ def build_serving_reporter(
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
 ) -> dg.SensorDefinition:
     """The reporter, evaluated every `report_seconds` (rounded up to whole seconds for the
-    daemon, and enforced on its own cursor). `clock`: the current time, aware."""
+    daemon, and enforced on its own cursor, less a tenth for the daemon's scheduling jitter, at
+    most half a second, so a tick a little early is not put off a whole interval). `clock`: the
+    current time, aware."""
+    gap = report_seconds - min(0.5, report_seconds / 10)
 
     @dg.sensor(
         name=REPORTER_NAME,
@@ -118,7 +122,7 @@ def build_serving_reporter(
     ) -> dg.SensorResult:
         now = clock()
         state = ReporterState.load(context.cursor)
-        if state.ticked_at is not None and (now - state.ticked_at).total_seconds() < report_seconds:
+        if state.ticked_at is not None and (now - state.ticked_at).total_seconds() < gap:
             return dg.SensorResult(skip_reason=f"reported less than {report_seconds:g}s ago")
         zone = landing.zone()
         landed = zone.last_position()
@@ -126,10 +130,11 @@ def build_serving_reporter(
             status = _status(serving)
         except ServingUnavailable as exc:
             fresh = store_unavailable(exc)
-            state = _report_freshness(context.instance, state, fresh, {}, force=False)
+            landed_only = {"landed_position": position_text(landed)}
+            state = _report_freshness(context.instance, state, fresh, landed_only, force=False)
             return _result(state, now, fresh.description)
         fresh = assess_freshness(status, landed, now, max_lag_seconds, state.watermark)
-        moved = status.position != (state.position or LogPosition(0, -1))
+        moved = status.position != (state.position or START_POSITION)
         metadata = _metadata(status, landed, zone, state, now) if moved else {}
         if moved:
             context.instance.report_runless_asset_event(
@@ -138,7 +143,13 @@ def build_serving_reporter(
             state = replace(
                 state, position=status.position, messages=status.messages, reported_at=now
             )
-        state = _report_freshness(context.instance, state, fresh, metadata, force=moved)
+        positions = {
+            "store_position": position_text(status.position),
+            "landed_position": position_text(landed),
+        }
+        state = _report_freshness(
+            context.instance, state, fresh, {**metadata, **positions}, force=moved
+        )
         summary = ("reported " if moved else "no movement: ") + fresh.description
         return _result(state, now, summary)
 

@@ -212,3 +212,14 @@ def test_the_cursor_round_trips(reporter):
     assert loaded.ticked_at == reporter.now
     assert loaded.watermark is not None and loaded.watermark.position == LogPosition(1, 0)
     assert ReporterState.load(loaded.dump()) == loaded
+
+
+def test_an_unreachable_store_is_a_freshness_error_and_no_materialization(tmp_path):
+    reporter = Reporter(tmp_path)
+    # Nothing listens on port 1 of the loopback: the connection is refused.
+    reporter.resources["serving"] = ServingStoreResource(url="postgresql://sis@127.0.0.1:1/sis")
+    _land(GroupWriter(reporter.zone), 1)
+    summary = reporter.tick(0)
+    assert "the serving store is unavailable" in summary
+    assert reporter.freshness() == [(False, "ERROR")]
+    assert reporter.materializations() == []
