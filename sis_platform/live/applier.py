@@ -75,13 +75,15 @@ class Applier:
         except ServingUnavailable as error:
             self._unavailable(error)
 
-    def catch_up(self, landed: LogPosition) -> None:
+    def catch_up(self, landed: LogPosition, keep_going: Callable[[], bool] = lambda: True) -> None:
         """Bring the store to `landed` (the landing zone's last position) from its own position,
-        if the store is reachable now (or due for a retry)."""
+        if the store is reachable now (or due for a retry). `keep_going` is asked between
+        chunks (a long catch-up must renew the lease and see a stop request); False ends it
+        there, the store at the last chunk committed."""
         if not self._retry.ready(self._clock()):
             return
         try:
-            store, fold = self._connected()
+            store, _ = self._connected()
             position = store.position()
             if position > landed:
                 raise RuntimeError(
@@ -95,6 +97,8 @@ class Applier:
             ):
                 self._commit_stretch(chunk)
                 caught_up += len(chunk)
+                if not keep_going():
+                    break
             self.applied = position if not caught_up else self.applied
         except ServingUnavailable as error:
             self._unavailable(error)

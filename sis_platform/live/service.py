@@ -94,11 +94,14 @@ class LiveService:
         self._session: QueueSession | None = None
         self._source_retry = Retry(config.retry_first_seconds, config.retry_last_seconds)
         self._landing_retry = Retry(config.retry_first_seconds, config.retry_last_seconds)
-        self._renew_at = 0.0
+        self._lease_retry = Retry(config.retry_first_seconds, config.retry_last_seconds)
+        self._renew_at = 0.0  # monotonic: when to renew the lease next
+        self._expires_at = 0.0  # monotonic: when the lease held runs out unless renewed
         self._landed_to = LogPosition(0, -1)
         self._progress = _Progress(clock(), config.progress_seconds)
         self._stepped = threading.Condition()  # notified after every step (see `wait_until`)
         self.landed_messages = 0  # messages this process has landed
+        self.holding = False  # consuming under the lease now (False: standing by)
 
     def request_stop(self) -> None:
         """End `run` after the group in hand (safe from a signal handler)."""
@@ -131,7 +134,12 @@ class LiveService:
                 if current is None or not self.lease.holds(current):
                     self._stop.wait(self._standby_seconds())
                     continue
-                self._hold(current)
+                self.holding = True
+                try:
+                    self._hold(current)
+                finally:
+                    self.holding = False
+                    self._stepped_once()
         finally:
             self._close_session()
             self.applier.close()
@@ -139,14 +147,40 @@ class LiveService:
             self.lease.release()  # a planned stop: a standby need not wait for the expiry
 
     def _acquire(self) -> Lease | None:
+        """Take or renew the lease; None when it cannot be read or written now."""
+        now = self._clock()
         try:
             current = self.lease.acquire()
         except (LeaseError, OSError) as error:
-            log.error("consumer lease in %s unavailable: %s; retrying", self.zone.root, error)
+            if self._lease_retry.failed(now):
+                log.error("consumer lease in %s unavailable: %s; retrying", self.zone.root, error)
+            self._renew_at = self._lease_retry.due
             return None
+        if self._lease_retry.succeeded():
+            log.warning("consumer lease in %s available again", self.zone.root)
         if self.lease.holds(current):
-            self._renew_at = self._clock() + self.lease.seconds * _RENEW_SHARE
+            self._renew_at = now + self.lease.seconds * _RENEW_SHARE
+            self._expires_at = now + self.lease.seconds
         return current
+
+    def _still_held(self) -> bool:
+        """Renew the lease when due; False once it is lost: taken over, or not renewed before
+        it ran out (a standby may hold it by then), when this process must stop consuming."""
+        if self._clock() < self._renew_at:
+            return True
+        renewed = self._acquire()
+        if renewed is None:
+            if self._clock() < self._expires_at:
+                return True
+            log.error("could not renew the consumer lease before it ran out: standing by")
+            return False
+        if not self.lease.holds(renewed):
+            log.error("lost the consumer lease to %s: standing by", renewed.holder)
+            return False
+        return True
+
+    def _keep_catching_up(self) -> bool:
+        return not self.stopping and self._still_held()
 
     def _standby_seconds(self) -> float:
         return max(self.config.idle_wait_seconds, self.lease.seconds * _RENEW_SHARE)
@@ -171,14 +205,11 @@ class LiveService:
         if sealed is not None:
             log.warning("sealed batch %s left open (%d messages)", sealed.key, sealed.messages)
         self._landed_to = self.zone.last_position()
-        self.applier.catch_up(self._landed_to)
+        self.applier.catch_up(self._landed_to, self._keep_catching_up)
         while not self.stopping:
-            if self._clock() >= self._renew_at:
-                renewed = self._acquire()
-                if renewed is not None and not self.lease.holds(renewed):
-                    log.error("lost the consumer lease to %s: standing by", renewed.holder)
-                    self._close_session()
-                    return
+            if not self._still_held():
+                self._close_session()
+                return
             try:
                 self._step(writer)
             except FencedOff as error:
@@ -191,7 +222,7 @@ class LiveService:
     def _step(self, writer: GroupWriter) -> None:
         """One group, or one wait for one."""
         if not self.applier.available or self.applier.applied != self._landed_to:
-            self.applier.catch_up(self._landed_to)
+            self.applier.catch_up(self._landed_to, self._keep_catching_up)
         session = self._connected()
         if session is None or not self._landing_ready():
             self._stop.wait(self._wait_seconds(writer))

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from sis_platform.landing import START_POSITION
+from sis_platform.lease import ConsumerLease
 from sis_platform.live.config import LiveConfig
 from sis_platform.serving import ServingStore, ServingUnavailable, open_store
 from sis_platform.simulator.generator import generate_feed
@@ -135,3 +137,20 @@ def test_landing_goes_on_while_the_store_is_down_and_the_store_catches_up(tmp_pa
     assert switch.opened >= (1 if down_at_start else 2)
     assert_live_equals_reference(place, feed)
     assert place.zone.last_position() != START_POSITION
+
+
+def test_a_holder_fenced_off_by_a_takeover_lands_nothing_and_stands_by(tmp_path):
+    place = Place(tmp_path)
+    feed = _feed(25, 60)
+    place.put(feed[:20])
+    with running(place) as service:
+        assert service.wait_until(drained, BOUND_SECONDS)
+        landed = place.zone.last_position()
+        # Another deployment whose clock is past the lease's expiry takes it over (token + 1).
+        later = datetime.now(UTC) + timedelta(seconds=120)
+        other = ConsumerLease(place.zone.root, "dr@elsewhere:1", 60.0, clock=lambda: later)
+        assert other.holds(other.acquire())
+        place.put(feed[20:])
+        assert service.wait_until(lambda s: not s.holding, BOUND_SECONDS)
+        assert place.zone.last_position() == landed  # the fence let nothing land
+        assert place.queue.depth() == len(feed) - 20  # what it got was backed out
