@@ -18,13 +18,13 @@ import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from sis_platform.doorbell import Doorbell, ring
-from sis_platform.serving.store import ServingStore
+from sis_platform.serving.store import ServingStore, as_utc
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,8 @@ class SqliteStore(ServingStore):
         return f"{column} IN (SELECT value FROM json_each(?))", json.dumps(list(ids))
 
     def _timestamp_in(self, value: datetime | None) -> Any:
-        return value.astimezone(UTC).isoformat() if value is not None else None
+        stamp = as_utc(value)
+        return stamp.isoformat() if stamp is not None else None
 
     def _timestamp_out(self, value: Any) -> datetime | None:
         return datetime.fromisoformat(value) if value is not None else None

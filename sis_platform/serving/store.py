@@ -75,6 +75,14 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+def as_utc(value: datetime | None) -> datetime | None:
+    """`value` in UTC; a naive datetime is taken as UTC already (Parquet's UTC timestamps read
+    back without a zone), never as the host's local time."""
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
 class ServingStore(ABC):
     """A serving store at `shown` (its URL, password-free). Use as a context manager or close."""
 
@@ -123,7 +131,7 @@ class ServingStore(ABC):
         """After the commit (SQLite rings its doorbell here)."""
 
     def _timestamp_in(self, value: datetime | None) -> Any:
-        return value
+        return as_utc(value)
 
     def _timestamp_out(self, value: Any) -> datetime | None:
         return value.astimezone(UTC) if value is not None else None

@@ -3,6 +3,7 @@ position's rule, the reader API, and waiting for changes."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -272,3 +273,11 @@ def _signal_first_look(store: ServingStore) -> threading.Event:
 
     store.last_seq = last_seq  # type: ignore[method-assign]
     return looked
+
+
+def test_a_naive_put_time_is_taken_as_utc(store: ServingStore) -> None:
+    commit = group((1, 0), [("M1", 1)])
+    naive = PUT_TIME.replace(tzinfo=None)
+    change = dataclasses.replace(commit.changes[0], put_time=naive)
+    store.commit(dataclasses.replace(commit, changes=[change]))
+    assert store.changes()[0].put_time == PUT_TIME
