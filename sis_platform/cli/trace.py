@@ -88,8 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not trace.found:
         print(
             f"sis-trace: {message_id} is not in the message log at {lake.base_path} "
-            "(a message still on the queue, or in a landing batch whose run has not logged it "
-            "yet, is not in the log)",
+            "(a message still on the queue, in a batch sis-live has not sealed yet, or in a "
+            "landing batch whose run has not logged it yet, is not in the log)",
             file=sys.stderr,
         )
         return EXIT_NOT_FOUND

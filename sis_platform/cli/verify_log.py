@@ -4,8 +4,9 @@
 
 For every batch in the range (every batch that has an anchor, a landing file or rows in the
 Delta table `raw_messages`, and every number between them), checks its anchor, its landing
-file and its Delta rows against each other (sis_platform/spark/chain.py), one batch at a time:
-the driver holds one batch's row count, never the log. Spark, the lake and the landing zone
+file (or its parts, for a batch landed in groups) and its Delta rows against each other
+(sis_platform/spark/chain.py), one batch at a time: the driver holds one batch's row count,
+never the log. Spark, the lake and the landing zone
 come from the platform's own configuration (sis_platform/config.py: SIS_PROFILE, SIS_DATA_DIR,
 SIS_LANDING_DIR, SIS_LAKE_PATH, SIS_SPARK_MASTER, ...).
 
@@ -130,8 +131,9 @@ def verify(lake: Lake, zone: LandingZone, first: str | None, last: str | None) -
 
 def _keys(lake: Lake, zone: LandingZone, first: str | None, last: str | None) -> Iterator[str]:
     """Every batch number from `first` to `last`: the last is the highest any copy knows of
-    (anchors, landing files, Delta rows), so a batch missing from all three but followed by
-    another is still visited and reported."""
+    (anchors, landed batches, Delta rows), so a batch missing from all three but followed by
+    another is still visited and reported. A batch still open (landed in parts, not sealed) is
+    not part of the log yet and is not verified."""
     known = set(zone.keys()) | set(zone.anchors.keys())
     if lake.exists(RAW_MESSAGES):
         # One string per batch (partitions stay well under 100k): bounded by the batch count.
