@@ -30,7 +30,7 @@ _SCHEMA_LOCK_KEY = 0x5153_5356  # "SISV"
 CONNECT_TIMEOUT_SECONDS = 10
 # A peer that vanishes without closing (host down, network cut) is noticed within about
 # idle + interval * count seconds instead of TCP's hours (libpq ignores these on a socket).
-_KEEPALIVES = {
+_KEEPALIVES: dict[str, Any] = {
     "keepalives": 1,
     "keepalives_idle": 10,
     "keepalives_interval": 5,

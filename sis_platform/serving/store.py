@@ -229,7 +229,10 @@ class ServingStore(ABC):
             f"SELECT {_DEAD_LETTER_COLUMNS} FROM dead_letters WHERE seq > ? ORDER BY seq LIMIT ?"
         )
         found = self._run(lambda c: self._all(c, query, (after_seq, _limit(limit))))
-        return [DeadLetter(*r[:8], self._stamp(r[8])) for r in found]
+        return [
+            DeadLetter(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], self._stamp(r[8]))
+            for r in found
+        ]
 
     def status(self) -> StoreStatus:
         def work(conn: Any) -> StoreStatus:
