@@ -71,6 +71,23 @@ def test_sqlite_locked_past_the_busy_timeout(tmp_path: Path) -> None:
         assert store.position() == LogPosition(1, 1)
 
 
+def test_sqlite_disk_full(tmp_path: Path) -> None:
+    """A database that cannot grow (max_page_count stands in for a full disk: SQLITE_FULL)."""
+    with open_store(f"sqlite:///{tmp_path / 'serving.db'}") as store:
+        store.commit(group((1, 0), [("M1", 1)]))
+        conn = store._connection()
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        conn.execute(f"PRAGMA max_page_count = {pages}")
+        big = group((1, 200), [(f"M{n}", 1) for n in range(200)], runners=20)
+        with pytest.raises(ServingUnavailable, match="full"):
+            store.commit(big)
+        assert store.position() == LogPosition(1, 0)
+        assert store.master("M7") is None
+        # The store reopens its connection after an outage, without the limit: space is back.
+        store.commit(big)
+        assert store.position() == LogPosition(1, 200)
+
+
 def test_sqlite_files_are_private(tmp_path: Path) -> None:
     folder = tmp_path / "data" / "serving"
     path = folder / "serving.db"
