@@ -72,7 +72,12 @@ class GroupWriter:
 
     Only one writer may land in a zone at a time (the consumer lease's holder, with `fence`);
     a writer whose lease was taken over lands nothing (`FencedOff`) and must be replaced by a
-    new one, which recovers the tail."""
+    new one, which recovers the tail. One thread uses a writer at a time.
+
+    A `land` that raised may still have claimed its part (an OSError after the link): the
+    writer then reads the tail again before the next group, so the part is not claimed twice;
+    the messages of that part stay in the log (their redelivered copies land again later, as
+    duplicates by message id), and `landed_after` reads them back."""
 
     def __init__(self, zone: LandingZone, fence: Fence | None = None) -> None:
         self.zone = zone
@@ -84,6 +89,9 @@ class GroupWriter:
         self._last_seq = tail.seq
         self._head = tail.head
         self._open = tail.open
+        # Set when a land failed after it may have claimed its part (e.g. the folder's fsync
+        # failed after the link): the next land reads the tail from disk again.
+        self._unsure = False
 
     @property
     def open_batch(self) -> OpenBatch | None:
@@ -115,6 +123,8 @@ class GroupWriter:
         if not messages:
             raise ValueError("a landing group needs at least one message")
         landed_at = now or datetime.now(UTC)
+        if self._unsure:
+            self._load()
         current = self._open
         if current is None:
             seq = self._last_seq + 1
@@ -152,8 +162,10 @@ class GroupWriter:
         try:
             with self._fenced():
                 # link() never overwrites: a part of this number claimed by anyone else stays.
+                self._unsure = True
                 os.link(tmp, final)
                 fsync_dir(final.parent)
+                self._unsure = False
         finally:
             tmp.unlink(missing_ok=True)
         self._open, self._head, self._last_seq = after, rows.head, after.seq

@@ -377,3 +377,24 @@ def test_a_part_is_plain_parquet_carrying_its_batch_so_far(tmp_path):
     assert pq.read_schema(second.path).metadata[b"sis:messages"] == b"5"
     assert oct(zone.batch_dir(first.batch_key).stat().st_mode & 0o777) == "0o700"
     assert oct(first.path.stat().st_mode & 0o777) == "0o600"
+
+
+def test_a_land_that_failed_after_its_claim_is_not_claimed_twice(tmp_path, monkeypatch):
+    zone = LandingZone(tmp_path)
+    writer = GroupWriter(zone)
+    writer.land(_messages(1))
+    failing = _messages(2, 1)
+
+    def disk_error(path: Path) -> None:
+        raise OSError("the folder's fsync failed")
+
+    monkeypatch.setattr(groups_module, "fsync_dir", disk_error)
+    with pytest.raises(OSError, match="fsync failed"):
+        writer.land(failing)
+    monkeypatch.undo()
+    after = writer.land(_messages(1, 3))  # the group's part was claimed: this one follows it
+    assert (after.part, after.first_msg_seq) == (2, 3)
+    writer.seal(ClosedBy.SECONDS)
+    ids = [m.message.message_id for m in zone.landed_after(START_POSITION, DEFAULT_LIMITS)]
+    assert ids[1:3] == [m.message_id for m in failing]
+    _intact(zone, batch_key(1))
