@@ -33,6 +33,8 @@ SUFFIX = ".bell"
 _MAX_SOCKET_PATH = 107
 # Rings drained per wake: far more than can queue in a socket buffer, so a loop never spins.
 _MAX_DRAIN = 65_536
+# poll() takes a C int of milliseconds (about 24 days).
+_MAX_POLL_MS = 2**31 - 1
 
 
 class Doorbell:
@@ -72,7 +74,7 @@ class Waiter:
 
     def wait(self, timeout: float) -> bool:
         """Block until rung (True) or `timeout` seconds pass (False); consumes the rings."""
-        ready = self._poll.poll(max(0, int(timeout * 1000 + 0.999)))
+        ready = self._poll.poll(min(_MAX_POLL_MS, max(0, int(timeout * 1000 + 0.999))))
         if not ready:
             return False
         self.clear()
