@@ -8,7 +8,14 @@ from dataclasses import dataclass, field
 from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
 from sis_platform.domain.selector import Selector
 from sis_platform.live.fold import FoldOptions
-from sis_platform.settings import Settings
+from sis_platform.settings import (
+    DEFAULT_BATCH_MAX_BYTES,
+    DEFAULT_BATCH_MAX_MESSAGES,
+    DEFAULT_BATCH_MAX_SECONDS,
+    DEFAULT_LIVE_GROUP_MAX_MESSAGES,
+    DEFAULT_LIVE_GROUP_WAIT_MS,
+    Settings,
+)
 
 # The longest a get waits when nothing else is due: how soon a stop request is seen while the
 # queue is idle (a stop is otherwise seen between groups).
@@ -26,11 +33,11 @@ RETRY_LAST_SECONDS = 30.0
 class LiveConfig:
     """What one sis-live process does: group and batch bounds, the fold, and its timings."""
 
-    group_wait_seconds: float = 0.002
-    group_max_messages: int = 500
-    batch_max_messages: int = 10_000
-    batch_max_bytes: int = 64 * 1024 * 1024
-    batch_max_seconds: float = 60.0
+    group_wait_seconds: float = DEFAULT_LIVE_GROUP_WAIT_MS / 1000
+    group_max_messages: int = DEFAULT_LIVE_GROUP_MAX_MESSAGES
+    batch_max_messages: int = DEFAULT_BATCH_MAX_MESSAGES
+    batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES
+    batch_max_seconds: float = DEFAULT_BATCH_MAX_SECONDS
     message_limits: Limits = DEFAULT_LIMITS
     fold: FoldOptions = field(default_factory=FoldOptions)
     idle_wait_seconds: float = IDLE_WAIT_SECONDS

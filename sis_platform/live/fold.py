@@ -45,6 +45,7 @@ from sis_platform.serving.records import (
     MasterRow,
     OutcomeRow,
 )
+from sis_platform.settings import DEFAULT_LIVE_MAX_MASTERS
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ class FoldOptions:
     selector: ItemSelector | None = None
     limits: Limits = DEFAULT_LIMITS
     redelivery_limit: int = DEFAULT_REDELIVERY_LIMIT
-    max_masters: int = 20_000
+    max_masters: int = DEFAULT_LIVE_MAX_MASTERS
 
     def __post_init__(self) -> None:
         if self.max_masters < 1:
