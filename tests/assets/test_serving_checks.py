@@ -1,6 +1,7 @@
 """live_matches_lake on a real lake (Spark, Delta) and a real SQLite serving store, both built
-from the same landed log: the lake by the per-batch runs, the store by sis-live's fold. The check
-runs in its own job, as live_matches_lake_sensor requests it."""
+from the same log landed in groups: the lake by the runs the landed-batches sensor requests, the
+store by sis-live's fold. The check runs in its own job, as live_matches_lake_sensor requests
+it."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import pytest
 
 from sis_platform.definitions import build_definitions
 from sis_platform.domain.limits import DEFAULT_LIMITS
-from sis_platform.landing import START_POSITION
+from sis_platform.landing import START_POSITION, ClosedBy, GroupWriter
 from sis_platform.live.fold import FoldOptions, LiveFold
+from sis_platform.sensors.landed_sensor import build_landed_batches_sensor
 from sis_platform.sensors.live_check_sensor import build_live_check_sensor
 from sis_platform.serving import open_store
 from tests.domain.sportsdata_fixtures import (
@@ -29,30 +31,44 @@ from tests.domain.sportsdata_fixtures import (
 )
 from tests.harness import Harness, received
 
-pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(180)]
+pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(210)]
 
 
 @pytest.fixture(scope="module")
 def folded_lake(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Harness:
-    """Two batches folded by the lake: two masters, one of them stale, a duplicate, an invalid
+    """Two batches landed in groups as sis-live lands them, registered by the landed-batches
+    sensor and folded by the lake: two masters, one of them stale, a duplicate, an invalid
     message and an orphan update."""
     h = Harness(tmp_path_factory.mktemp("live_lake") / "data")
-    batches = [
+    writer = GroupWriter(h.zone)
+    groups = [
         [
             received(master(event(ASCOT_1430), event(ASCOT_1500))),
             received(update(f"{ASCOT_1430} {ASCOT_1500}", GO_SOFT), "dup-1"),
-            received(b"<sportsdata category='master' type='new' id='X'><event"),
         ],
+        [received(b"<sportsdata category='master' type='new' id='X'><event")],
+        None,  # the batch is sealed here
         [
             received(update(ASCOT_1430, PRICE_7_TO_9)),
             received(update(f"{ASCOT_1430} {ASCOT_1500}", GO_SOFT), "dup-1", delivery_count=2),
-            received(update(ASCOT_1500, MISSING_NODE)),
-            received(update("NOPE-1", GO_SOFT)),
         ],
+        [received(update(ASCOT_1500, MISSING_NODE)), received(update("NOPE-1", GO_SOFT))],
+        None,
     ]
-    keys = [h.zone.land(batch).key for batch in batches]
-    h.instance.add_dynamic_partitions("batches", keys)
-    h.run_requested(keys)
+    for group in groups:
+        if group is None:
+            writer.seal(ClosedBy.MESSAGES)
+        else:
+            writer.land(group)
+    sensor = build_landed_batches_sensor(5)
+    result = sensor(dg.build_sensor_context(instance=h.instance, resources=h.resources))
+    assert isinstance(result, dg.SensorResult)
+    for request in result.dynamic_partitions_requests or []:
+        assert isinstance(request, dg.AddDynamicPartitionsRequest)
+        h.instance.add_dynamic_partitions(request.partitions_def_name, request.partition_keys)
+    keys = [r.partition_key for r in result.run_requests or []]
+    assert keys == ["0000000001", "0000000002"]
+    h.run_requested([k for k in keys if k is not None])
     return h
 
 
