@@ -47,7 +47,7 @@ from sis_platform.domain.reasons import Outcome, Reason
 
 DEFAULT_REDELIVERY_LIMIT = 5
 
-T = TypeVar("T")
+T = TypeVar("T", covariant=True)
 
 
 @dataclass(frozen=True)
@@ -180,10 +180,10 @@ def item_dead_letter(result: ItemResult, body: bytes) -> DeadLetter:
 
 
 class InLog(NamedTuple, Generic[T]):
-    """An entry of a stretch's output with its place in feed order: the index of its message
+    """An entry of a stretch's output with its place in feed order: the offset of its message
     in the stretch and its position in the message (-1: the message as a whole)."""
 
-    index: int
+    offset: int
     position: int
     value: T
 
@@ -286,7 +286,7 @@ def fold_stretch(
 
 
 def _feed_order(entry: InLog[object]) -> tuple[int, int]:
-    return (entry.index, entry.position)
+    return (entry.offset, entry.position)
 
 
 class ReferencePipeline:

@@ -205,7 +205,7 @@ def _model(row: MasterRow) -> Interpretation | None:
 def _changes(folded: FoldedStretch, messages: Sequence[LandedMessage]) -> list[ChangeRow]:
     rows = []
     for entry in folded.versions:
-        version, landed = entry.value, messages[entry.index]
+        version, landed = entry.value, messages[entry.offset]
         rows.append(
             ChangeRow(
                 master_id=version.master_id,
@@ -225,7 +225,7 @@ def _changes(folded: FoldedStretch, messages: Sequence[LandedMessage]) -> list[C
 def _dead_letters(folded: FoldedStretch, messages: Sequence[LandedMessage]) -> list[DeadLetterRow]:
     rows = []
     for entry in folded.dead_letters:
-        dead, landed = entry.value, messages[entry.index]
+        dead, landed = entry.value, messages[entry.offset]
         rows.append(
             DeadLetterRow(
                 message_id=dead.message_id,
@@ -244,7 +244,7 @@ def _dead_letters(folded: FoldedStretch, messages: Sequence[LandedMessage]) -> l
 def _outcomes(folded: FoldedStretch, messages: Sequence[LandedMessage]) -> list[OutcomeRow]:
     rows = []
     for entry in folded.results:
-        result, landed = entry.value, messages[entry.index]
+        result, landed = entry.value, messages[entry.offset]
         rows.append(
             OutcomeRow(
                 message_id=result.message_id,

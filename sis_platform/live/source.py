@@ -20,13 +20,15 @@ from sis_platform.settings import (
 
 def source_from_settings(source: SourceSettings) -> QueueSource:
     """The queue `source` describes (nothing connects until asked)."""
-    backout = {
-        "backout_threshold": source.backout.threshold,
-        "backout_queue": source.backout.queue,
-    }
+    threshold, backout_queue = source.backout.threshold, source.backout.queue
     if isinstance(source, EmbeddedSourceSettings):
         folder = quote(str(Path(source.path).resolve()))
-        return open_source(f"embedded://{folder}", queue=source.queue, **backout)
+        return open_source(
+            f"embedded://{folder}",
+            queue=source.queue,
+            backout_threshold=threshold,
+            backout_queue=backout_queue,
+        )
     if isinstance(source, StompSourceSettings):
         return open_source(
             f"stomp://{source.host}:{source.port}{quote(source.destination)}",
@@ -35,12 +37,14 @@ def source_from_settings(source: SourceSettings) -> QueueSource:
             selector=source.selector,
             prefetch=source.prefetch,
             redelivery_counts=Path(source.redelivery_counts),
-            **backout,
+            backout_threshold=threshold,
+            backout_queue=backout_queue,
         )
     return open_source(
         "ibmmq:",
         fallback=url_credentials("ibmmq"),
         ibmmq=source,
         max_get_bytes=source.max_get_bytes,
-        **backout,
+        backout_threshold=threshold,
+        backout_queue=backout_queue,
     )
