@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import threading
 from pathlib import Path
 from types import FrameType
 
@@ -46,7 +47,9 @@ def run_until_signalled(service: LiveService, settings: Settings) -> None:
 
     def stop(signum: int, frame: FrameType | None) -> None:
         log.warning("%s: stopping after the group in hand", signal.Signals(signum).name)
-        service.request_stop()
+        # From another thread: the handler runs in the main thread, which may be inside the
+        # stop event's own lock (Event.wait), and setting it here could then deadlock.
+        threading.Thread(target=service.request_stop, name="sis-live-stop").start()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
