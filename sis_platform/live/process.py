@@ -45,11 +45,15 @@ def build_service(settings: Settings) -> LiveService:
 def run_until_signalled(service: LiveService, settings: Settings) -> None:
     """Run `service` in this (main) thread; SIGTERM and SIGINT end it after the group in hand."""
 
+    def stopping(name: str) -> None:
+        log.warning("%s: stopping after the group in hand", name)
+        service.request_stop()
+
     def stop(signum: int, frame: FrameType | None) -> None:
-        log.warning("%s: stopping after the group in hand", signal.Signals(signum).name)
         # From another thread: the handler runs in the main thread, which may be inside the
-        # stop event's own lock (Event.wait), and setting it here could then deadlock.
-        threading.Thread(target=service.request_stop, name="sis-live-stop").start()
+        # stop event's lock (Event.wait) or a logging handler's, and would deadlock on it.
+        name = signal.Signals(signum).name
+        threading.Thread(target=stopping, args=(name,), name="sis-live-stop").start()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
