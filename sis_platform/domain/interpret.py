@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 
 from sis_platform.domain.messages import parse_xml
 
@@ -20,6 +21,7 @@ from sis_platform.domain.messages import parse_xml
 _XS_INTEGER = re.compile(r"[ \t\r\n]*([+-]?[0-9]+)[ \t\r\n]*")
 _LONG_MIN = -(2**63)
 _LONG_MAX = 2**63 - 1
+PRICE_PLACES = 6  # decimal places of a decimal price (the model's DECIMAL(38, 6))
 
 
 @dataclass(frozen=True)
@@ -126,3 +128,17 @@ def interpret(master_id: str, document: bytes) -> Interpretation:
                 )
             )
     return Interpretation(event, markets, selections)
+
+
+def decimal_price(num: int | None, den: int | None) -> Decimal | None:
+    """Fractional odds num/den as a decimal price, num/den + 1, rounded half to even at
+    PRICE_PLACES, exactly: computed on integers, since num may have 19 digits and a double
+    keeps 15 to 17 significant digits. None without a price (or with a zero denominator)."""
+    if num is None or not den:
+        return None
+    if den < 0:
+        num, den = -num, -den
+    quotient, remainder = divmod(num * 10**PRICE_PLACES, den)
+    if 2 * remainder > den or (2 * remainder == den and quotient % 2):
+        quotient += 1
+    return Decimal(f"{quotient + 10**PRICE_PLACES}e-{PRICE_PLACES}")

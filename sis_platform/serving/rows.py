@@ -12,7 +12,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sis_platform.domain.interpret import Interpretation
+from sis_platform.domain.interpret import Interpretation, decimal_price
 from sis_platform.serving.records import (
     ChangeRow,
     DeadLetterRow,
@@ -22,7 +22,6 @@ from sis_platform.serving.records import (
 )
 
 # selections.price_decimal's scale, as in the Delta model (DECIMAL(38, 6)).
-PRICE_PLACES = 6
 
 Row = tuple[Any, ...]
 
@@ -40,21 +39,6 @@ class ModelRows:
     events: list[Row]
     markets: list[Row]
     selections: list[Row]
-
-
-def decimal_price(num: int | None, den: int | None) -> Decimal | None:
-    """Fractional odds num/den as the decimal price num/den + 1, rounded half to even at
-    PRICE_PLACES, exactly (num may have 19 digits, beyond a double's precision). None without
-    a price or with a zero denominator. The Delta model's rule (sis_platform/spark/model.py),
-    which the store cannot import: that module loads Spark."""
-    if num is None or not den:
-        return None
-    if den < 0:
-        num, den = -num, -den
-    quotient, remainder = divmod(num * 10**PRICE_PLACES, den)
-    if 2 * remainder > den or (2 * remainder == den and quotient % 2):
-        quotient += 1
-    return Decimal(f"{quotient + 10**PRICE_PLACES}e-{PRICE_PLACES}")
 
 
 def master_rows(masters: list[MasterRow], now: Any) -> list[Row]:

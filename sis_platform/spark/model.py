@@ -23,7 +23,6 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from decimal import Decimal
 from functools import lru_cache
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -32,7 +31,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from sis_platform.domain.interpret import interpret
+from sis_platform.domain.interpret import decimal_price, interpret
 from sis_platform.lake.delta import sql_string
 from sis_platform.lake.tables import (
     EVENTS,
@@ -52,7 +51,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # The decimal price's scale (selections.price_decimal is DECIMAL(38, 6)).
-PRICE_PLACES = 6
 # Characters of an error kept in model_failures.
 ERROR_CHARS = 2_000
 # Failed master ids a refresh names in its result (the table has them all).
@@ -95,20 +93,6 @@ def _combined_schema() -> T.StructType:
 
 
 @lru_cache(maxsize=4096)  # a feed quotes a few hundred distinct odds; a Decimal is immutable
-def decimal_price(num: int | None, den: int | None) -> Decimal | None:
-    """Fractional odds num/den as a decimal price, num/den + 1, rounded half to even at
-    PRICE_PLACES, exactly: computed on integers, since num may have 19 digits and a double
-    keeps 15 to 17 significant digits. None without a price (or with a zero denominator)."""
-    if num is None or not den:
-        return None
-    if den < 0:
-        num, den = -num, -den
-    quotient, remainder = divmod(num * 10**PRICE_PLACES, den)
-    if 2 * remainder > den or (2 * remainder == den and quotient % 2):
-        quotient += 1
-    return Decimal(f"{quotient + 10**PRICE_PLACES}e-{PRICE_PLACES}")
-
-
 class _IntegerColumn(NamedTuple):
     """An integer column of the combined schema and the values it can hold."""
 

@@ -8,9 +8,9 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from sis_platform.domain.interpret import interpret
+from sis_platform.domain.interpret import decimal_price, interpret
 from sis_platform.spark import model as model_module
-from sis_platform.spark.model import _rows, decimal_price
+from sis_platform.spark.model import _rows
 from tests.domain.sportsdata_fixtures import ASCOT_1430, ASCOT_1500, ROMFORD_1912, event
 
 
