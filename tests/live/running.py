@@ -80,6 +80,13 @@ def running(
         open_store_ or (lambda: open_store(place.url)),
         config,
     )
+    with running_service(service):
+        yield service
+
+
+@contextmanager
+def running_service(service: LiveService) -> Iterator[LiveService]:
+    """`service` running in a thread; stopped (and its thread joined) on leaving."""
     failure: list[BaseException] = []
 
     def run() -> None:

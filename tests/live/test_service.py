@@ -14,6 +14,9 @@ import pytest
 from sis_platform.landing import START_POSITION
 from sis_platform.lease import ConsumerLease
 from sis_platform.live.config import LiveConfig
+from sis_platform.live.service import LiveService
+from sis_platform.queues.base import SourceUnavailable
+from sis_platform.queues.embedded import EmbeddedQueue
 from sis_platform.serving import ServingStore, ServingUnavailable, open_store
 from sis_platform.simulator.generator import generate_feed
 from tests.live.feed import INVALID
@@ -24,6 +27,7 @@ from tests.live.running import (
     assert_live_equals_reference,
     drained,
     running,
+    running_service,
 )
 
 
@@ -154,3 +158,79 @@ def test_a_holder_fenced_off_by_a_takeover_lands_nothing_and_stands_by(tmp_path)
         assert service.wait_until(lambda s: not s.holding, BOUND_SECONDS)
         assert place.zone.last_position() == landed  # the fence let nothing land
         assert place.queue.depth() == len(feed) - 20  # what it got was backed out
+
+
+class _FlakySource:
+    """The embedded queue, unreachable while `down` is set: connecting, and every call of a
+    session opened before, raise SourceUnavailable (the session is then lost: closed)."""
+
+    def __init__(self, queue: EmbeddedQueue) -> None:
+        self.queue = queue
+        self.down = threading.Event()
+        self.connects = 0
+        self.refused: list[str] = []  # the calls refused while down
+
+    @property
+    def description(self) -> str:
+        return "flaky " + self.queue.description
+
+    def depth(self) -> int:
+        return self.queue.depth()
+
+    def connect(self) -> Any:
+        if self.down.is_set():
+            self.refused.append("connect")
+            raise SourceUnavailable("queue switched off by the test")
+        self.connects += 1
+        return _FlakySession(self.queue.connect(), self)
+
+
+class _FlakySession:
+    def __init__(self, session: Any, source: _FlakySource) -> None:
+        self._session, self._source = session, source
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self._session, name)
+        if name == "close":
+            return method
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if self._source.down.is_set():
+                self._source.refused.append(name)
+                self._session.close()  # a lost connection: the queue backs the unit out
+                raise SourceUnavailable("queue switched off by the test")
+            return method(*args, **kwargs)
+
+        return call
+
+
+def test_a_queue_outage_is_reconnected_and_nothing_is_lost(tmp_path):
+    place = Place(tmp_path)
+    feed = _feed(26, 200)
+    place.put(feed[:100])
+    config = LiveConfig(
+        group_max_messages=20,
+        idle_wait_seconds=0.2,
+        retry_first_seconds=0.05,
+        retry_last_seconds=0.2,
+    )
+    source = _FlakySource(place.queue)
+    service = LiveService(
+        source,  # type: ignore[arg-type]
+        place.zone,
+        place.lease(),
+        lambda: open_store(place.url),
+        config,
+    )
+    with running_service(service):
+        assert service.wait_until(drained, BOUND_SECONDS)
+        source.down.set()
+        place.put(feed[100:])
+        # The service meets the outage, and tries to reconnect (with backoff) during it.
+        assert service.wait_until(lambda s: "connect" in source.refused, BOUND_SECONDS)
+        source.down.clear()
+        assert service.wait_until(
+            lambda s: drained(s) and s.landed_messages >= len(feed), BOUND_SECONDS
+        )
+    assert source.connects >= 2  # reconnected after the outage
+    assert_live_equals_reference(place, feed)
