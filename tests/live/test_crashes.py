@@ -21,7 +21,7 @@ from tests.live.running import (
     running,
 )
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.cost(60)]
 
 
 @pytest.mark.parametrize("point", LIVE_POINTS)

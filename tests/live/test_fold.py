@@ -20,6 +20,8 @@ from tests.reference import reference_for
 
 SELECTOR = "sport = 'horse-racing'"
 
+pytestmark = pytest.mark.cost(25)
+
 
 def _fold_into_store(
     db: Path, groups: list[list[LandedMessage]], options: FoldOptions, restart_every: int = 0

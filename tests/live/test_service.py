@@ -30,6 +30,8 @@ from tests.live.running import (
     running_service,
 )
 
+pytestmark = pytest.mark.cost(25)
+
 
 def _feed(seed: int, messages: int) -> list[Any]:
     return list(generate_feed(seed, messages, invalid=INVALID, duplicates=0.02))
