@@ -61,8 +61,11 @@ class Applier:
         return self._store is not None
 
     def next_due(self) -> float:
-        """The monotonic time of the applier's next own action (a retry or a heartbeat)."""
-        return self._retry.due if self._retry.failing else self._heartbeat_due
+        """The monotonic time of the applier's next own action (a retry or a heartbeat); 0:
+        none."""
+        if self._retry.failing:
+            return self._retry.due
+        return self._heartbeat_due if self._store is not None else 0.0
 
     def apply(self, messages: Sequence[LandedMessage], before: LogPosition) -> None:
         """`messages` were just landed right after `before`: fold and commit them, or catch up

@@ -312,8 +312,10 @@ class LiveService:
         try:
             batch = writer.seal(closed_by)
         except OSError as error:
-            # The batch stays open and is sealed at the next try (or by the next start).
-            log.error("cannot seal the open batch now: %s", error)
+            # The batch stays open; it is sealed once the zone is proved writable again (or by
+            # the next start). Until then nothing more is got (`_landing_ready`).
+            if self._landing_retry.failed(self._clock()):
+                log.error("cannot seal the open batch in %s: %s; retrying", self.zone.root, error)
             return
         if batch is not None:
             log.info(
@@ -337,8 +339,8 @@ class LiveService:
         now = self._clock()
         due = [now + self.config.idle_wait_seconds, self._renew_at, self.applier.next_due()]
         deadline = self._seal_deadline(writer)
-        if deadline is not None:
-            due.append(deadline)
+        if deadline is not None and not self._landing_retry.failing:
+            due.append(deadline)  # while the zone fails, its retry is what is due instead
         for retry in (self._source_retry, self._landing_retry):
             if retry.failing:
                 due.append(retry.due)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from sis_platform.landing import START_POSITION
+from sis_platform.landing import START_POSITION, GroupWriter, LandingZone
 from sis_platform.lease import ConsumerLease
 from sis_platform.live.config import LiveConfig
 from sis_platform.live.service import LiveService
@@ -235,4 +235,45 @@ def test_a_queue_outage_is_reconnected_and_nothing_is_lost(tmp_path):
             lambda s: drained(s) and s.landed_messages >= len(feed), BOUND_SECONDS
         )
     assert source.connects >= 2  # reconnected after the outage
+    assert_live_equals_reference(place, feed)
+
+
+def test_a_landing_outage_backs_out_once_and_probes_before_getting_more(tmp_path, monkeypatch):
+    place = Place(tmp_path)
+    feed = _feed(27, 120)
+    failing = threading.Event()
+    attempts: list[str] = []
+    land, probe = GroupWriter.land, LandingZone.probe
+
+    def failing_land(self, *args, **kwargs):
+        if failing.is_set():
+            attempts.append("land")
+            raise OSError(28, "No space left on device (the test)")
+        return land(self, *args, **kwargs)
+
+    def failing_probe(self):
+        if failing.is_set():
+            attempts.append("probe")
+            raise OSError(28, "No space left on device (the test)")
+        return probe(self)
+
+    monkeypatch.setattr(GroupWriter, "land", failing_land)
+    monkeypatch.setattr(LandingZone, "probe", failing_probe)
+    config = LiveConfig(
+        group_max_messages=200,
+        idle_wait_seconds=0.2,
+        retry_first_seconds=0.05,
+        retry_last_seconds=0.2,
+    )
+    with running(place, config) as service:
+        failing.set()
+        place.put(feed)
+        assert service.wait_until(lambda s: attempts.count("probe") >= 3, BOUND_SECONDS)
+        failing.clear()
+        assert service.wait_until(
+            lambda s: drained(s) and s.landed_messages >= len(feed), BOUND_SECONDS
+        )
+    assert attempts.count("land") == 1  # the probes failed, so nothing more was got
+    logged = [m.message for m in place.zone.landed_after(START_POSITION, config.message_limits)]
+    assert max(m.delivery_count for m in logged) == 2  # backed out once
     assert_live_equals_reference(place, feed)
