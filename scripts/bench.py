@@ -21,6 +21,14 @@ fold     The same simulated feed landed and classified (raw_messages, message_it
          the Spark fold (`fold_step` over every batch, one step) timed alone, against the
          pure-Python reference fold (`fold_master` per master, one process) on the same items:
          items/s of each and the ratio Spark / reference, measured in the same run.
+live     The live path (scripts/bench_live.py, not in the default parts): the real `sis-live`
+         with a publisher and a reader of the serving store in processes of their own; put ->
+         visible-in-store latency p50 / p95 / p99 / max per source (embedded, ActiveMQ over
+         STOMP) and rate, and the time a backlog takes to reach the store, with sis-live's
+         peak RSS:
+             python scripts/bench.py --parts live --live-rates 0.42,4.2,42 \
+                 --live-seconds 120,120,60 --live-backlog 12000,1200000 \
+                 --live-sources embedded,stomp
 latency  dagster-daemon running (sensor every SIS_SENSOR_INTERVAL_SECONDS, 1 s here) while
          `sis-feed publish --rate R` publishes for --latency-seconds; per message, the time
          from its put on the queue (put_time) to the Delta commit of the fold step that
@@ -50,6 +58,7 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import bench_live
 import bench_worker
 import psutil
 from bench_worker import REPO, load_average
@@ -170,7 +179,12 @@ def verdict(ok: bool | None) -> str:
 
 
 def table_rows(results: dict[str, Any]) -> list[Row]:
-    return [*_backlog_rows(results), *_fold_rows(results), *_latency_rows(results)]
+    return [
+        *_backlog_rows(results),
+        *_fold_rows(results),
+        *_latency_rows(results),
+        *(Row(*r) for r in bench_live.live_rows(results.get("live", []))),
+    ]
 
 
 def _backlog_rows(results: dict[str, Any]) -> list[Row]:
@@ -378,7 +392,9 @@ def _plot_latency(latency: list[dict[str, Any]], ax3: Any) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--parts", default="backlog,fold,latency", help="comma-separated: backlog, fold, latency"
+        "--parts",
+        default="backlog,fold,latency",
+        help="comma-separated: backlog, fold, latency, live (live is not in the default)",
     )
     parser.add_argument(
         "--messages",
@@ -430,13 +446,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="fold: print a cProfile of the Spark fold step to the log",
     )
+    bench_live.add_options(parser)
     return parser.parse_args(argv)
 
 
 def merged(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """`old` results with `new` ones added; a new figure replaces an old one of the same kind
     (backlog and fold: same N; latency: same rate and mode)."""
-    keys = {"backlog": ("messages", "mode"), "fold": ("messages",), "latency": ("rate", "mode")}
+    keys = {
+        "backlog": ("messages", "mode"),
+        "fold": ("messages",),
+        "latency": ("rate", "mode"),
+        "live": ("kind", "source", "rate", "messages"),
+    }
     out = {**old, **{k: v for k, v in new.items() if k not in keys}}
     for part, key in keys.items():
         rows = {tuple(r.get(k) for k in key): r for r in old.get(part, [])}
@@ -536,7 +558,7 @@ def measure_latency(args: argparse.Namespace, common: list[str], log: Path) -> l
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
-    unknown = set(parts) - {"backlog", "fold", "latency"}
+    unknown = set(parts) - {"backlog", "fold", "latency", "live"}
     if unknown:
         raise SystemExit(f"unknown parts: {', '.join(sorted(unknown))}")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -559,6 +581,9 @@ def main(argv: list[str] | None = None) -> int:
         results["fold"] = measure_fold(args, common, log)
     if "latency" in parts:
         results["latency"] = measure_latency(args, common, log)
+    if "live" in parts:
+        args.live_log = log
+        results["live"] = bench_live.measure(args)
     if args.append and (args.out / "results.json").is_file():
         results = merged(json.loads((args.out / "results.json").read_text()), results)
     print()
