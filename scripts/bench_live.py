@@ -205,9 +205,10 @@ class _Stop:
 
 def role_reader(args: argparse.Namespace) -> int:
     """Tail the store's change log until SIGTERM: per message id, this process's clock when it
-    first saw a change of it; written to `--out` as {message_id: seen}."""
+    first saw a change of it and that change's `committed_at`; written to `--out` as
+    {"seen": {message_id: [seen, committed_at]}, ...}."""
     stop = _Stop()
-    seen: dict[str, float] = {}
+    seen: dict[str, tuple[float, float]] = {}
     masters_read = wakeups = 0
     with open_store(args.url) as store:
         last = store.last_seq()
@@ -222,7 +223,7 @@ def role_reader(args: argparse.Namespace) -> int:
                 if not changes:
                     break
                 for change in changes:
-                    seen.setdefault(change.message_id, now)
+                    seen.setdefault(change.message_id, (now, change.committed_at.timestamp()))
                     if args.masters and store.master(change.master_id) is not None:
                         masters_read += 1
                 last = changes[-1].seq
@@ -433,7 +434,7 @@ def measure_rate(source: Source, rate: float, seconds: float, args: Any, data: P
 def latency_figures(published: list[list[Any]], read: dict[str, Any]) -> dict[str, Any]:
     """Latency per message id (its first put to the reader's first sight of a change it made),
     and the messages that made no change, by kind."""
-    seen: dict[str, float] = read["seen"]
+    seen: dict[str, list[float]] = read["seen"]  # [seen, committed_at]
     dead = set(read["dead"])
     first_put: dict[str, float] = {}
     put_call_ms: list[float] = []
@@ -446,9 +447,13 @@ def latency_figures(published: list[list[Any]], read: dict[str, Any]) -> dict[st
         first_put[message_id] = put
         if message_id not in seen:
             unchanged["dead-lettered" if message_id in dead else f"no change ({kind})"] += 1
-    latencies = [(seen[m] - put) * 1000 for m, put in first_put.items() if m in seen]
+    latencies = [(seen[m][0] - put) * 1000 for m, put in first_put.items() if m in seen]
     if not latencies:
         raise RuntimeError("no message was seen in the store")
+    # Where the time goes: put -> the store commit's timestamp (sis-live's get, land, queue
+    # commit, fold), and that timestamp -> seen (the store's transaction, the doorbell, the read).
+    to_commit = [(seen[m][1] - put) * 1000 for m, put in first_put.items() if m in seen]
+    to_seen = [(seen[m][0] - seen[m][1]) * 1000 for m in first_put if m in seen]
     return {
         "published": len(published),
         "changed": len(latencies),
@@ -458,6 +463,14 @@ def latency_figures(published: list[list[Any]], read: dict[str, Any]) -> dict[st
         "p99_ms": round(percentile(latencies, 99), 2),
         "max_ms": round(max(latencies), 2),
         "put_call_p50_ms": round(percentile(put_call_ms, 50), 2),
+        "put_to_committed_at_ms": _spread(to_commit),
+        "committed_at_to_seen_ms": _spread(to_seen),
+    }
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    return {f"p{q}": round(percentile(values, q), 2) for q in (50, 95, 99)} | {
+        "max": round(max(values), 2)
     }
 
 
@@ -640,6 +653,17 @@ def _rate_rows(r: dict[str, Any], load: str) -> list[LiveRow]:
                 load,
             )
         )
+    split = r["put_to_committed_at_ms"], r["committed_at_to_seen_ms"]
+    rows.append(
+        LiveRow(
+            f"{what}: put -> store commit stamp / stamp -> reader (p50, p99)",
+            f"{split[0]['p50']:.1f}, {split[0]['p99']:.1f} / "
+            f"{split[1]['p50']:.1f}, {split[1]['p99']:.1f} ms",
+            "",
+            "",
+            load,
+        )
+    )
     rows.append(
         LiveRow(
             f"{what}: messages",
@@ -659,7 +683,8 @@ def _backlog_rows(r: dict[str, Any], load: str) -> list[LiveRow]:
     rows = [
         LiveRow(
             f"{what}: sis-live start -> store caught up",
-            f"{r['wall_s']:.2f} s ({r['messages_per_s']:,} msg/s, {r['batches']} batches)",
+            f"{r['wall_s']:.2f} s ({r['messages_per_s']:,} msg/s; store open at "
+            f"{r['store_ready_s']:.2f} s; {r['batches']} sealed batches)",
             f"<= {target:g} s" if target else "",
             _verdict(r["wall_s"] <= target) if target else "",
             load,
