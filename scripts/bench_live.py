@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pstats
 import shutil
 import signal
 import socket
@@ -268,13 +269,16 @@ class Run(NamedTuple):
     serving_url: str
     landing: Path
     log: Path
+    profile: Path | None  # sis-live run under cProfile, its stats written here
 
 
-def new_run(source: Source, data: Path, log: Path) -> Run:
+def new_run(source: Source, data: Path, args: Any, label: str) -> Run:
     env = {k: v for k, v in os.environ.items() if not _overridden(k)}
     env.update({"SIS_DATA_DIR": str(data), "SIS_INTAKE": "live", **source.env})
     settings = load_settings(env)
-    return Run(data, env, settings.serving.url, Path(settings.landing_dir), log)
+    log: Path = args.live_log
+    profile = log.parent / f"sis-live-{label}.prof" if args.live_profile else None
+    return Run(data, env, settings.serving.url, Path(settings.landing_dir), log, profile)
 
 
 def _overridden(name: str) -> bool:
@@ -285,9 +289,14 @@ def _overridden(name: str) -> bool:
 
 
 def start_live(run: Run) -> subprocess.Popen[bytes]:
+    """The `sis-live` console script; with a profile, its main module under cProfile."""
+    command = [str(SIS_LIVE)]
+    if run.profile is not None:
+        command = [sys.executable, "-m", "cProfile", "-o", str(run.profile)]
+        command += ["-m", "sis_platform.cli.live"]
     with run.log.open("ab") as out:
         return subprocess.Popen(
-            [str(SIS_LIVE)],
+            command,
             cwd=run.data,
             env=run.env,
             stdout=out,
@@ -397,7 +406,7 @@ def until_caught_up(run: Run, live: subprocess.Popen[bytes], messages: int, time
 
 def measure_rate(source: Source, rate: float, seconds: float, args: Any, data: Path) -> dict:
     """sis-live, a reader and a publisher at `rate` for `seconds`: the latency figures."""
-    run = new_run(source, data, args.live_log)
+    run = new_run(source, data, args, f"{source.name}-{rate:g}")
     messages = max(1, round(rate * seconds))
     load_before = load_average()
     live = start_live(run)
@@ -426,6 +435,7 @@ def measure_rate(source: Source, rate: float, seconds: float, args: Any, data: P
         "masters_read": read["masters_read"],
         "reader_wakeups": read["wakeups"],
         "live_exit": code,
+        "profile": str(run.profile) if run.profile else None,
         "load_before": load_before,
         "load_after": load_after,
     }
@@ -477,7 +487,7 @@ def _spread(values: list[float]) -> dict[str, float]:
 def measure_backlog(source: Source, messages: int, args: Any, data: Path) -> dict:
     """The queue preloaded with `messages`, then sis-live started: time until the store has
     applied them all, and sis-live's peak RSS."""
-    run = new_run(source, data, args.live_log)
+    run = new_run(source, data, args, f"{source.name}-backlog-{messages}")
     t0 = time.monotonic()
     preloading = publish(source, run, data / "published.json", messages, None, args)
     if preloading.wait() != 0:
@@ -509,6 +519,7 @@ def measure_backlog(source: Source, messages: int, args: Any, data: Path) -> dic
         "preload_s": round(preload_s, 1),
         "batches": len(zone.keys()),
         "live_exit": code,
+        "profile": str(run.profile) if run.profile else None,
         "load_before": load_before,
         "load_after": load_average(),
     }
@@ -586,7 +597,21 @@ def measure(args: Any) -> list[dict[str, Any]]:
                     r = measure_backlog(source, p.messages, args, data)
                 figures.append(r)
                 print(f"  {summary(r)}", flush=True)
+                if r.get("profile"):
+                    log_profile(Path(r["profile"]), args.live_log)
     return figures
+
+
+def log_profile(profile: Path, log: Path, top: int = 40) -> None:
+    """sis-live's cProfile stats, the `top` functions by cumulative and by own time, appended
+    to the log."""
+    with log.open("a") as out:
+        stats = pstats.Stats(str(profile), stream=out)
+        out.write(f"\n--- {profile}: by cumulative time\n")
+        stats.sort_stats("cumulative").print_stats(top)
+        out.write(f"\n--- {profile}: by own time\n")
+        stats.sort_stats("tottime").print_stats(top)
+    print(f"  profile: {profile} (top functions in {log})", flush=True)
 
 
 @contextmanager
@@ -728,6 +753,12 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         help="share of the feed that is redelivered duplicates (default 0.01)",
     )
     group.add_argument("--live-drain-timeout", type=float, default=900.0)
+    group.add_argument(
+        "--live-profile",
+        action="store_true",
+        help="run sis-live under cProfile: its stats beside the log, sis-live-<what>.prof, and "
+        "the top functions in the log",
+    )
 
 
 # --- the roles' command line -------------------------------------------------------------------
