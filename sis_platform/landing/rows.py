@@ -25,6 +25,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sis_platform.logchain import CHAIN_FORMAT, Anchor, ChainRecord, chain_link
+from sis_platform.position import START_POSITION as START_POSITION
+from sis_platform.position import LogPosition as LogPosition
 from sis_platform.queues.base import ReceivedMessage
 
 BATCH_KEY_RE = re.compile(r"^\d{10}$")
@@ -90,19 +92,6 @@ def batch_seq_of(key: str) -> int:
 
 def part_name(part: int) -> str:
     return f"part-{part:05d}.parquet"
-
-
-class LogPosition(NamedTuple):
-    """A message's place in the log: its batch's number and its position in the batch. As a
-    consumer's position: the last message applied or landed."""
-
-    batch_seq: int
-    msg_seq: int
-
-
-START_POSITION = LogPosition(0, -1)  # before the first message of the log
-# Also as `LogPosition.START` (a NamedTuple's class body cannot hold a constant of its own type).
-LogPosition.START = START_POSITION  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)

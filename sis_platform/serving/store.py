@@ -22,7 +22,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from sis_platform.faults import crash_point
-from sis_platform.landing import LogPosition
+from sis_platform.position import LogPosition
 from sis_platform.serving import rows as R
 from sis_platform.serving.records import (
     Change,
