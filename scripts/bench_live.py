@@ -560,8 +560,8 @@ def plan(args: Any) -> list[Planned]:
         raise SystemExit(f"--live-sources: unknown {', '.join(sorted(unknown))}")
     rates = [float(x) for x in args.live_rates.split(",") if x.strip()]
     seconds = [float(x) for x in str(args.live_seconds).split(",") if x.strip()]
-    if len(seconds) == 1:
-        seconds *= len(rates)
+    if len(seconds) == 1 or not rates:
+        seconds = seconds[:1] * len(rates)
     if len(seconds) != len(rates):
         raise SystemExit("--live-seconds: one duration, or one per --live-rates rate")
     backlogs = [int(x) for x in args.live_backlog.split(",") if x.strip()]
