@@ -77,6 +77,8 @@ class Applier:
             self._commit_stretch(messages)
         except ServingUnavailable as error:
             self._unavailable(error)
+        except Exception as error:
+            self._failed(error)
 
     def catch_up(self, landed: LogPosition, keep_going: Callable[[], bool] = lambda: True) -> None:
         """Bring the store to `landed` (the landing zone's last position) from its own position,
@@ -105,6 +107,9 @@ class Applier:
             self.applied = position if not caught_up else self.applied
         except ServingUnavailable as error:
             self._unavailable(error)
+            return
+        except Exception as error:
+            self._failed(error)
             return
         if self._retry.succeeded():
             log.warning("serving store available again: caught up %d message(s)", caught_up)
@@ -157,6 +162,26 @@ class Applier:
             )
         else:
             log.debug("serving store still unavailable: %s", error)
+        self._drop()
+
+    def _failed(self, error: Exception) -> None:
+        """Folding or committing failed otherwise (a bug, a second writer's PositionConflict,
+        memory): the store stays at its position and is retried like an outage, so that
+        landing, which the lake needs, goes on instead of the process failing in a loop on the
+        same message. The store's lag shows it (Dagster's live_store_fresh check)."""
+        if self._retry.failed(self._clock()):
+            log.exception(
+                "cannot apply landed messages to the serving store: %s; landing goes on, the "
+                "store is retried with backoff up to %.0f s",
+                error,
+                self.config.retry_last_seconds,
+            )
+        else:
+            log.debug("applying to the serving store failed again: %s", error)
+        self._drop()
+
+    def _drop(self) -> None:
+        """Forget the connection and its master cache: the next try starts from the store."""
         store, self._store, self._fold = self._store, None, None
         self.applied = None
         if store is not None:

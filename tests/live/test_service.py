@@ -14,6 +14,7 @@ import pytest
 from sis_platform.landing import START_POSITION, GroupWriter, LandingZone
 from sis_platform.lease import ConsumerLease
 from sis_platform.live.config import LiveConfig
+from sis_platform.live.fold import LiveFold
 from sis_platform.live.service import LiveService
 from sis_platform.queues.base import SourceUnavailable
 from sis_platform.queues.embedded import EmbeddedQueue
@@ -276,4 +277,34 @@ def test_a_landing_outage_backs_out_once_and_probes_before_getting_more(tmp_path
     assert attempts.count("land") == 1  # the probes failed, so nothing more was got
     logged = [m.message for m in place.zone.landed_after(START_POSITION, config.message_limits)]
     assert max(m.delivery_count for m in logged) == 2  # backed out once
+    assert_live_equals_reference(place, feed)
+
+
+def test_a_failing_fold_leaves_landing_going_and_is_retried(tmp_path, monkeypatch):
+    place = Place(tmp_path)
+    feed = _feed(28, 150)
+    broken = threading.Event()
+    fold = LiveFold.fold
+
+    def failing_fold(self, messages):
+        if broken.is_set():
+            raise ZeroDivisionError("a bug in the fold (the test)")
+        return fold(self, messages)
+
+    monkeypatch.setattr(LiveFold, "fold", failing_fold)
+    config = LiveConfig(
+        group_max_messages=20,
+        idle_wait_seconds=0.2,
+        retry_first_seconds=0.05,
+        retry_last_seconds=0.2,
+    )
+    with running(place, config) as service:
+        broken.set()
+        place.put(feed)
+        assert service.wait_until(
+            lambda s: s.landed_messages == len(feed) and s.source.depth() == 0, BOUND_SECONDS
+        )
+        assert service.applier.applied != service.landed_to
+        broken.clear()
+        assert service.wait_until(drained, BOUND_SECONDS)
     assert_live_equals_reference(place, feed)
