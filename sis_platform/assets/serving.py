@@ -172,7 +172,12 @@ def live_matches_lake(
             description=f"the store ({position_text(status.position)}) has not applied batch "
             f"{folded.batch_seq}, the lake's fold position, yet: nothing compared",
         )
-    comparison = compare_masters(folded.masters, {m: (v, h) for m, (v, h) in versions.items()})
+    comparison = compare_masters(folded.masters, versions)
+    shown = comparison.mismatched[:MISMATCHES_SHOWN]
+    # Each shown master as both sides have it: [version, document sha256] (null: none).
+    sides = {
+        m: {"lake": folded.masters.get(m, ABSENT), "store": versions.get(m, ABSENT)} for m in shown
+    }
     context.log.info(
         f"compared {comparison.compared} master(s) at batch {folded.batch_seq}: "
         f"{len(comparison.mismatched)} differ"
@@ -183,7 +188,8 @@ def live_matches_lake(
             **metadata,
             "masters_compared": comparison.compared,
             "mismatches": len(comparison.mismatched),
-            "mismatched_masters": dg.MetadataValue.json(comparison.mismatched[:MISMATCHES_SHOWN]),
+            "mismatched_masters": dg.MetadataValue.json(shown),
+            "mismatched_versions": dg.MetadataValue.json(sides),
         },
         description=None
         if comparison.equal

@@ -127,6 +127,9 @@ def test_one_master_whose_document_differs_fails_the_check_and_is_named(folded_l
     assert not evaluation.passed
     assert metadata["mismatches"] == 1
     assert metadata["mismatched_masters"] == [ASCOT_1430]
+    sides = metadata["mismatched_versions"][ASCOT_1430]
+    assert sides["store"][1] == "0" * 64
+    assert sides["lake"][0] == sides["store"][0] and sides["lake"][1] != "0" * 64
     assert ASCOT_1430 in (evaluation.description or "")
 
 
