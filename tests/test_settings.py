@@ -184,6 +184,7 @@ def test_ibmmq_settings_name_every_missing_variable() -> None:
         ({"SIS_LIVE_MAX_MASTERS": "0"}, "SIS_LIVE_MAX_MASTERS=0 must be at least 1"),
         ({"SIS_LIVE_REPORT_SECONDS": "0.5"}, "SIS_LIVE_REPORT_SECONDS=0.5 must be at least 1"),
         ({"SIS_LIVE_MAX_LAG_SECONDS": "0"}, "SIS_LIVE_MAX_LAG_SECONDS=0 positive"),
+        ({"SIS_LIVE_BATCH_SECONDS": "0.5"}, "SIS_LIVE_BATCH_SECONDS=0.5 must be at least 1"),
     ],
 )
 def test_a_bad_value_fails_at_start_naming_the_variable(

@@ -61,7 +61,7 @@ class LiveConfig:
             group_max_messages=settings.live.group_max_messages,
             batch_max_messages=settings.batch.max_messages,
             batch_max_bytes=settings.batch.max_bytes,
-            batch_max_seconds=settings.batch.max_seconds,
+            batch_max_seconds=settings.live.batch_seconds,
             message_limits=settings.limits,
             fold=FoldOptions(
                 selector=selector,

@@ -54,6 +54,12 @@ class Reader:
             raise ConfigurationError(f"{name}={value!r}: expected one of {', '.join(choices)}")
         return value
 
+    def at_least_number(self, name: str, default: float, least: float) -> float:
+        value = self.number(name, default)
+        if value < least:
+            raise ConfigurationError(f"{name}={value:g} must be at least {least:g}")
+        return value
+
     def at_least(self, name: str, default: int, least: int) -> int:
         value = self.whole(name, default)
         if value < least:

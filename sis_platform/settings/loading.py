@@ -35,6 +35,7 @@ from sis_platform.settings.variables import (
     DEFAULT_GET_WAIT_SECONDS,
     DEFAULT_LEASE_SECONDS,
     DEFAULT_LIMITS,
+    DEFAULT_LIVE_BATCH_SECONDS,
     DEFAULT_LIVE_GROUP_MAX_MESSAGES,
     DEFAULT_LIVE_GROUP_WAIT_MS,
     DEFAULT_LIVE_MAX_LAG_SECONDS,
@@ -332,4 +333,7 @@ def _live(read: Reader) -> LiveSettings:
         max_masters_in_memory=read.at_least("SIS_LIVE_MAX_MASTERS", DEFAULT_LIVE_MAX_MASTERS, 1),
         report_seconds=report,
         max_lag_seconds=lag,
+        batch_seconds=read.at_least_number(
+            "SIS_LIVE_BATCH_SECONDS", DEFAULT_LIVE_BATCH_SECONDS, 1.0
+        ),
     )

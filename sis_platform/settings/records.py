@@ -15,6 +15,7 @@ from sis_platform.settings.variables import (
     DEFAULT_GET_WAIT_SECONDS,
     DEFAULT_IBMMQ_RECONNECT,
     DEFAULT_LEASE_SECONDS,
+    DEFAULT_LIVE_BATCH_SECONDS,
     DEFAULT_LIVE_GROUP_MAX_MESSAGES,
     DEFAULT_LIVE_GROUP_WAIT_MS,
     DEFAULT_LIVE_MAX_LAG_SECONDS,
@@ -143,6 +144,7 @@ class LiveSettings:
     max_masters_in_memory: int = DEFAULT_LIVE_MAX_MASTERS
     report_seconds: float = DEFAULT_LIVE_REPORT_SECONDS
     max_lag_seconds: float = DEFAULT_LIVE_MAX_LAG_SECONDS
+    batch_seconds: float = DEFAULT_LIVE_BATCH_SECONDS  # the age at which a batch is sealed
 
 
 @dataclass(frozen=True)

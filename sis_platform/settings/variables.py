@@ -63,6 +63,11 @@ DEFAULT_LIVE_GROUP_MAX_MESSAGES = 500  # bounds a group's fold and commit while 
 # Masters sis-live keeps parsed in memory (least recently used out; the store holds them all).
 # A racing day has a few hundred masters; a large bound costs only memory (~50 KB a master).
 DEFAULT_LIVE_MAX_MASTERS = 20_000
+# sis-live seals the batch it is filling (the lake's partition) at this age, or at the batch
+# bounds of SIS_BATCH_MAX_MESSAGES/BYTES: the serving store carries the latency, so the lake can
+# take larger batches than the sensor's, and a day stays a few hundred partitions (720 at most in
+# 24 hours of feed; a racing day's 10 hours, about 300) instead of thousands.
+DEFAULT_LIVE_BATCH_SECONDS = 120.0
 DEFAULT_LIVE_REPORT_SECONDS = 5.0  # how often the serving store's progress is shown in Dagster
 DEFAULT_LIVE_MAX_LAG_SECONDS = 30.0  # landed but not yet in the store for longer: not fresh
 # Three defaults are defined beside the code they bound and imported here: DEFAULT_LIMITS
@@ -108,7 +113,7 @@ VARIABLES = (
     SIS_REDELIVERY_LIMIT SIS_SELECTOR SIS_QUARANTINE_AFTER
     SIS_INTAKE SIS_SERVING_URL SIS_SERVING_PASSWORD SIS_LIVE_GROUP_WAIT_MS
     SIS_LIVE_GROUP_MAX_MESSAGES SIS_LIVE_MAX_MASTERS SIS_LIVE_REPORT_SECONDS
-    SIS_LIVE_MAX_LAG_SECONDS
+    SIS_LIVE_MAX_LAG_SECONDS SIS_LIVE_BATCH_SECONDS
     """.split(),
     *IBMMQ_REQUIRED,
     *LIMIT_VARIABLES.values(),
