@@ -7,6 +7,7 @@ import queue
 import re
 import subprocess
 import threading
+import time
 from collections.abc import Sequence
 from typing import IO
 
@@ -34,11 +35,12 @@ class SupervisedProcess:
 
     def expect(self, pattern: str, timeout: float) -> re.Match[str]:
         """The first line from now on that matches `pattern` (re.search); fails with the
-        output so far if the process ends or `timeout` passes first."""
+        output so far if the process ends or `timeout` seconds pass first."""
         wanted = re.compile(pattern)
+        deadline = time.monotonic() + timeout
         while True:
             try:
-                line = self._queue.get(timeout=timeout)
+                line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 what = f"no line matching {pattern!r} in {timeout}s"
                 raise AssertionError(self._report(what)) from None
@@ -51,10 +53,11 @@ class SupervisedProcess:
                 return match
 
     def finish(self, timeout: float) -> int:
-        """Wait for the exit, collecting the rest of the output; the exit status."""
+        """Wait for the exit and the end of its output (collected); the exit status."""
+        deadline = time.monotonic() + timeout
         code = self.proc.wait(timeout=timeout)
         while True:
-            line = self._queue.get(timeout=timeout)
+            line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
             if line is None:
                 self._queue.put(None)
                 return code

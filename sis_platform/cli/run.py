@@ -4,14 +4,15 @@
             [--spark local|connect] [--spark-connect-port 15002]
             [--sim-messages 12000] [--sim-rate 4.2|backlog] [--sim-seed 1] [--grace 20]
 
-Starts, each in a session of its own (sis_platform/live/supervisor.py): the Spark Connect server
-first when `--spark connect` (the others start once it listens; they must have
-SIS_SPARK_MASTER=sc://127.0.0.1:PORT in their environment, which run.sh exports), the Dagster
-webserver and daemon, `sis-live` when SIS_INTAKE is live (the default), and the feed simulator
-publishing into the embedded queue (a one-shot; none with `--sim-messages 0` or when the source
-is not the embedded queue). Every line they write goes to stderr prefixed with its name.
-SIGTERM, SIGINT or SIGHUP stop them all, run workers included. The settings (SIS_INTAKE, the
-data folder, the source) come from sis_platform.settings; the children inherit the environment.
+Starts, each in a session of its own (sis_platform/live/supervisor.py): `sis-live` when
+SIS_INTAKE is live (the default); the feed simulator publishing into the embedded queue (a
+one-shot; none with `--sim-messages 0` or when the source is not the embedded queue); the Spark
+Connect server when `--spark connect` (Dagster starts once it listens; the runs must have
+SIS_SPARK_MASTER=sc://127.0.0.1:PORT in their environment, which run.sh exports); the Dagster
+webserver, and the daemon once the webserver is up. Every line they write goes to stderr
+prefixed with its name. SIGTERM, SIGINT or SIGHUP stop them all, run workers included. The
+settings (SIS_INTAKE, the data folder, the source) come from sis_platform.settings; the children
+inherit the environment.
 """
 
 from __future__ import annotations
@@ -86,10 +87,20 @@ def simulator_program(options: RunOptions, settings: Settings) -> Program | None
 
 
 def platform_programs(options: RunOptions, settings: Settings) -> list[Program]:
-    """The supervised programs, in start order."""
+    """The supervised programs, in start order: the live path first (it needs neither Spark nor
+    Dagster), then the Spark Connect server if any, then Dagster. A gate holds back what follows
+    it until it is ready: the Spark Connect server, so that no run starts before it listens;
+    and the webserver, so that the daemon starts once the webserver has created a fresh
+    instance's SQLite storage (the two creating it at once left two alembic heads, and the
+    daemon's code location failed to load)."""
     workspace = str(options.workspace.resolve())
     cwd = options.workspace.resolve().parent
     programs = []
+    if settings.intake == "live":
+        programs.append(Program("sis-live", (tool("sis-live"),), cwd=cwd))
+    simulator = simulator_program(options, settings)
+    if simulator is not None:
+        programs.append(simulator)
     if options.spark == "connect":
         programs.append(
             Program(
@@ -101,31 +112,20 @@ def platform_programs(options: RunOptions, settings: Settings) -> list[Program]:
             )
         )
     url = f"http://{options.host}:{options.port}"
+    webserver = (tool("dagster-webserver"), "-w", workspace)
     programs.append(
         Program(
             "webserver",
-            (
-                tool("dagster-webserver"),
-                "-w",
-                workspace,
-                "-h",
-                options.host,
-                "-p",
-                str(options.port),
-            ),
+            (*webserver, "-h", options.host, "-p", str(options.port)),
             ready_line=WEBSERVER_STARTING,
             ready_port=Endpoint(options.host, options.port),
             ready_message=f"Dagster UI: {url}   (data under {settings.data_dir}; "
             "Ctrl-C stops everything)",
+            gate=True,
             cwd=cwd,
         )
     )
     programs.append(Program("daemon", (tool("dagster-daemon"), "run", "-w", workspace), cwd=cwd))
-    if settings.intake == "live":
-        programs.append(Program("sis-live", (tool("sis-live"),), cwd=cwd))
-    simulator = simulator_program(options, settings)
-    if simulator is not None:
-        programs.append(simulator)
     return programs
 
 

@@ -42,6 +42,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # without a newline costs the supervisor this much memory, not the whole run.
 MAX_LINE_BYTES = 16 * 1024
 READ_BYTES = 64 * 1024
+DRAIN_READS = 64  # at most 4 MiB of a pipe's last output passed on when stopping
 PR_SET_CHILD_SUBREAPER = 36
 # After SIGKILL: how long to wait for the kernel to take the processes down before giving up.
 KILL_WAIT_SECONDS = 5.0
@@ -151,6 +152,13 @@ def _port_open(endpoint: Endpoint) -> bool:
         return False
 
 
+def _group(proc: psutil.Process) -> int | None:
+    try:
+        return os.getpgid(proc.pid)
+    except ProcessLookupError:
+        return None
+
+
 def _alive(proc: psutil.Process) -> bool:
     try:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
@@ -189,17 +197,19 @@ class Supervisor:
         self._out.write(b"[" + name.encode() + b"] " + line.rstrip(b"\r\n") + b"\n")
         self._out.flush()
 
-    def _read(self, stream: _Stream, now: float) -> None:
+    def _read(self, stream: _Stream, now: float) -> bool:
+        """Read what the pipe holds (at most READ_BYTES) and pass on its whole lines; at the
+        end, the rest, and close it. True if something was read (there may be more)."""
         try:
             data = os.read(stream.fd, READ_BYTES)
         except BlockingIOError:
-            return
+            return False
         if not data:
             if stream.pending:
                 self._line(stream.child, bytes(stream.pending), now)
             self._selector.unregister(stream.fd)
             os.close(stream.fd)
-            return
+            return False
         stream.pending += data
         # Bounded: each pass removes at least one byte, and the chunk read is at most READ_BYTES.
         while stream.pending:
@@ -211,6 +221,7 @@ class Supervisor:
             line = bytes(stream.pending[: end + 1])
             del stream.pending[: end + 1]
             self._line(stream.child, line, now)
+        return True
 
     def _line(self, child: _Child, line: bytes, now: float) -> None:
         self._emit(child.program.name, line)
@@ -429,7 +440,8 @@ class Supervisor:
         for pgid in groups:
             self._signal_group(pgid, signal.SIGTERM)
         for proc in tracked.values():
-            self._send(proc, signal.SIGTERM)
+            if _group(proc) not in groups:  # left its group: no SIGTERM reached it
+                self._send(proc, signal.SIGTERM)
         grace = self._settings.grace_seconds
         left = self._wait_gone(tracked, time.monotonic() + grace, kill_on_second_signal=True)
         if left:
@@ -439,6 +451,9 @@ class Supervisor:
             for proc in left:
                 self._send(proc, signal.SIGKILL)
             left = self._wait_gone(tracked, time.monotonic() + KILL_WAIT_SECONDS)
+        # The last exits may still be unreaped (a zombie counts as gone above).
+        self._collect_exits(time.monotonic())
+        self._reap_orphans()
         self._drain_output()
         if left:
             pids = ", ".join(str(p.pid) for p in left)
@@ -479,12 +494,11 @@ class Supervisor:
             stream = key.data
             if stream is None:
                 continue
-            # Bounded: a pipe holds at most its buffer once no writer is left.
-            while stream.fd in self._selector.get_map():
-                before = len(stream.pending)
-                self._read(stream, time.monotonic())
-                if stream.fd in self._selector.get_map() and len(stream.pending) == before:
-                    break  # nothing more to read now (a writer outside the tree holds it)
+            # A pipe without writers holds at most its buffer (64 KiB by default, 1 MiB at most
+            # unprivileged): DRAIN_READS reads take it all, and bound a writer that escaped.
+            for _ in range(DRAIN_READS):
+                if not self._read(stream, time.monotonic()):
+                    break
             if stream.fd in self._selector.get_map():
                 if stream.pending:
                     self._line(stream.child, bytes(stream.pending), time.monotonic())

@@ -308,17 +308,17 @@ def test_platform_programs_follow_the_settings(tmp_path):
     data = tmp_path / "data"
     live = load_settings({"SIS_DATA_DIR": str(data)})
     names = [p.name for p in platform_programs(RunOptions(port=3123), live)]
-    assert names == ["webserver", "daemon", "sis-live", "sis-feed"]
+    assert names == ["sis-live", "sis-feed", "webserver", "daemon"]
 
     sensor = load_settings({"SIS_DATA_DIR": str(data), "SIS_INTAKE": "sensor"})
     programs = platform_programs(RunOptions(spark="connect", sim_messages=0), sensor)
     assert [p.name for p in programs] == ["spark-connect", "webserver", "daemon"]
-    assert programs[0].gate and not programs[1].gate
+    assert [p.gate for p in programs] == [True, True, False]
 
-    web = platform_programs(RunOptions(host="127.0.0.1", port=3123), live)[0]
+    web = platform_programs(RunOptions(host="127.0.0.1", port=3123), live)[2]
     assert web.argv[-4:] == ("-h", "127.0.0.1", "-p", "3123")
     assert web.ready_message is not None and "http://127.0.0.1:3123" in web.ready_message
-    feed = platform_programs(RunOptions(sim_rate="backlog", sim_messages=5), live)[-1]
+    feed = platform_programs(RunOptions(sim_rate="backlog", sim_messages=5), live)[1]
     assert feed.one_shot
     assert f"embedded://{data / 'queue'}" in feed.argv
     assert feed.argv[-1] == "--backlog"
