@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import IO, Any, NamedTuple
 
 import psutil
+import pyarrow.parquet as pq
 
 from sis_platform.landing import LandingZone
 from sis_platform.queues.embedded import EmbeddedQueue
@@ -427,7 +428,7 @@ def measure_rate(source: Source, rate: float, seconds: float, args: Any, data: P
     load_after = load_average()
     published = json.loads((data / "published.json").read_text())
     read = json.loads((data / "reader.json").read_text())
-    figures = latency_figures(published, read)
+    figures = latency_figures(published, read, landing_times(run.landing))
     return {
         "kind": "rate",
         "source": source.name,
@@ -443,9 +444,30 @@ def measure_rate(source: Source, rate: float, seconds: float, args: Any, data: P
     }
 
 
-def latency_figures(published: list[list[Any]], read: dict[str, Any]) -> dict[str, Any]:
+def landing_times(landing: Path) -> dict[str, tuple[float, float]]:
+    """Per landed message id (its first copy): when sis-live got it (`received_at`) and when
+    its part was linked into the batch (the part's ctime: the hard link sets it, after the
+    part's fsync)."""
+    times: dict[str, tuple[float, float]] = {}
+    for part in sorted(landing.glob("batches/*/part-*.parquet")):
+        linked = part.stat().st_ctime
+        table = pq.read_table(part, columns=["message_id", "received_at"])
+        for message_id, received in zip(
+            table.column("message_id").to_pylist(),
+            table.column("received_at").to_pylist(),
+            strict=True,
+        ):
+            times.setdefault(message_id, (received.timestamp(), linked))
+    return times
+
+
+def latency_figures(
+    published: list[list[Any]],
+    read: dict[str, Any],
+    landed: dict[str, tuple[float, float]],
+) -> dict[str, Any]:
     """Latency per message id (its first put to the reader's first sight of a change it made),
-    and the messages that made no change, by kind."""
+    its stages, and the messages that made no change, by kind."""
     seen: dict[str, list[float]] = read["seen"]  # [seen, committed_at]
     dead = set(read["dead"])
     first_put: dict[str, float] = {}
@@ -466,6 +488,15 @@ def latency_figures(published: list[list[Any]], read: dict[str, Any]) -> dict[st
     # commit, fold), and that timestamp -> seen (the store's transaction, the doorbell, the read).
     to_commit = [(seen[m][1] - put) * 1000 for m, put in first_put.items() if m in seen]
     to_seen = [(seen[m][0] - seen[m][1]) * 1000 for m in first_put if m in seen]
+    # Finer, where the landed part tells: put -> got (the wake-up and get), got -> linked (the
+    # group's further gets and writing the part), linked -> stamp (the folder's fsync, the
+    # queue commit, the fold, the store transaction's start).
+    both = [m for m in first_put if m in seen and m in landed]
+    stages = {
+        "put_to_received_ms": [(landed[m][0] - first_put[m]) * 1000 for m in both],
+        "received_to_linked_ms": [(landed[m][1] - landed[m][0]) * 1000 for m in both],
+        "linked_to_committed_at_ms": [(seen[m][1] - landed[m][1]) * 1000 for m in both],
+    }
     return {
         "published": len(published),
         "changed": len(latencies),
@@ -477,6 +508,7 @@ def latency_figures(published: list[list[Any]], read: dict[str, Any]) -> dict[st
         "put_call_p50_ms": round(percentile(put_call_ms, 50), 2),
         "put_to_committed_at_ms": _spread(to_commit),
         "committed_at_to_seen_ms": _spread(to_seen),
+        **{name: _spread(values) for name, values in stages.items() if values},
     }
 
 
@@ -680,17 +712,17 @@ def _rate_rows(r: dict[str, Any], load: str) -> list[LiveRow]:
                 load,
             )
         )
-    split = r["put_to_committed_at_ms"], r["committed_at_to_seen_ms"]
-    rows.append(
-        LiveRow(
-            f"{what}: put -> store commit stamp / stamp -> reader (p50, p99)",
-            f"{split[0]['p50']:.1f}, {split[0]['p99']:.1f} / "
-            f"{split[1]['p50']:.1f}, {split[1]['p99']:.1f} ms",
-            "",
-            "",
-            load,
+    stages = [r.get(f"{name}_ms") for name in STAGES]
+    if all(stages):
+        rows.append(
+            LiveRow(
+                f"{what}: stages p50 / p99: got, linked, stamped, seen",
+                ", ".join(f"{s['p50']:.1f} / {s['p99']:.1f}" for s in stages) + " ms",
+                "",
+                "",
+                load,
+            )
         )
-    )
     rows.append(
         LiveRow(
             f"{what}: messages",
@@ -701,6 +733,10 @@ def _rate_rows(r: dict[str, Any], load: str) -> list[LiveRow]:
         )
     )
     return rows
+
+
+# A latency's stages, each from the end of the one before (the first from the put).
+STAGES = ("put_to_received", "received_to_linked", "linked_to_committed_at", "committed_at_to_seen")
 
 
 def _backlog_rows(r: dict[str, Any], load: str) -> list[LiveRow]:
