@@ -62,7 +62,7 @@ applies to several masters, in several groups).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -239,6 +239,47 @@ def fold_master(
         else:
             raise ValueError(f"item {item.message_id}/{item.position}: {item.category!r}")
     return fold.result()
+
+
+ItemKey = tuple[str, int]  # (message id, position)
+PartFold = Callable[[MasterState, list[Item]], MasterFoldResult]
+
+
+def fold_skipping(
+    master_id: str,
+    state: MasterState | None,
+    items: list[Item],
+    timed_out: Mapping[ItemKey, str],
+    fold: PartFold,
+) -> MasterFoldResult:
+    """`fold` (fold_master, as its caller guards it) over the items, except those that overran
+    the per-item budget in an earlier attempt (`timed_out`: item -> dead letter detail): each
+    is dead-lettered `too-complex` without being folded and, like any item not applied, leaves
+    an existing master stale (it missed an update). The items on either side of one are folded
+    in order, each run from the state the previous left. Shared by the lake's fold workers and
+    sis-live, so both end the same."""
+    current = state or MasterState(master_id=master_id, version=0, document=None)
+    if not timed_out:
+        return fold(current, items)
+    versions: list[MasterVersion] = []
+    results: list[ItemResult] = []
+    pending: list[Item] = []
+    for item in [*items, None]:
+        detail = None if item is None else timed_out.get((item.message_id, item.position))
+        if item is not None and detail is None:
+            pending.append(item)
+            continue
+        if pending:
+            part = fold(current, pending)
+            versions += part.versions
+            results += part.results
+            current, pending = part.state, []
+        if item is not None:
+            results.append(
+                _result(item, Outcome.DEAD_LETTERED, reason=Reason.TOO_COMPLEX, detail=detail)
+            )
+            current = replace(current, stale=current.stale or current.exists)
+    return MasterFoldResult(state=current, versions=versions, results=results)
 
 
 class _MasterFold:

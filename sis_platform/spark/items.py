@@ -4,11 +4,11 @@ Each raw message goes through the domain's `classify_message` (the same function
 pipeline uses), so Spark and the reference agree by construction on what a message means; what
 Spark adds is running it in parallel, next to the data.
 
-Isolation (docs/design.md invariants 4 and 6): each message is classified under the worker guard
-(spark/guard.py) with the per-item budget. An exception from classifying a message (a bug, not
-an invalid message: those are dead letters already) dead-letters it `quarantined` at once, since
-classification is a pure function of the message. A worker that dies on a message, or that the
-watchdog kills over the budget, fails the attempt; the message is recorded in
+Isolation (docs/design.md invariants 4 and 6): each message is classified under the worker
+guard (sis_platform/guard.py) with the per-item budget. An exception from classifying a message
+(a bug, not an invalid message: those are dead letters already) dead-letters it `quarantined` at
+once, since classification is a pure function of the message. A worker that dies on a message,
+or that the watchdog kills over the budget, fails the attempt; the message is recorded in
 classify_failures from its in-flight marker, and later attempts of the same run hold it back:
 `too-complex` after a timeout, `quarantined` after `quarantine_after` deaths. A later run (a
 replay or backfill after a fix) classifies it afresh.
@@ -34,17 +34,19 @@ from sis_platform.domain.limits import Limits
 from sis_platform.domain.pipeline import DeadLetter, LoggedMessage, classify_message
 from sis_platform.domain.reasons import Reason
 from sis_platform.faults import InjectedFailure, fail_as_injected, injected_classify_failure
-from sis_platform.lake.tables import BATCH_LOG, CLASSIFY_FAILURES, MESSAGE_ITEMS, RAW_MESSAGES
-from sis_platform.landing import LandingZone, batch_seq_of
-from sis_platform.spark.arrow import record_batches
-from sis_platform.spark.guard import (
+from sis_platform.guard import (
     RUNNING,
     TIMEOUT,
     Guard,
     InFlightFolder,
     InFlightRecord,
     budget_detail,
+    classify_deaths_detail,
+    classify_error_detail,
 )
+from sis_platform.lake.tables import BATCH_LOG, CLASSIFY_FAILURES, MESSAGE_ITEMS, RAW_MESSAGES
+from sis_platform.landing import LandingZone, batch_seq_of
+from sis_platform.spark.arrow import record_batches
 
 if TYPE_CHECKING:
     from sis_platform.domain.items import Item
@@ -57,10 +59,6 @@ class Held:
 
     reason: Reason
     detail: str
-
-
-# The most characters of an exception's text a dead letter's detail keeps.
-ERROR_DETAIL_CHARS = 1000
 
 
 def _classify_batches(
@@ -193,10 +191,7 @@ def _classify_one(
     except MemoryError:
         raise
     except Exception as error:
-        outcome = Held(
-            Reason.QUARANTINED,
-            f"classification raised {type(error).__name__}: {error}"[:ERROR_DETAIL_CHARS],
-        )
+        outcome = Held(Reason.QUARANTINED, classify_error_detail(error))
     guard.done()
     return outcome
 
@@ -309,9 +304,7 @@ def _held_messages(
             deaths[message_id] += 1
     for message_id, n in deaths.items():
         if n >= quarantine_after and message_id not in held:
-            held[message_id] = Held(
-                Reason.QUARANTINED, f"its Python worker died classifying it {n} times"
-            )
+            held[message_id] = Held(Reason.QUARANTINED, classify_deaths_detail(n))
     return held
 
 

@@ -1,6 +1,6 @@
 """Unknown fold failures and the quarantine (docs/design.md invariants 4 and 6): fold_failures.
 
-Each master is folded under the worker guard (spark/guard.py): an in-flight marker and a
+Each master is folded under the worker guard (sis_platform/guard.py): an in-flight marker and a
 per-item wall-clock budget. A master whose fold raises yields one `failure` row, its id a column;
 the driver collects those rows before it writes anything. A worker that dies leaves its master
 in its marker; one the watchdog killed leaves the item too. Either way the failure is recorded
@@ -20,9 +20,16 @@ from typing import TYPE_CHECKING, NoReturn
 
 from pyspark.sql import functions as F
 
+from sis_platform.guard import (
+    FAILURE_DETAIL_CHARS,
+    RUNNING,
+    TIMEOUT,
+    InFlightFolder,
+    budget_detail,
+    quarantine_detail,
+)
 from sis_platform.lake.delta import sql_string
 from sis_platform.lake.tables import FOLD_FAILURES
-from sis_platform.spark.guard import RUNNING, TIMEOUT, InFlightFolder, budget_detail
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row
@@ -34,9 +41,6 @@ ERROR, CRASH = "error", "crash"  # and guard.TIMEOUT
 
 # The outcome a `failure` row of the fold takes among the step's outcomes (never written).
 FAILED = "failed"
-
-# The most characters of an exception's text a failure keeps (the type is kept whole).
-FAILURE_DETAIL_CHARS = 2000
 
 
 class FoldFailure(RuntimeError):
@@ -120,7 +124,7 @@ def known_failures(lake: Lake, after: int) -> KnownFailures:
         master = str(r["master_id"])
         counts[master] = counts.get(master, 0) + 1
         last[master] = str(r["error"])
-    quarantined = {m: f"fold failed {n} times: {last[m]}" for m, n in counts.items() if n >= after}
+    quarantined = {m: quarantine_detail(n, last[m]) for m, n in counts.items() if n >= after}
     return KnownFailures(quarantined, timed_out)
 
 

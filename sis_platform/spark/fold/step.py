@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
 from sis_platform.domain.reasons import Outcome
 from sis_platform.faults import injected_fold_failure, kill_in_worker
+from sis_platform.guard import InFlightFolder
 from sis_platform.lake.tables import (
     BATCH_LOG,
     FOLD_FAILURES,
@@ -58,7 +59,6 @@ from sis_platform.spark.fold.quarantine import (
 )
 from sis_platform.spark.fold.rewind import Rewind
 from sis_platform.spark.fold.worker import FOLD_OUT_SCHEMA, WorkerPlan, fold_input, fold_partition
-from sis_platform.spark.guard import InFlightFolder
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping

@@ -13,29 +13,27 @@ made on first use) live once per worker process, not once per master.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, NamedTuple, overload
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from sis_platform.domain.fold import (
-    ItemResult,
     MasterFoldResult,
     MasterState,
     PatchCache,
     fold_master,
+    fold_skipping,
 )
 from sis_platform.domain.items import Item
 from sis_platform.domain.limits import Limits
-from sis_platform.domain.reasons import Outcome, Reason
 from sis_platform.domain.selector import Selector
-from sis_platform.faults import InjectedFailure, fail_as_injected
+from sis_platform.faults import InjectedFailure
+from sis_platform.guard import Guard, WatchedItems, failure_detail
 from sis_platform.spark.arrow import record_batches
-from sis_platform.spark.fold.quarantine import FAILURE_DETAIL_CHARS
-from sis_platform.spark.guard import Guard
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -217,7 +215,7 @@ def fold_one(
         # it fails the step. The master is named by this row's column, never by the error's
         # text, which may quote content (an lxml error quotes the document).
         guard.done()
-        detail = f"{type(error).__name__}: {error}"[:FAILURE_DETAIL_CHARS]
+        detail = failure_detail(error)
         return [FoldRow(FAILURE, master_id, reason=type(error).__name__, detail=detail)]
     guard.done()
     return output_rows(master_id, result, where)
@@ -286,80 +284,20 @@ def fold_items(
     guard: Guard,
 ) -> MasterFoldResult:
     """`fold_master` over the items, each under the guard's budget. An item that overran the
-    budget in an earlier attempt is dead-lettered `too-complex` without being folded; like any
-    item not applied, it leaves an existing master stale (it missed an update)."""
+    budget in an earlier attempt is dead-lettered `too-complex` without being folded
+    (`fold_skipping`, which sis-live shares)."""
 
-    def fold(state: MasterState | None, part: list[Item]) -> MasterFoldResult:
+    def fold(state: MasterState, part: list[Item]) -> MasterFoldResult:
         return fold_master(
             master_id,
             state,
-            _Watched(part, guard, plan.injected),
+            WatchedItems(part, guard, plan.injected),
             selector=_selector(plan.selector_text),
             patches=_patch_cache(plan.limits),
             limits=plan.limits,
         )
 
-    if not plan.timed_out:
-        return fold(current, batch)
-    state = current or MasterState(master_id=master_id, version=0, document=None)
-    versions, results = [], []
-    pending: list[Item] = []
-    for item in [*batch, None]:
-        detail = None if item is None else plan.timed_out.get((item.message_id, item.position))
-        if item is not None and detail is None:
-            pending.append(item)
-            continue
-        if pending:
-            part = fold(state, pending)
-            versions += part.versions
-            results += part.results
-            state, pending = part.state, []
-        if item is not None:
-            results.append(
-                ItemResult(
-                    message_id=item.message_id,
-                    position=item.position,
-                    master_id=master_id,
-                    outcome=Outcome.DEAD_LETTERED,
-                    version=None,
-                    reason=Reason.TOO_COMPLEX,
-                    detail=detail,
-                    warning=None,
-                )
-            )
-            state = replace(state, stale=state.stale or state.exists)
-    return MasterFoldResult(state=state, versions=versions, results=results)
-
-
-class _Watched(Sequence[Item]):
-    """A master's items as `fold_master` takes them: it iterates them once, in order, so taking
-    an item is where that item's budget starts (and the previous item's ends). The injected
-    test failure strikes there too, inside the fold of its item."""
-
-    def __init__(self, items: list[Item], guard: Guard, injected: InjectedFailure | None) -> None:
-        self._items = items
-        self._guard = guard
-        self._injected = injected
-
-    def __iter__(self) -> Iterator[Item]:
-        for item in self._items:
-            self._guard.item(item.message_id, item.position)
-            if self._injected is not None and self._injected.target in (
-                item.master_id,
-                item.message_id,
-            ):
-                fail_as_injected(self._injected.how, quoting=item.payload)
-            yield item
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    @overload
-    def __getitem__(self, index: int) -> Item: ...
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[Item]: ...
-    def __getitem__(self, index: int | slice) -> Item | Sequence[Item]:
-        return self._items[index]
+    return fold_skipping(master_id, current, batch, plan.timed_out, fold)
 
 
 # Compiled once per Python worker, not once per master.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from sis_platform.guard import TIMEOUT, Guard, InFlightFolder
 from sis_platform.lake.tables import FOLD_FAILURES
 from sis_platform.spark.fold.quarantine import (
     CRASH,
@@ -20,7 +21,6 @@ from sis_platform.spark.fold.quarantine import (
     record_failures,
     release_quarantine,
 )
-from sis_platform.spark.guard import TIMEOUT, Guard, InFlightFolder
 from tests.spark.fold.lakes import new_lake
 
 pytestmark = [pytest.mark.spark, pytest.mark.cost(40)]

@@ -1,14 +1,16 @@
-"""The guard around per-item work in Spark's Python workers (the fold's masters, message_items'
-messages): an in-flight marker and a wall-clock watchdog, and the driver's reading of markers.
+"""The guard around per-item work: an in-flight marker and a wall-clock watchdog per process,
+and the reading of markers a dead process left. Used by Spark's Python workers (the fold's
+masters, message_items' messages) and by sis-live, which folds in its own process; no Spark or
+Dagster import.
 
-Worker side (`Guard`, one per partition): before working on a key (a master id, a message id)
-the worker writes it to a marker file named after its pid; it clears the file when done. A
-worker that dies mid-item (a segfault, the OOM killer, SIGKILL) so leaves the key behind,
-structured, for the driver to read: no error text is ever searched for it. Each item is armed
-with a deadline (`Limits.item_budget_seconds`); the watchdog, one daemon thread per worker
-process, waits for the deadline and, if the same item is still armed, writes a `timeout`
-record naming the key and the item to the marker and SIGKILLs its own process. A SIGKILL, not
-an exception: the work may be inside C code (lxml) that no Python exception interrupts.
+Working side (`Guard`): before working on a key (a master id, a message id) the process writes
+it to a marker file named after its pid; it clears the file when done. A process that dies
+mid-item (a segfault, the OOM killer, SIGKILL) so leaves the key behind, structured, for the
+next attempt to read: no error text is ever searched for it. Each item is armed with a deadline
+(`Limits.item_budget_seconds`); the watchdog, one daemon thread per process, waits for the
+deadline and, if the same item is still armed, writes a `timeout` record naming the key and the
+item to the marker and SIGKILLs its own process. A SIGKILL, not an exception: the work may be
+inside C code (lxml) that no Python exception interrupts.
 
 The watchdog needs the GIL to run. lxml releases it while it parses and evaluates XPath, and
 Python code yields it every switch interval; C code that holds it without end (a catastrophic
@@ -16,10 +18,11 @@ Python code yields it every switch interval; C code that holds it without end (a
 the thread sleeps until the deadline of the item it last saw and, finding a later one, sleeps
 again.
 
-Driver side (`InFlightFolder`): each guarded Spark job gets a folder of its own under the
-lake, read after the job fails and removed after the job. Markers need a file system the
-driver and the workers share (a local lake, a shared mount); on object storage there is no
+Reading side (`InFlightFolder`): the lake gives each guarded Spark job a folder of its own,
+read by the driver after the job fails and removed after the job. Markers need a file system
+the driver and the workers share (a local lake, a shared mount); on object storage there is no
 folder, a worker that dies is not attributed, and its job fails as a transient failure would.
+sis-live keeps one private folder and reads it when it starts (sis_platform/live/budget.py).
 """
 
 from __future__ import annotations
@@ -32,8 +35,12 @@ import signal
 import threading
 import time
 import uuid
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, overload
+
+from sis_platform.domain.items import Item
+from sis_platform.faults import InjectedFailure, fail_as_injected
 
 RUNNING = "running"
 TIMEOUT = "timeout"
@@ -44,12 +51,41 @@ def budget_detail(seconds: float | None) -> str:
     return f"took longer than the per-item budget of {seconds:g} s (SIS_ITEM_BUDGET_SECONDS)"
 
 
+# The most characters of an exception's text a fold failure keeps (the type is kept whole).
+FAILURE_DETAIL_CHARS = 2000
+# The most characters of an exception's text a classification's dead letter keeps.
+ERROR_DETAIL_CHARS = 1000
+
+
+def failure_detail(error: BaseException) -> str:
+    """A fold that raised, as its failure is recorded: the exception's type and text, cut short.
+    The text may quote content: the master is named by a structured field, never by it."""
+    return f"{type(error).__name__}: {error}"[:FAILURE_DETAIL_CHARS]
+
+
+def quarantine_detail(failures: int, last_error: str) -> str:
+    """The detail of a dead letter held back from a master whose fold failed `failures`
+    times."""
+    return f"fold failed {failures} times: {last_error}"
+
+
+def classify_error_detail(error: BaseException) -> str:
+    """The detail of a message dead-lettered `quarantined` because classifying it raised."""
+    return f"classification raised {type(error).__name__}: {error}"[:ERROR_DETAIL_CHARS]
+
+
+def classify_deaths_detail(deaths: int) -> str:
+    """The detail of a message held back after the process classifying it died `deaths`
+    times."""
+    return f"its Python worker died classifying it {deaths} times"
+
+
 @dataclass(frozen=True)
 class InFlightRecord:
-    """What a worker left in its marker: the key it was on and, for a timeout, the item."""
+    """What a process left in its marker: the key it was on and, for a timeout, the item."""
 
     key: str  # master id (fold) or message id (message_items)
-    state: str  # RUNNING: the worker died on it; TIMEOUT: the watchdog killed it
+    state: str  # RUNNING: the process died on it; TIMEOUT: the watchdog killed it
     message_id: str | None = None
     position: int | None = None
     budget_seconds: float | None = None
@@ -91,7 +127,7 @@ class _Armed:
 
 
 class _Watchdog:
-    """One daemon thread per worker process: kills the process when an armed item overruns."""
+    """One daemon thread per process: kills the process when an armed item overruns."""
 
     def __init__(self) -> None:
         self.lock = threading.Condition()
@@ -118,7 +154,7 @@ class _Watchdog:
                 if remaining > 0:
                     self.lock.wait(remaining)
                     continue
-                # Still the same item past its deadline (under the lock: the worker cannot
+                # Still the same item past its deadline (under the lock: the work cannot
                 # move on meanwhile): leave the item in the marker, then die.
                 armed.guard.write(
                     InFlightRecord(
@@ -150,7 +186,8 @@ def _watchdog() -> _Watchdog:
 
 
 class Guard:
-    """A worker's marker and watchdog for one partition. `folder` None (object storage): no
+    """A process's marker and watchdog for one run of work (a Spark partition; sis-live's
+    lifetime). `folder` None (object storage): no
     marker, the watchdog still bounds each item.
 
     The marker file is memory-mapped (shared) for the partition: marking a key is a copy into
@@ -230,7 +267,8 @@ class _Marker:
 
 @dataclass(frozen=True)
 class InFlightFolder:
-    """The driver's side: where one guarded job's workers leave their markers."""
+    """The reading side: where guarded processes leave their markers (one Spark job's
+    workers, or sis-live)."""
 
     path: str | None  # None: object storage, no markers
 
@@ -246,7 +284,7 @@ class InFlightFolder:
         return InFlightFolder(path)
 
     def records(self) -> list[InFlightRecord]:
-        """The keys workers were on when they died, one record per marker left non-empty."""
+        """The keys processes were on when they died, one record per marker left non-empty."""
         if self.path is None:
             return []
         found: list[InFlightRecord] = []
@@ -265,3 +303,34 @@ class InFlightFolder:
     def remove(self) -> None:
         if self.path is not None:
             shutil.rmtree(self.path, ignore_errors=True)
+
+
+class WatchedItems(Sequence[Item]):
+    """A master's items as `fold_master` takes them: it iterates them once, in order, so taking
+    an item is where that item's budget starts (and the previous item's ends). The injected
+    test failure (sis_platform.faults) strikes there too, inside the fold of its item."""
+
+    def __init__(self, items: list[Item], guard: Guard, injected: InjectedFailure | None) -> None:
+        self._items = items
+        self._guard = guard
+        self._injected = injected
+
+    def __iter__(self) -> Iterator[Item]:
+        for item in self._items:
+            self._guard.item(item.message_id, item.position)
+            if self._injected is not None and self._injected.target in (
+                item.master_id,
+                item.message_id,
+            ):
+                fail_as_injected(self._injected.how, quoting=item.payload)
+            yield item
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @overload
+    def __getitem__(self, index: int) -> Item: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Item]: ...
+    def __getitem__(self, index: int | slice) -> Item | Sequence[Item]:
+        return self._items[index]

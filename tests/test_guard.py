@@ -1,4 +1,4 @@
-"""The worker-side guard (sis_platform/spark/guard.py): the in-flight marker names the key a
+"""The worker-side guard (sis_platform/guard.py): the in-flight marker names the key a
 process is on, and the watchdog kills a process whose item overruns its budget, leaving the
 item in the marker. Each case that may kill runs in a child process of its own."""
 
@@ -10,7 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from sis_platform.spark.guard import RUNNING, TIMEOUT, Guard, InFlightFolder, InFlightRecord
+from sis_platform.guard import RUNNING, TIMEOUT, Guard, InFlightFolder, InFlightRecord
 
 
 def _run_child(folder: Path, body: str) -> int:
@@ -19,7 +19,7 @@ def _run_child(folder: Path, body: str) -> int:
     script = textwrap.dedent(
         f"""
         import time
-        from sis_platform.spark.guard import Guard
+        from sis_platform.guard import Guard
         guard = Guard({str(folder)!r}, 0.3)
         """
     ) + textwrap.dedent(body)
