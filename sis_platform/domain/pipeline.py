@@ -30,11 +30,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Generic, NamedTuple, TypeVar
 
 from sis_platform.domain.fold import (
     ItemResult,
     ItemSelector,
+    MasterFoldResult,
     MasterState,
     MasterVersion,
     PatchCache,
@@ -96,14 +98,14 @@ def classify_message(
 ) -> list[Item] | DeadLetter:
     """The items of a (deduplicated) message, or its dead letter (steps 2-4 above)."""
     if message.delivery_count > redelivery_limit:
-        return _whole_message_dead_letter(
+        return whole_message_dead_letter(
             message,
             Reason.REDELIVERY_LIMIT,
             f"delivered {message.delivery_count} times, "
             f"over the redelivery limit of {redelivery_limit}",
         )
     if message.body_location is not None:
-        return _whole_message_dead_letter(
+        return whole_message_dead_letter(
             message,
             Reason.TOO_LARGE,
             f"body is {message.body_size} bytes, over the limit of "
@@ -114,10 +116,10 @@ def classify_message(
         parsed = parse_message(message.body, limits=limits)
         return split_message(message.message_id, parsed, limits=limits)
     except InvalidMessage as error:
-        return _whole_message_dead_letter(message, error.reason, error.detail)
+        return whole_message_dead_letter(message, error.reason, error.detail)
 
 
-def _whole_message_dead_letter(message: LoggedMessage, reason: Reason, detail: str) -> DeadLetter:
+def whole_message_dead_letter(message: LoggedMessage, reason: Reason, detail: str) -> DeadLetter:
     """A message dead-lettered before splitting: no master id, no position, its own bytes."""
     return DeadLetter(
         message_id=message.message_id,
@@ -211,16 +213,26 @@ class FoldedStretch:
     dead_letters: list[InLog[DeadLetter]]
 
 
+# Classifies one first copy (steps 2-3), as `classify_message` does; sis-live passes one that
+# guards it with the per-item budget (sis_platform/live/budget.py).
+Classifier = Callable[[LoggedMessage], list[Item] | DeadLetter]
+# Folds one master's items onto its state (step 4), as `fold_master` does; sis-live's guards it.
+MasterFolder = Callable[[str, MasterState | None, list[Item]], MasterFoldResult]
+
+
 def classify_stretch(
     messages: Iterable[LoggedMessage],
     seen: set[str],
     *,
     limits: Limits = DEFAULT_LIMITS,
     redelivery_limit: int = DEFAULT_REDELIVERY_LIMIT,
+    classify: Classifier | None = None,
 ) -> ClassifiedStretch:
     """Steps 1-3 of the module docstring over the next messages of the log. `seen` holds the
     message ids earlier in the log (or at least every one of them among `messages`); the first
-    copies here are added to it."""
+    copies here are added to it. `classify` replaces `classify_message` (same bounds)."""
+    if classify is None:
+        classify = partial(classify_message, limits=limits, redelivery_limit=redelivery_limit)
     results: list[InLog[MessageResult]] = []
     dead_letters: list[InLog[DeadLetter]] = []
     groups: dict[str, list[Item]] = {}
@@ -231,7 +243,7 @@ def classify_stretch(
             results.append(InLog(index, -1, duplicate_result(message.message_id)))
             continue
         seen.add(message.message_id)
-        classified = classify_message(message, limits=limits, redelivery_limit=redelivery_limit)
+        classified = classify(message)
         if isinstance(classified, DeadLetter):
             results.append(InLog(index, -1, message_result(classified)))
             dead_letters.append(InLog(index, -1, classified))
@@ -250,24 +262,21 @@ def fold_stretch(
     selector: ItemSelector | None = None,
     patches: PatchCache | None = None,
     limits: Limits = DEFAULT_LIMITS,
+    fold: MasterFolder | None = None,
 ) -> FoldedStretch:
     """Step 4: each master's items folded onto its state before the stretch (`state_of`, None:
-    no state), masters independently; everything put back in feed order."""
+    no state), masters independently; everything put back in feed order. `fold` replaces
+    `fold_master` with these options."""
     patches = patches if patches is not None else PatchCache(limits)
+    if fold is None:
+        fold = partial(fold_master, selector=selector, patches=patches, limits=limits)
     index_of, bodies = classified.index_of, classified.bodies
     states: dict[str, MasterState] = {}
     versions: list[InLog[MasterVersion]] = []
     results: list[InLog[ItemResult | MessageResult]] = list(classified.results)
     dead_letters = list(classified.dead_letters)
     for master_id, items in classified.groups.items():
-        folded = fold_master(
-            master_id,
-            state_of(master_id),
-            items,
-            selector=selector,
-            patches=patches,
-            limits=limits,
-        )
+        folded = fold(master_id, state_of(master_id), items)
         states[master_id] = folded.state
         for version in folded.versions:
             versions.append(InLog(index_of[version.message_id], version.position, version))

@@ -22,6 +22,7 @@ from itertools import islice
 from typing import TYPE_CHECKING
 
 from sis_platform.landing import LandedMessage, LandingZone, LogPosition
+from sis_platform.live.budget import BudgetConfig, LiveBudget
 from sis_platform.live.config import LiveConfig, Retry
 from sis_platform.live.fold import LiveFold
 from sis_platform.serving.records import ServingUnavailable
@@ -43,6 +44,7 @@ class Applier:
         config: LiveConfig,
         *,
         clock: Callable[[], float] = time.monotonic,
+        budget: BudgetConfig | None = None,
     ) -> None:
         self.zone = zone
         self.config = config
@@ -50,6 +52,10 @@ class Applier:
         self._clock = clock
         self._store: ServingStore | None = None
         self._fold: LiveFold | None = None
+        # The per-item budget (None: unguarded, e.g. a fold in a test's own thread); opened
+        # with the first fold, which is when the markers of an earlier process are read.
+        self._budget_config = budget
+        self._budget: LiveBudget | None = None
         self._retry = Retry(config.retry_first_seconds, config.retry_last_seconds)
         # The store's position as last read or committed by this process (None: not known).
         self.applied: LogPosition | None = None
@@ -131,13 +137,18 @@ class Applier:
 
     def close(self) -> None:
         store, self._store, self._fold = self._store, None, None
+        budget, self._budget = self._budget, None
+        if budget is not None:
+            budget.close()
         if store is not None:
             store.close()
 
     def _connected(self) -> tuple[ServingStore, LiveFold]:
         if self._store is None or self._fold is None:
+            if self._budget is None and self._budget_config is not None:
+                self._budget = LiveBudget.open(self._budget_config)
             store = self._open_store()
-            self._store, self._fold = store, LiveFold(store, self.config.fold)
+            self._store, self._fold = store, LiveFold(store, self.config.fold, self._budget)
             self.applied = None
         return self._store, self._fold
 

@@ -26,14 +26,16 @@ import logging
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from sis_platform.domain.fold import ItemResult, ItemSelector, MasterState, PatchCache
 from sis_platform.domain.interpret import Interpretation, interpret
 from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
 from sis_platform.domain.pipeline import (
     DEFAULT_REDELIVERY_LIMIT,
+    Classifier,
     FoldedStretch,
+    MasterFolder,
     classify_stretch,
     fold_stretch,
 )
@@ -46,6 +48,9 @@ from sis_platform.serving.records import (
     OutcomeRow,
 )
 from sis_platform.settings import DEFAULT_LIVE_MAX_MASTERS
+
+if TYPE_CHECKING:
+    from sis_platform.live.budget import LiveBudget
 
 log = logging.getLogger(__name__)
 
@@ -73,12 +78,25 @@ class FoldOptions:
 
 
 class LiveFold:
-    """Folds stretches of the landed log against the store (see the module docstring)."""
+    """Folds stretches of the landed log against the store (see the module docstring). With
+    `budget`, each message's classification and each master's fold run under the per-item
+    budget and the failures of earlier processes are honoured (sis_platform/live/budget.py)."""
 
-    def __init__(self, store: FoldStore, options: FoldOptions) -> None:
+    def __init__(
+        self, store: FoldStore, options: FoldOptions, budget: LiveBudget | None = None
+    ) -> None:
         self.store = store
         self.options = options
         self._patches = PatchCache(options.limits)
+        self._classify: Classifier | None = None
+        self._fold: MasterFolder | None = None
+        if budget is not None:
+            self._classify = budget.classifier(
+                limits=options.limits, redelivery_limit=options.redelivery_limit
+            )
+            self._fold = budget.folder(
+                selector=options.selector, patches=self._patches, limits=options.limits
+            )
         # master id -> its row as the store holds it, or None: the store has no row for it.
         self._cache: OrderedDict[str, MasterRow | None] = OrderedDict()
 
@@ -97,7 +115,11 @@ class LiveFold:
         logged = [landed.message for landed in messages]
         seen = self.store.seen({message.message_id for message in logged})
         classified = classify_stretch(
-            logged, seen, limits=options.limits, redelivery_limit=options.redelivery_limit
+            logged,
+            seen,
+            limits=options.limits,
+            redelivery_limit=options.redelivery_limit,
+            classify=self._classify,
         )
         before = self._states(classified.groups.keys())
         folded = fold_stretch(
@@ -106,6 +128,7 @@ class LiveFold:
             selector=options.selector,
             patches=self._patches,
             limits=options.limits,
+            fold=self._fold,
         )
         masters = _changed_masters(folded, before, self._rows(classified.groups.keys()))
         return GroupCommit(

@@ -12,6 +12,7 @@ from types import FrameType
 
 from sis_platform.landing import LandingZone
 from sis_platform.lease import ConsumerLease, holder_id
+from sis_platform.live.budget import BudgetConfig
 from sis_platform.live.config import LiveConfig
 from sis_platform.live.service import LiveService
 from sis_platform.live.source import source_from_settings
@@ -39,6 +40,7 @@ def build_service(settings: Settings) -> LiveService:
         lease,
         store,
         LiveConfig.from_settings(settings),
+        budget=BudgetConfig.from_settings(settings),
     )
 
 

@@ -50,6 +50,7 @@ from sis_platform.landing import (
 )
 from sis_platform.lease import ConsumerLease, Lease, LeaseError
 from sis_platform.live.applier import Applier
+from sis_platform.live.budget import BudgetConfig
 from sis_platform.live.config import LiveConfig, Retry
 from sis_platform.queues.base import (
     FencedOff,
@@ -83,12 +84,14 @@ class LiveService:
         config: LiveConfig,
         *,
         clock: Callable[[], float] = time.monotonic,
+        budget: BudgetConfig | None = None,
     ) -> None:
         self.source = source
         self.zone = zone
         self.lease = lease
         self.config = config
-        self.applier = Applier(zone, open_store, config, clock=clock)
+        # `budget`: the fold's per-item budget and in-flight folder (sis_platform/live/budget.py)
+        self.applier = Applier(zone, open_store, config, clock=clock, budget=budget)
         self._clock = clock
         self._stop = threading.Event()
         self._session: QueueSession | None = None

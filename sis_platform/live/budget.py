@@ -1,0 +1,345 @@
+"""sis-live's per-item budget and its memory of poison: the lake's guard (sis_platform/guard.py)
+around sis-live's own classification and fold, and what earlier sis-live processes died on
+(docs/design.md invariants 4 and 6; docs/live.md, "Bounds").
+
+Each message's classification and each master's fold run under a `Guard`: an in-flight marker
+(the message id, the master id) and a watchdog armed per item with `SIS_ITEM_BUDGET_SECONDS`.
+An item that overruns it gets a `timeout` record in the marker and the watchdog SIGKILLs
+sis-live; its supervisor (sis-run) starts it again. A process that dies otherwise mid-item (a
+segfault, the OOM killer) leaves its marker `running`. The markers live in sis-live's private
+in-flight folder (`<SIS_DATA_DIR>/live/inflight`, 0700): `fold/` and `classify/`, one file per
+process.
+
+When sis-live opens its fold (`LiveBudget.open`, before anything is folded), it turns the
+markers left behind into durable facts (`failures.json` in the same folder, written whole and
+fsync'd before the markers are removed), and the fold then ends each as the lake's does
+(spark/fold/worker.py, spark/fold/quarantine.py, spark/items.py):
+
+- a fold item that timed out: dead-lettered `too-complex` with `budget_detail`, without being
+  folded again; an existing master is left stale (`fold_skipping`, shared with the lake);
+- a classification that timed out: the message dead-lettered `too-complex` as a whole;
+- a classification that raised: the message dead-lettered `quarantined` at once;
+- a death while classifying a message, `SIS_QUARANTINE_AFTER` times: the message `quarantined`;
+- a master whose fold raised or died `SIS_QUARANTINE_AFTER` times: its items, from then on,
+  dead-lettered `quarantined` and not folded, the master as it was. A death's failure text is
+  `DIED_FOLDING`, where the lake records Spark's error.
+
+The stretch in which a fold raises is not committed (the applier retries it with backoff, as
+the lake retries its step), so the master's failures are counted until it is quarantined and
+the rest of the stretch goes on. Facts are kept for good, as the lake keeps them until a replay
+releases them (sis-live has no replay: an operator removes `failures.json` after a fix); each
+fact costs a process death or a failed attempt, so the file stays small.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sis_platform.domain.fold import (
+    ItemKey,
+    ItemResult,
+    ItemSelector,
+    MasterFoldResult,
+    MasterState,
+    PatchCache,
+    fold_master,
+    fold_skipping,
+)
+from sis_platform.domain.items import Item
+from sis_platform.domain.limits import Limits
+from sis_platform.domain.pipeline import (
+    Classifier,
+    DeadLetter,
+    LoggedMessage,
+    MasterFolder,
+    classify_message,
+    whole_message_dead_letter,
+)
+from sis_platform.domain.reasons import Outcome, Reason
+from sis_platform.faults import (
+    InjectedFailure,
+    fail_as_injected,
+    injected_classify_failure,
+    injected_fold_failure,
+)
+from sis_platform.guard import (
+    RUNNING,
+    TIMEOUT,
+    Guard,
+    InFlightFolder,
+    InFlightRecord,
+    WatchedItems,
+    budget_detail,
+    classify_deaths_detail,
+    classify_error_detail,
+    failure_detail,
+    quarantine_detail,
+)
+from sis_platform.settings import DEFAULT_QUARANTINE_AFTER
+
+if TYPE_CHECKING:
+    from sis_platform.settings import Settings
+
+log = logging.getLogger(__name__)
+
+FOLD, CLASSIFY = "fold", "classify"  # the in-flight folder's two marker folders
+FACTS_FILE = "failures.json"
+# A master's failure when sis-live died folding it (the lake names Spark's error instead).
+DIED_FOLDING = "sis-live died folding it"
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    """Where sis-live keeps its markers, the per-item budget and the quarantine's threshold."""
+
+    folder: Path
+    seconds: float
+    quarantine_after: int = DEFAULT_QUARANTINE_AFTER
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> BudgetConfig:
+        return cls(
+            folder=Path(settings.data_dir) / "live" / "inflight",
+            seconds=settings.limits.item_budget_seconds,
+            quarantine_after=settings.processing.quarantine_after,
+        )
+
+
+@dataclass(frozen=True)
+class MasterFailures:
+    """A master's fold failures (errors and deaths) and the last one's text."""
+
+    count: int
+    last_error: str
+
+
+@dataclass
+class Failures:
+    """What earlier attempts died on or failed at, kept in `failures.json`."""
+
+    timed_out_items: dict[ItemKey, str] = field(default_factory=dict)  # item -> detail
+    timed_out_messages: dict[str, str] = field(default_factory=dict)  # message id -> detail
+    fold: dict[str, MasterFailures] = field(default_factory=dict)  # master id -> failures
+    classify_deaths: dict[str, int] = field(default_factory=dict)  # message id -> deaths
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "timed_out_items": [[m, p, d] for (m, p), d in self.timed_out_items.items()],
+                "timed_out_messages": self.timed_out_messages,
+                "fold": {m: [f.count, f.last_error] for m, f in self.fold.items()},
+                "classify_deaths": self.classify_deaths,
+            },
+            indent=1,
+            sort_keys=True,
+        )
+
+    @staticmethod
+    def from_json(text: str) -> Failures:
+        data = json.loads(text)
+        return Failures(
+            timed_out_items={(str(m), int(p)): str(d) for m, p, d in data["timed_out_items"]},
+            timed_out_messages={str(k): str(v) for k, v in data["timed_out_messages"].items()},
+            fold={str(k): MasterFailures(int(n), str(e)) for k, (n, e) in data["fold"].items()},
+            classify_deaths={str(k): int(v) for k, v in data["classify_deaths"].items()},
+        )
+
+    def add_fold_failure(self, master_id: str, error: str) -> None:
+        before = self.fold.get(master_id)
+        self.fold[master_id] = MasterFailures((before.count if before else 0) + 1, error)
+
+    def absorb(self, fold: list[InFlightRecord], classify: list[InFlightRecord]) -> bool:
+        """Take in the markers a dead process left (its fold's and its classification's);
+        whether anything was new. A timeout explains the death: a `running` marker beside it is
+        not a crash of its own (the lake's rule, spark/fold/quarantine.py `died_in_flight`)."""
+        fold_timeouts = [r for r in fold if r.state == TIMEOUT]
+        classify_timeouts = [r for r in classify if r.state == TIMEOUT]
+        for r in fold_timeouts:
+            if r.message_id is not None and r.position is not None:
+                self.timed_out_items[(r.message_id, r.position)] = budget_detail(r.budget_seconds)
+        for r in classify_timeouts:
+            self.timed_out_messages[r.key] = budget_detail(r.budget_seconds)
+        if fold_timeouts or classify_timeouts:
+            return True
+        crashed = False
+        for r in fold:
+            if r.state == RUNNING:
+                self.add_fold_failure(r.key, DIED_FOLDING)
+                crashed = True
+        for r in classify:
+            if r.state == RUNNING:
+                self.classify_deaths[r.key] = self.classify_deaths.get(r.key, 0) + 1
+                crashed = True
+        return crashed
+
+
+class LiveBudget:
+    """The guards of one sis-live process and the failures it honours (module docstring)."""
+
+    def __init__(self, config: BudgetConfig, failures: Failures) -> None:
+        self.config = config
+        self.failures = failures
+        self._fold_guard = Guard(str(config.folder / FOLD), config.seconds)
+        self._classify_guard = Guard(str(config.folder / CLASSIFY), config.seconds)
+        # Test hooks (sis_platform.faults), read once: they strike inside the guarded work.
+        self._injected_fold: InjectedFailure | None = injected_fold_failure()
+        self._injected_classify: InjectedFailure | None = injected_classify_failure()
+
+    @staticmethod
+    def open(config: BudgetConfig) -> LiveBudget:
+        """Read what earlier processes left in the folder, keep it durably, clear the markers,
+        and guard this process's work from now on. Call before folding anything (a marker is
+        named by its process id, which a new process may reuse)."""
+        for path in (config.folder, config.folder / FOLD, config.folder / CLASSIFY):
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+            path.chmod(0o700)
+        facts = config.folder / FACTS_FILE
+        failures = Failures.from_json(facts.read_text()) if facts.exists() else Failures()
+        fold = InFlightFolder(str(config.folder / FOLD)).records()
+        classify = InFlightFolder(str(config.folder / CLASSIFY)).records()
+        if failures.absorb(fold, classify):
+            for record in (*fold, *classify):
+                log.warning("an earlier sis-live process died on %s", _described(record))
+            _write_durably(facts, failures.to_json())
+        for marker_folder in (config.folder / FOLD, config.folder / CLASSIFY):
+            for marker in marker_folder.iterdir():
+                marker.unlink()
+        return LiveBudget(config, failures)
+
+    def classifier(self, *, limits: Limits, redelivery_limit: int) -> Classifier:
+        """`classify_message` under the guard, messages held back as the lake holds them."""
+
+        def classify(message: LoggedMessage) -> list[Item] | DeadLetter:
+            held = self._held_message(message)
+            if held is not None:
+                return held
+            guard = self._classify_guard
+            guard.start(message.message_id)
+            guard.item(message.message_id, None)
+            try:
+                injected = self._injected_classify
+                if injected is not None and injected.target == message.message_id:
+                    fail_as_injected(injected.how, quoting=message.body)
+                outcome = classify_message(
+                    message, limits=limits, redelivery_limit=redelivery_limit
+                )
+            except MemoryError:
+                raise  # may be the process's, not the message's (the lake's rule)
+            except Exception as error:
+                # Classification is a pure function of the message: it would raise again.
+                outcome = whole_message_dead_letter(
+                    message, Reason.QUARANTINED, classify_error_detail(error)
+                )
+            finally:
+                guard.done()
+            return outcome
+
+        return classify
+
+    def folder(
+        self, *, selector: ItemSelector | None, patches: PatchCache, limits: Limits
+    ) -> MasterFolder:
+        """`fold_master` under the guard, each item on the budget; timed-out items and
+        quarantined masters end as the lake ends them. A fold that raises is counted against
+        its master (durably) and raised again: the stretch is retried, and after
+        `quarantine_after` failures the master is held back."""
+        guard = self._fold_guard
+
+        def fold_part(state: MasterState, part: list[Item]) -> MasterFoldResult:
+            return fold_master(
+                state.master_id,
+                state,
+                WatchedItems(part, guard, self._injected_fold),
+                selector=selector,
+                patches=patches,
+                limits=limits,
+            )
+
+        def fold(master_id: str, state: MasterState | None, items: list[Item]) -> MasterFoldResult:
+            failed = self.failures.fold.get(master_id)
+            if failed is not None and failed.count >= self.config.quarantine_after:
+                detail = quarantine_detail(failed.count, failed.last_error)
+                return _held_back(master_id, state, items, detail)
+            guard.start(master_id)
+            try:
+                return fold_skipping(
+                    master_id, state, items, self.failures.timed_out_items, fold_part
+                )
+            except Exception as error:
+                self.failures.add_fold_failure(master_id, failure_detail(error))
+                _write_durably(self.config.folder / FACTS_FILE, self.failures.to_json())
+                log.error(
+                    "the fold of master %s failed (%d of %d before it is quarantined)",
+                    master_id,
+                    self.failures.fold[master_id].count,
+                    self.config.quarantine_after,
+                )
+                raise
+            finally:
+                guard.done()
+
+        return fold
+
+    def close(self) -> None:
+        self._fold_guard.close()
+        self._classify_guard.close()
+
+    def _held_message(self, message: LoggedMessage) -> DeadLetter | None:
+        message_id = message.message_id
+        detail = self.failures.timed_out_messages.get(message_id)
+        if detail is not None:
+            return whole_message_dead_letter(message, Reason.TOO_COMPLEX, detail)
+        deaths = self.failures.classify_deaths.get(message_id, 0)
+        if deaths >= self.config.quarantine_after:
+            detail = classify_deaths_detail(deaths)
+            return whole_message_dead_letter(message, Reason.QUARANTINED, detail)
+        return None
+
+
+def _held_back(
+    master_id: str, state: MasterState | None, items: list[Item], detail: str
+) -> MasterFoldResult:
+    """A quarantined master's items, not folded: each dead-lettered `quarantined`, the master
+    as it was (the lake's `hold_quarantined`)."""
+    current = state or MasterState(master_id=master_id, version=0, document=None)
+    results = [
+        ItemResult(
+            message_id=item.message_id,
+            position=item.position,
+            master_id=master_id,
+            outcome=Outcome.DEAD_LETTERED,
+            version=None,
+            reason=Reason.QUARANTINED,
+            detail=detail,
+            warning=None,
+        )
+        for item in items
+    ]
+    return MasterFoldResult(state=current, results=results)
+
+
+def _described(record: InFlightRecord) -> str:
+    if record.state == TIMEOUT:
+        return f"{record.key} ({record.message_id}/{record.position}: over its budget)"
+    return f"{record.key} (died)"
+
+
+def _write_durably(path: Path, text: str) -> None:
+    """Replace `path` with `text`: a private temporary file, fsync'd, renamed over it, and the
+    folder fsync'd, so a crash leaves the old facts or the new ones whole."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
+        f.write(text.encode("utf-8"))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
