@@ -1,5 +1,7 @@
 """The platform under a real Dagster daemon: sensor ticks and queued runs in their own
-processes, on a persistent SQLite instance, exactly as `scripts/run.sh` runs it."""
+processes, on a persistent SQLite instance, exactly as `scripts/run.sh` runs it, in both
+intake modes: the queue sensor consuming, or the real `sis-live` process consuming beside the
+daemon (its serving store then equals the reference and the lake)."""
 
 from __future__ import annotations
 
@@ -9,52 +11,141 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import dagster as dg
+import psutil
 import pytest
 
 from sis_platform.queues.embedded import EmbeddedQueue
 from sis_platform.simulator.generator import generate_feed
 from tests.harness import Harness
+from tests.modes import INTAKES, assert_live_path, harness
 from tests.reference import assert_lake_matches_reference, reference_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.e2e, pytest.mark.cost(250)]
 
 REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+STOP_SECONDS = 60
 
 
-def _wait_for(condition, timeout: float, what: str, proc: subprocess.Popen, log_path: Path) -> None:
+class Process:
+    """A child started in a process group of its own, its output in `log`."""
+
+    def __init__(self, name: str, args: list[str], env: dict[str, str], log: Path) -> None:
+        self.name, self.log = name, log
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                args,
+                cwd=REPO,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def check_alive(self, what: str) -> None:
+        if self.proc.poll() is not None:
+            raise AssertionError(
+                f"{self.name} exited with {self.proc.returncode} before {what}: see {self.log}"
+            )
+
+    def stop(self) -> int:
+        """SIGTERM to the group, SIGKILL after STOP_SECONDS; its exit code once no process of
+        the group is left (a daemon's run workers included)."""
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout=STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            code = self.proc.wait()
+        left = _group_members(self.proc.pid)
+        if left:
+            psutil.wait_procs(left, timeout=STOP_SECONDS)
+            left = _group_members(self.proc.pid)
+        assert not left, f"{self.name} left {[p.pid for p in left]} running"
+        return code
+
+
+def _group_members(pgid: int) -> list[psutil.Process]:
+    """Processes of the group `pgid` still alive (zombies awaiting their reaper are gone)."""
+    members = []
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
+                members.append(proc)
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return members
+
+
+def _stop_all(processes: list[Process]) -> dict[str, int]:
+    """Stop every process (the last started first), even when stopping one fails; their exit
+    codes by name."""
+    codes: dict[str, int] = {}
+    failures: list[AssertionError] = []
+    for process in reversed(processes):
+        try:
+            codes[process.name] = process.stop()
+        except AssertionError as error:
+            failures.append(error)
+    if failures:
+        raise failures[0]
+    return codes
+
+
+def _wait_for(
+    condition: Callable[[], bool], timeout: float, what: str, processes: list[Process]
+) -> None:
     # Bounded polling of an observable condition (run records in the instance); the daemon
     # offers no event to subscribe to from outside its process.
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(
-                f"dagster-daemon exited with {proc.returncode} before {what}: see {log_path}"
-            )
+        for process in processes:
+            process.check_alive(what)
         if condition():
             return
         time.sleep(1.0)
-    tail = log_path.read_text(errors="replace")[-4000:]
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; daemon log:\n{tail}")
+    tails = "\n".join(
+        f"{p.name} log:\n{p.log.read_text(errors='replace')[-3000:]}" for p in processes
+    )
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{tails}")
 
 
+def _store_caught_up(h: Harness) -> bool:
+    if h.intake != "live":
+        return True
+    store = h.open_store()
+    try:
+        return store.position() == h.zone.last_position()
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("intake", INTAKES)
 def test_daemon_lands_batches_runs_them_and_masters_match_the_reference(
-    tmp_path, spark, monkeypatch
+    tmp_path, spark, monkeypatch, intake
 ):
     home = tmp_path / "dagster"
     home.mkdir()
     shutil.copy(REPO / "deploy" / "dagster.yaml", home / "dagster.yaml")
+    settings = {
+        "SIS_INTAKE": intake,
+        "SIS_BATCH_MAX_MESSAGES": "200",
+        # sis-live seals an open batch this old even with no new message, so the lake gets it.
+        "SIS_LIVE_BATCH_SECONDS": "2",
+    }
     env = {
         **os.environ,
         "DAGSTER_HOME": str(home),
         "SIS_DATA_DIR": str(tmp_path / "data"),
         "SIS_SPARK_MASTER": "local[2]",
         "SIS_SPARK_SHUFFLE_PARTITIONS": "2",
-        "SIS_BATCH_MAX_MESSAGES": "200",
+        **settings,
     }
-    h = Harness(tmp_path / "data", {"SIS_BATCH_MAX_MESSAGES": "200"})
+    h = harness(tmp_path / "data", intake, settings)
     queue: EmbeddedQueue = h.resources["queue"].open()
     feed = list(generate_feed(seed=5, messages=400, duplicates=0.02))
     with queue.producer() as producer:
@@ -63,25 +154,22 @@ def test_daemon_lands_batches_runs_them_and_masters_match_the_reference(
 
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     instance = dg.DagsterInstance.get()
-    log = (tmp_path / "daemon.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            str(Path(sys.executable).parent / "dagster-daemon"),
-            "run",
-            "-w",
-            str(REPO / "workspace.yaml"),
-        ],
-        cwd=REPO,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    workspace = str(REPO / "workspace.yaml")
+    processes = [
+        Process(
+            "dagster-daemon",
+            [str(BIN / "dagster-daemon"), "run", "-w", workspace],
+            env,
+            tmp_path / "daemon.log",
+        )
+    ]
+    if intake == "live":
+        processes.append(Process("sis-live", [str(BIN / "sis-live")], env, tmp_path / "live.log"))
     try:
 
         def all_batches_processed() -> bool:
             keys = h.zone.keys()
-            if queue.depth() or not keys:
+            if queue.depth() or not keys or not _store_caught_up(h):
                 return False
             done = instance.get_run_records(
                 dg.RunsFilter(job_name="process_batch", statuses=[dg.DagsterRunStatus.SUCCESS])
@@ -92,21 +180,13 @@ def test_daemon_lands_batches_runs_them_and_masters_match_the_reference(
             assert not failed, f"run {failed[0].dagster_run.run_id} failed"
             return {r.dagster_run.tags.get("dagster/partition") for r in done} >= set(keys)
 
-        _wait_for(
-            all_batches_processed,
-            600,
-            "every landed batch to be processed",
-            proc,
-            tmp_path / "daemon.log",
-        )
+        _wait_for(all_batches_processed, 600, "every landed batch to be processed", processes)
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
+        codes = _stop_all(processes)
+    if intake == "live":
+        assert codes["sis-live"] == 0, (tmp_path / "live.log").read_text(errors="replace")[-3000:]
 
     assert len(h.zone.keys()) >= 2
-    assert_lake_matches_reference(h.lake(spark), reference_for(h.logged_messages()))
+    ref = reference_for(h.logged_messages())
+    assert_lake_matches_reference(h.lake(spark), ref)
+    assert_live_path(h, ref)

@@ -1,5 +1,7 @@
-"""End to end: simulated feed -> embedded queue -> sensor ticks -> runs -> Delta, compared
-exactly with the reference pipeline over the same message log."""
+"""End to end: simulated feed -> embedded queue -> intake -> runs -> Delta, compared exactly
+with the reference pipeline over the same message log, in both intake modes: the queue sensor
+landing batches, or sis-live landing groups into batches (and keeping the serving store, which
+must equal the same reference and the lake) with the landed-batches sensor registering them."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import pytest
 from sis_platform.lake.tables import EVENTS, MASTER_DOCUMENTS, MESSAGE_OUTCOMES, SELECTIONS
 from sis_platform.simulator.generator import generate_feed
 from tests.harness import Harness
+from tests.modes import INTAKES, assert_live_path, harness
 from tests.reference import assert_lake_matches_reference, reference_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.e2e, pytest.mark.cost(450)]
@@ -34,8 +37,9 @@ def _publish(h: Harness, messages: int, seed: int) -> list:
     return feed
 
 
-def test_simulated_feed_through_the_platform_equals_the_reference_fold(tmp_path, spark):
-    h = Harness(tmp_path / "data", {"SIS_BATCH_MAX_MESSAGES": "700"})
+@pytest.mark.parametrize("intake", INTAKES)
+def test_simulated_feed_through_the_platform_equals_the_reference_fold(tmp_path, spark, intake):
+    h = harness(tmp_path / "data", intake, {"SIS_BATCH_MAX_MESSAGES": "700"})
     feed = _publish(h, 2100, seed=7)
     kinds = Counter(m.kind.split(":")[0] for m in feed)
     assert kinds["duplicate"] > 0 and kinds["invalid"] > 0
@@ -46,6 +50,7 @@ def test_simulated_feed_through_the_platform_equals_the_reference_fold(tmp_path,
     )  # multi-id updates are in the feed
 
     assert h.drain() == 3
+    assert h.requested == h.zone.keys()
     h.run_requested()
 
     lake = h.lake(spark)
@@ -53,6 +58,7 @@ def test_simulated_feed_through_the_platform_equals_the_reference_fold(tmp_path,
     assert len(logged) == len(feed)
     ref = reference_for(logged)
     assert_lake_matches_reference(lake, ref)
+    assert_live_path(h, ref)
 
     outcomes = Counter(r["outcome"] for r in lake.read(MESSAGE_OUTCOMES).collect())
     assert outcomes["duplicate"] == kinds["duplicate"]
@@ -62,12 +68,15 @@ def test_simulated_feed_through_the_platform_equals_the_reference_fold(tmp_path,
     assert lake.read(SELECTIONS).where("price_num IS NOT NULL").count() > 0
 
 
-def test_partitions_materialized_in_any_order_converge_to_the_reference(tmp_path, spark):
-    h = Harness(tmp_path / "data", {"SIS_BATCH_MAX_MESSAGES": "150"})
+@pytest.mark.parametrize("intake", INTAKES)
+def test_partitions_materialized_in_any_order_converge_to_the_reference(tmp_path, spark, intake):
+    h = harness(tmp_path / "data", intake, {"SIS_BATCH_MAX_MESSAGES": "150"})
     _publish(h, 450, seed=11)
     h.drain()
     order = list(h.requested)
     random.Random(3).shuffle(order)
     h.run_requested(order)
     h.run(order[0])  # and a re-run of an already folded batch changes nothing
-    assert_lake_matches_reference(h.lake(spark), reference_for(h.logged_messages()))
+    ref = reference_for(h.logged_messages())
+    assert_lake_matches_reference(h.lake(spark), ref)
+    assert_live_path(h, ref)

@@ -1,4 +1,5 @@
-"""Comparing a SQLite serving store's contents with the reference pipeline, exactly."""
+"""Comparing a serving store's contents with the reference pipeline, exactly (a SQLite store by
+its path; either backend through an open connection)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import hashlib
 import sqlite3
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from sis_platform.domain.fold import ItemResult
 from sis_platform.domain.pipeline import ReferencePipeline
@@ -16,31 +18,37 @@ def assert_store_matches_reference(db: Path, ref: ReferencePipeline) -> None:
     bodies) and outcomes of the store at `db` equal the reference's."""
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
-        masters = {
-            m: (v, bytes(d) if d is not None else None, bool(s), bool(f))
-            for m, v, d, s, f in conn.execute(
-                "SELECT master_id, version, document, stale, filtered FROM masters"
-            )
-        }
-        changes = sorted(
-            conn.execute(
-                "SELECT master_id, version, message_id, position, operation, document_sha256"
-                " FROM changes"
-            )
-        )
-        dead = Counter(
-            (i, m, p, r, d, bytes(b))
-            for i, m, p, r, d, b in conn.execute(
-                "SELECT message_id, master_id, position, reason, detail, body FROM dead_letters"
-            )
-        )
-        outcomes = Counter(
-            conn.execute(
-                "SELECT message_id, position, master_id, outcome, reason FROM message_outcomes"
-            )
-        )
+        assert_rows_match_reference(conn, ref)
     finally:
         conn.close()
+
+
+def assert_rows_match_reference(conn: Any, ref: ReferencePipeline) -> None:
+    """As `assert_store_matches_reference`, on an open DB-API connection with `execute` (sqlite3
+    or psycopg): the same SQL reads both backends."""
+    masters = {
+        m: (v, bytes(d) if d is not None else None, bool(s), bool(f))
+        for m, v, d, s, f in conn.execute(
+            "SELECT master_id, version, document, stale, filtered FROM masters"
+        )
+    }
+    changes = sorted(
+        conn.execute(
+            "SELECT master_id, version, message_id, position, operation, document_sha256"
+            " FROM changes"
+        )
+    )
+    dead = Counter(
+        (i, m, p, r, d, bytes(b))
+        for i, m, p, r, d, b in conn.execute(
+            "SELECT message_id, master_id, position, reason, detail, body FROM dead_letters"
+        )
+    )
+    outcomes = Counter(
+        conn.execute(
+            "SELECT message_id, position, master_id, outcome, reason FROM message_outcomes"
+        )
+    )
     expected_masters = {
         m: (s.version, s.document, s.stale, s.filtered) for m, s in ref.masters.items()
     }

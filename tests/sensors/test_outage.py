@@ -2,10 +2,13 @@
 The sensor reports the outage as a failed tick naming the source, lands nothing meanwhile,
 recovers by itself, and nothing is lost; only messages whose unit of work was in doubt at the
 outage (landed, commit not confirmed) land twice, and the reference pipeline records the
-second copies as duplicates."""
+second copies as duplicates. Under sis-live (SIS_INTAKE=live) the same outage is met by the
+service itself: it reconnects with backoff, loses nothing, and its serving store equals the
+reference and the lake."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -17,9 +20,16 @@ from sis_platform.consumer import BatchLimits, consume_batch
 from sis_platform.domain.pipeline import MessageResult, ReferencePipeline
 from sis_platform.domain.reasons import Outcome
 from sis_platform.lake.tables import MESSAGE_OUTCOMES
-from sis_platform.queues.base import QueueSession, ReceivedMessage, SourceUnavailable
+from sis_platform.queues.base import (
+    QueueProducer,
+    QueueSession,
+    QueueSource,
+    ReceivedMessage,
+    SourceUnavailable,
+)
 from sis_platform.simulator.generator import generate_feed
 from tests.harness import Harness
+from tests.modes import INTAKES, assert_live_path
 from tests.queues.broker import Broker, activemq, activemq_outage
 from tests.reference import assert_lake_matches_reference, reference_for
 
@@ -28,10 +38,11 @@ __all__ = ["activemq", "activemq_outage"]  # the broker fixtures, used by name b
 BATCH = 25
 
 
-def _harness(tmp_path, broker: Broker) -> Harness:
+def _harness(tmp_path, broker: Broker, intake: str = "sensor") -> Harness:
     return Harness(
         tmp_path,
         {
+            "SIS_INTAKE": intake,
             "SIS_PROFILE": "activemq",
             "SIS_SOURCE": "stomp",
             "SIS_STOMP_HOST": broker.host,
@@ -198,20 +209,105 @@ def test_broker_lost_between_landing_and_commit_redelivers_and_the_copies_are_du
     assert h.requested == h.zone.keys()
 
 
+class _CommitLost(QueueSource):
+    """The configured source for sis-live; the broker is stopped right before the commit of
+    the first unit of work that takes the messages got past `after`, so that commit is never
+    confirmed (`in_doubt`: the ids of that unit). Connections refused afterwards are counted
+    (`refused`)."""
+
+    def __init__(self, inner: QueueSource, broker: Broker, after: int) -> None:
+        self.inner, self.broker, self.after = inner, broker, after
+        self.got = 0
+        self.in_doubt: list[str] = []
+        self.refused = 0
+
+    @property
+    def description(self) -> str:
+        return self.inner.description
+
+    def connect(self) -> QueueSession:
+        try:
+            return _CommitLostSession(self.inner.connect(), self)
+        except SourceUnavailable:
+            self.refused += 1
+            raise
+
+    def producer(self) -> QueueProducer:
+        return self.inner.producer()
+
+
+class _CommitLostSession(QueueSession):
+    def __init__(self, inner: QueueSession, source: _CommitLost) -> None:
+        self.inner, self.source = inner, source
+        self.unit: list[str] = []
+
+    def get(self, wait_seconds: float = 0.0) -> ReceivedMessage | None:
+        message = self.inner.get(wait_seconds)
+        if message is not None:
+            self.unit.append(message.message_id)
+            self.source.got += 1
+        return message
+
+    def commit(self) -> None:
+        unit, self.unit = self.unit, []
+        if not self.source.in_doubt and self.source.got > self.source.after:
+            self.source.in_doubt = unit
+            self.source.broker.stop()
+        self.inner.commit()
+
+    def backout(self) -> None:
+        self.unit = []
+        self.inner.backout()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _live_outage_between_landing_and_commit(
+    tmp_path, broker: Broker, messages: int
+) -> tuple[Harness, list[str], list[str]]:
+    """sis-live consuming: the broker goes away between the landing of a group of the second
+    batch and its commit; sis-live retries the connection with backoff while the broker is
+    down, and drains the queue once it is back. Returns the harness (every batch sealed and
+    requested), the published ids and the ids whose unit of work was in doubt."""
+    h = _harness(tmp_path, broker, "live")
+    published = _publish(h, messages, seed=55)
+    source = _CommitLost(h.resources["queue"].open(), broker, after=BATCH)
+    config = dataclasses.replace(h.live_config(), retry_first_seconds=0.2, retry_last_seconds=1)
+    with h.live(source, config) as live:
+        live.wait_until(lambda _: source.refused >= 2)  # met the outage, retried with backoff
+        assert not broker.running
+        broker.start()
+        live.wait_drained()
+    assert source.in_doubt and set(source.in_doubt) <= set(published[BATCH:])
+    h.drain()  # the batches sealed, registered and requested
+    return h, published, source.in_doubt
+
+
 @pytest.mark.broker
 @pytest.mark.spark
 @pytest.mark.dagster
 @pytest.mark.cost(250)
+@pytest.mark.parametrize("intake", INTAKES)
 def test_after_a_broker_outage_the_lake_equals_the_reference(
-    tmp_path, activemq_outage: Broker, spark
+    tmp_path, activemq_outage: Broker, spark, intake: str
 ) -> None:
     # Two batches and the redelivered copies: three runs keep the Spark part short.
-    h, _, in_doubt = _outage_between_landing_and_commit(
-        tmp_path / "data", activemq_outage, messages=2 * BATCH
+    outage = (
+        _live_outage_between_landing_and_commit
+        if intake == "live"
+        else _outage_between_landing_and_commit
     )
+    h, published, in_doubt = outage(tmp_path / "data", activemq_outage, messages=2 * BATCH)
+    landed = Counter(_landed(h))
+    assert sorted(set(landed)) == sorted(published)  # nothing lost
+    assert {i for i, n in landed.items() if n > 1} == set(in_doubt)
     assert len(h.requested) == 3
+    assert h.requested == h.zone.keys()
     h.run_requested()
     lake = h.lake(spark)
-    assert_lake_matches_reference(lake, reference_for(h.logged_messages()))
+    ref = reference_for(h.logged_messages())
+    assert_lake_matches_reference(lake, ref)
     outcomes = Counter(r["outcome"] for r in lake.read(MESSAGE_OUTCOMES).collect())
     assert outcomes["duplicate"] == len(in_doubt)
+    assert_live_path(h, ref)

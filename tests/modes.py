@@ -1,0 +1,43 @@
+"""The two intake modes the end-to-end and broker tests run in (SIS_INTAKE), and what live mode
+adds to their checks: the serving store sis-live kept equals the reference over the landed log,
+and the live_matches_lake check passes where the lake has folded."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Final
+
+from sis_platform.domain.pipeline import ReferencePipeline
+from sis_platform.serving.location import SqliteLocation, parse_location
+from tests.harness import Harness
+from tests.live.store_view import assert_store_matches_reference
+
+INTAKES: Final = ("live", "sensor")
+
+
+def harness(data_dir: Path, intake: str, overrides: Mapping[str, str] | None = None) -> Harness:
+    """The in-process platform on `data_dir` in the `intake` mode."""
+    return Harness(data_dir, {**(overrides or {}), "SIS_INTAKE": intake})
+
+
+def serving_db(h: Harness) -> Path:
+    """The path of the platform's SQLite serving store."""
+    location = parse_location(h.serving_url)
+    assert isinstance(location, SqliteLocation), h.serving_url
+    return location.path
+
+
+def assert_live_path(h: Harness, ref: ReferencePipeline, *, lake_folded: bool = True) -> None:
+    """In live mode: the serving store equals `ref` (the reference over the landed log) and,
+    when the lake has folded the log, live_matches_lake passes. Nothing in sensor mode, which
+    keeps no serving store."""
+    if h.intake != "live":
+        return
+    assert_store_matches_reference(serving_db(h), ref)
+    if lake_folded:
+        evaluation = h.check_live_matches_lake()
+        assert evaluation.passed, evaluation.description
+        metadata = {k: v.value for k, v in evaluation.metadata.items()}
+        assert metadata["mismatches"] == 0
+        assert metadata["masters_compared"] > 0
