@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # Set up and run the platform on its embedded default: an embedded durable queue fed by the
-# feed simulator, local Spark with Delta tables under ./data, and Dagster (webserver + daemon).
+# feed simulator, sis-live consuming it into the landing zone and the serving store, local Spark
+# with Delta tables under ./data, and Dagster (webserver + daemon), all under one supervisor
+# (sis-run, sis_platform/live/supervisor.py): every program's output on stderr prefixed with its
+# name, a program that dies restarted with backoff, and Ctrl-C, SIGTERM or SIGHUP stop every
+# process it started, Dagster's run workers included.
 #
-#   SIS_SIM_MESSAGES  messages the simulator publishes (default 12000, one racing day)
+#   SIS_SIM_MESSAGES  messages the simulator publishes (default 12000, one racing day; 0: none)
 #   SIS_SIM_RATE      messages per second (default 4.2; "backlog" publishes all at once)
+#   SIS_SIM_SEED      the simulated day's seed (default 1)
 #   SIS_UI_HOST/PORT  where the Dagster UI listens (default 127.0.0.1:3000)
 #   SIS_DATA_DIR      where everything is kept (default ./data)
+#   SIS_INTAKE        live (default): sis-live consumes the queue; sensor: the Dagster sensor
+#                     does, and sis-live is not started
 #   SIS_SPARK         local (default): every run starts a Spark driver of its own; connect: one
-#                     long-lived Spark Connect server (sis-spark-connect, started here) that
+#                     long-lived Spark Connect server (sis-spark-connect, started first) that
 #                     every run uses, so no run warms up a JVM of its own (SIS_SPARK_CONNECT_PORT,
 #                     default 15002)
 set -euo pipefail
@@ -15,49 +22,29 @@ cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 # shellcheck disable=SC1091
 source .venv/bin/activate
+# What the platform writes from here on (lake, Dagster's instance, logs) is private to this user.
+umask 077
 
 export SIS_DATA_DIR="${SIS_DATA_DIR:-$PWD/data}"
 export DAGSTER_HOME="$SIS_DATA_DIR/dagster"
 mkdir -p "$DAGSTER_HOME"
 cp deploy/dagster.yaml "$DAGSTER_HOME/dagster.yaml"
-HOST=${SIS_UI_HOST:-127.0.0.1}
-PORT=${SIS_UI_PORT:-3000}
-MESSAGES=${SIS_SIM_MESSAGES:-12000}
-RATE=${SIS_SIM_RATE:-4.2}
 
 SPARK=${SIS_SPARK:-local}
+spark=(--spark "$SPARK")
 case "$SPARK" in
-  local|connect) ;;
+  local) ;;
+  connect)
+    CONNECT_PORT=${SIS_SPARK_CONNECT_PORT:-15002}
+    spark+=(--spark-connect-port "$CONNECT_PORT")
+    # Every run connects to the server sis-run starts (and waits for) before Dagster.
+    export SIS_SPARK_MASTER="sc://127.0.0.1:$CONNECT_PORT"
+    ;;
   *) echo "SIS_SPARK=$SPARK: expected local or connect" >&2; exit 2 ;;
 esac
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
-if [ "$SPARK" = connect ]; then
-  CONNECT_PORT=${SIS_SPARK_CONNECT_PORT:-15002}
-  connect_log="$SIS_DATA_DIR/spark-connect.log"
-  echo "== Spark Connect server on sc://127.0.0.1:$CONNECT_PORT (log: $connect_log)"
-  # Its own process group, so stopping it stops its JVM too.
-  setsid sis-spark-connect --port "$CONNECT_PORT" > "$connect_log" 2>&1 &
-  server=$!
-  pids+=(-- "-$server")
-  # Ready when its log says so (the tail ends, and the wait with it, if the server exits).
-  if ! grep -q -m1 "Spark Connect server started at" \
-      <(tail -n +1 -f --pid="$server" "$connect_log"); then
-    echo "the Spark Connect server did not start: see $connect_log" >&2
-    exit 1
-  fi
-  export SIS_SPARK_MASTER="sc://127.0.0.1:$CONNECT_PORT"
-fi
 
-if [ "$RATE" = backlog ]; then pace=(--backlog); else pace=(--rate "$RATE"); fi
-echo "== feed simulator: $MESSAGES messages into embedded://$SIS_DATA_DIR/queue (${pace[*]})"
-sis-feed publish --to "embedded://$SIS_DATA_DIR/queue" --messages "$MESSAGES" \
-  --seed "${SIS_SIM_SEED:-1}" --duplicates 0.01 \
-  --invalid not-well-formed=0.002 --invalid schema-invalid=0.002 "${pace[@]}" \
-  2> >(sed 's/^/[sis-feed] /' >&2) &
-pids+=($!)
-
-echo
-echo "   Dagster UI: http://$HOST:$PORT   (data under $SIS_DATA_DIR; Ctrl-C stops everything)"
-echo
-dagster dev -w workspace.yaml -h "$HOST" -p "$PORT"
+# exec: the supervisor takes this process's pid, so signalling it stops everything.
+exec sis-run --workspace workspace.yaml \
+  --host "${SIS_UI_HOST:-127.0.0.1}" --port "${SIS_UI_PORT:-3000}" "${spark[@]}" \
+  --sim-messages "${SIS_SIM_MESSAGES:-12000}" --sim-rate "${SIS_SIM_RATE:-4.2}" \
+  --sim-seed "${SIS_SIM_SEED:-1}"

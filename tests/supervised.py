@@ -11,6 +11,8 @@ import time
 from collections.abc import Sequence
 from typing import IO
 
+import psutil
+
 
 class SupervisedProcess:
     """`argv` started with its stderr captured; `lines` is everything it wrote so far."""
@@ -33,10 +35,16 @@ class SupervisedProcess:
             self._queue.put(raw.decode(errors="replace").rstrip("\n"))
         self._queue.put(None)
 
-    def expect(self, pattern: str, timeout: float) -> re.Match[str]:
-        """The first line from now on that matches `pattern` (re.search); fails with the
-        output so far if the process ends or `timeout` seconds pass first."""
+    def expect(self, pattern: str, timeout: float, *, seen: bool = False) -> re.Match[str]:
+        """The first line from now on that matches `pattern` (re.search); with `seen`, a line
+        already read counts too (one that may come before an earlier expected line). Fails
+        with the output so far if the process ends or `timeout` seconds pass first."""
         wanted = re.compile(pattern)
+        if seen:
+            for line in self.lines:
+                match = wanted.search(line)
+                if match:
+                    return match
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -67,7 +75,22 @@ class SupervisedProcess:
         tail = "\n".join(self.lines[-80:])
         return f"{what}; output so far:\n{tail}"
 
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+    def kill(self, grace_seconds: float = 30.0) -> None:
+        """Stop it whatever state the test left it in: SIGTERM (its own stop, which stops what
+        it started), then SIGKILL to it and every descendant still alive after `grace_seconds`
+        (its children run in sessions of their own, out of reach of a signal to its group)."""
+        if self.proc.poll() is not None:
+            return
+        try:
+            family = [psutil.Process(self.proc.pid)]
+            family += family[0].children(recursive=True)
+        except psutil.NoSuchProcess:
+            family = []
+        self.proc.terminate()
+        _, alive = psutil.wait_procs(family, timeout=grace_seconds)
+        for proc in alive:
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
+        self.proc.wait()
