@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from sis_platform.lake.tables import EVENTS, MASTER_DOCUMENTS, MESSAGE_OUTCOMES, SELECTIONS
+from sis_platform.lake.tables import EVENTS, MASTER_DOCUMENTS, SELECTIONS
 from sis_platform.queues.base import ReceivedMessage, new_message_id
 from tests.domain.sportsdata_fixtures import (
     ASCOT_1430,
@@ -75,7 +75,7 @@ def test_batches_fold_into_masters_exactly_like_the_reference(tmp_path, spark):
     assert [(r["price_num"], r["price_den"], r["price_decimal"]) for r in price] == [(9, 1, 10.0)]
 
 
-def test_fold_waits_for_a_missing_batch_then_catches_up(tmp_path, spark):
+def test_fold_waits_for_a_missing_batch_catches_up_and_a_rerun_changes_nothing(tmp_path, spark):
     h = Harness(tmp_path / "data")
     first, second = _land(
         h,
@@ -93,39 +93,8 @@ def test_fold_waits_for_a_missing_batch_then_catches_up(tmp_path, spark):
     assert_lake_matches_reference(lake, reference_for(h.logged_messages()))
     assert lake.read(MASTER_DOCUMENTS).first()["version"] == 2
 
-
-def test_rerunning_a_partition_changes_nothing(tmp_path, spark):
-    h = Harness(tmp_path / "data")
-    (key,) = _land(h, [received(master(event(ASCOT_1430))), received(update(ASCOT_1430, GO_SOFT))])
-    h.run(key)
-    h.run(key)
-    assert_lake_matches_reference(h.lake(spark), reference_for(h.logged_messages()))
-
-
-def test_a_redelivery_in_a_later_step_is_a_duplicate_when_the_ids_are_not_broadcast(
-    tmp_path, spark, monkeypatch
-):
-    # A step with more ids than the fold broadcasts (a catch-up over many batches) looks them
-    # up in message_outcomes by a join Spark plans: the same duplicates must come out.
-    from sis_platform.spark.fold import dedupe
-
-    monkeypatch.setattr(dedupe, "BROADCAST_STEP_IDS_MAX", 0)
-    h = Harness(tmp_path / "data")
-    dup_id = new_message_id()
-    keys = _land(
-        h,
-        [received(master(event(ASCOT_1430))), received(update(ASCOT_1430, GO_SOFT), dup_id)],
-        [
-            received(update(ASCOT_1430, GO_SOFT), dup_id, delivery_count=2),
-            received(update(ASCOT_1430, PRICE_7_TO_9)),
-        ],
-    )
-    h.run_requested(keys)  # two fold steps: the copy in batch 2 meets batch 1's outcome
-    lake = h.lake(spark)
+    # Rerunning a partition already logged and folded (its message log, the fold, the model)
+    # changes nothing.
+    h.run(first)
     assert_lake_matches_reference(lake, reference_for(h.logged_messages()))
-    outcomes = sorted(
-        (r["batch_seq"], r["outcome"])
-        for r in lake.read(MESSAGE_OUTCOMES).collect()
-        if r["message_id"] == dup_id
-    )
-    assert outcomes == [(1, "applied"), (2, "duplicate")]
+    assert lake.read(MASTER_DOCUMENTS).first()["version"] == 2

@@ -13,6 +13,10 @@ guard isolates a message whose classification in message_items fails
 
 from __future__ import annotations
 
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
 import pytest
 
 from sis_platform.lake.tables import (
@@ -36,11 +40,22 @@ def _retried_steps(h: Harness, run_id: str) -> list[str | None]:
     ]
 
 
-@pytest.mark.parametrize("how", ["raise", "crash"])
-def test_failing_master_is_quarantined_then_replayed_in_order_after_the_fix(
-    how: str, tmp_path, spark, monkeypatch: pytest.MonkeyPatch
-):
-    h = Harness(tmp_path / "data", overrides={"SIS_QUARANTINE_AFTER": "3"})
+QUARANTINE_AFTER_3 = {"SIS_QUARANTINE_AFTER": "3"}
+
+
+@dataclass(frozen=True)
+class Logged:
+    """A data folder where batch 1 is logged and parsed (its fold not run) and batch 2 landed."""
+
+    data_dir: Path
+    keys: list[str]
+
+
+@pytest.fixture(scope="module")
+def two_masters_logged(tmp_path_factory: pytest.TempPathFactory, spark) -> Logged:
+    """Batch 1: two masters, logged and parsed; batch 2: one update of both, landed. Built once:
+    each way of failing the fold works on a copy (the message log does not depend on it)."""
+    h = Harness(tmp_path_factory.mktemp("quarantine") / "data", overrides=QUARANTINE_AFTER_3)
     keys = [
         h.zone.land(b).key
         for b in (
@@ -49,9 +64,21 @@ def test_failing_master_is_quarantined_then_replayed_in_order_after_the_fix(
         )
     ]
     h.instance.add_dynamic_partitions("batches", keys)
+    h.materialize(keys[0], *LOG_ASSETS)
+    return Logged(h.data_dir, keys)
+
+
+@pytest.mark.parametrize("how", ["raise", "crash"])
+def test_failing_master_is_quarantined_then_replayed_in_order_after_the_fix(
+    how: str, two_masters_logged: Logged, tmp_path, spark, monkeypatch: pytest.MonkeyPatch
+):
+    # A copy of the prepared folder (Delta tables and the landing zone are plain folders).
+    shutil.copytree(two_masters_logged.data_dir, tmp_path / "data")
+    h = Harness(tmp_path / "data", overrides=QUARANTINE_AFTER_3)
+    keys = two_masters_logged.keys
+    h.instance.add_dynamic_partitions("batches", keys)
     monkeypatch.setenv("SIS_INJECT_FOLD_FAILURE", f"{ASCOT_1500}:{how}")
 
-    h.materialize(keys[0], *LOG_ASSETS)
     # One run: the fold of batches 1-2 fails three times on ASCOT_1500 (retried by the retry
     # policy), then quarantines it and folds ASCOT_1430.
     result = h.defs.resolve_job_def("process_batch").execute_in_process(

@@ -10,7 +10,12 @@ import pytest
 
 from sis_platform.domain.limits import DEFAULT_LIMITS
 from sis_platform.faults import InjectedFailure
-from sis_platform.lake.tables import FOLD_FAILURES, FOLD_STEPS, MASTER_DOCUMENTS
+from sis_platform.lake.tables import (
+    FOLD_FAILURES,
+    FOLD_STEPS,
+    MASTER_DOCUMENTS,
+    MESSAGE_OUTCOMES,
+)
 from sis_platform.spark.fold import FoldFailure, fold_all, fold_step, known_failures
 from sis_platform.spark.fold import step as step_module
 from tests.domain.sportsdata_fixtures import (
@@ -48,18 +53,29 @@ def test_steps_over_new_batches_match_the_reference(spark, tmp_path):
 
 
 def test_a_redelivery_in_a_later_step_is_a_duplicate(spark, tmp_path, monkeypatch):
-    # Without broadcast too: the ids are then looked up by a join Spark plans.
+    # Without broadcast: a step with more ids than the fold broadcasts (a catch-up over many
+    # batches) looks them up in message_outcomes by a join Spark plans; the same duplicates
+    # must come out.
     monkeypatch.setattr("sis_platform.spark.fold.dedupe.BROADCAST_STEP_IDS_MAX", 0)
     lake = new_lake(spark, tmp_path)
     soft = message(update(ASCOT_1430, GO_SOFT))
     first = [message(master(event(ASCOT_1430))), soft]
-    second = [message(soft.body, soft.message_id, delivery_count=2)]
+    second = [
+        message(soft.body, soft.message_id, delivery_count=2),
+        message(update(ASCOT_1430, PRICE_7_TO_9)),
+    ]
     log_batch(lake, 1, first)
     assert fold_step(lake).applied == 2
     log_batch(lake, 2, second)
     result = fold_step(lake)
-    assert (result.fold_step, result.duplicates, result.applied) == (2, 1, 0)
+    assert (result.fold_step, result.duplicates, result.applied) == (2, 1, 1)
     assert_lake_matches_reference(lake, reference_for(first + second))
+    outcomes = sorted(
+        (r["batch_seq"], r["outcome"])
+        for r in lake.read(MESSAGE_OUTCOMES).collect()
+        if r["message_id"] == soft.message_id
+    )
+    assert outcomes == [(1, "applied"), (2, "duplicate")]
 
 
 def test_the_fold_waits_at_a_missing_batch(spark, tmp_path):
