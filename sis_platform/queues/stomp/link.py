@@ -9,6 +9,7 @@ broker has already rolled it back and the caller must back out.
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 import uuid
@@ -130,6 +131,7 @@ class Link(stomp.ConnectionListener):
         ep = self.endpoint
         try:
             self.conn.connect(ep.user, ep.password, wait=False)
+            self._no_delay()
         except (stomp.exception.StompException, OSError) as e:
             self.abort()
             raise SourceUnavailable(f"cannot connect to STOMP broker {ep}: {e!r}") from e
@@ -147,6 +149,14 @@ class Link(stomp.ConnectionListener):
             raise SourceUnavailable(
                 f"STOMP broker {ep} did not complete CONNECT: {reason or 'timed out'}"
             )
+
+    def _no_delay(self) -> None:
+        """TCP_NODELAY on the connection's socket. Frames are small and sent in pairs (the ACKs
+        of a unit of work, then its COMMIT): with Nagle's algorithm the second waits for the
+        broker's delayed ACK of the first, about 40 ms on Linux, on every commit."""
+        sock = getattr(self.conn.transport, "socket", None)
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def send(self, action: Callable[[], None]) -> None:
         """Send a frame without waiting for anything."""
