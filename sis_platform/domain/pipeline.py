@@ -330,6 +330,10 @@ class ReferencePipeline:
             patches=self._patches,
             limits=self.limits,
         )
+        self.record(folded)
+
+    def record(self, folded: FoldedStretch) -> None:
+        """Take in a folded stretch: its masters' states, versions, results and dead letters."""
         for master_id, state in folded.states.items():
             if state.exists or state.stale or state.filtered:
                 self.masters[master_id] = state

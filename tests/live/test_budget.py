@@ -89,13 +89,7 @@ class ReferenceWithFailures(ReferencePipeline):
 
     def process(self, messages: list[LoggedMessage]) -> None:  # type: ignore[override]
         classified = classify_stretch(messages, self._seen, classify=self._classify)
-        folded = fold_stretch(classified, self.masters.get, fold=self._fold)
-        for master_id, state in folded.states.items():
-            if state.exists or state.stale or state.filtered:
-                self.masters[master_id] = state
-        self.results.extend(entry.value for entry in folded.results)
-        self.dead_letters.extend(entry.value for entry in folded.dead_letters)
-        self.versions.extend(entry.value for entry in folded.versions)
+        self.record(fold_stretch(classified, self.masters.get, fold=self._fold))
 
     def _classify(self, message: LoggedMessage) -> list[Item] | DeadLetter:
         held = self.expected.held.get(message.message_id)
