@@ -192,16 +192,17 @@ class InProcessPlatform:
         nothing, the batch it left open is sealed (`seal_open_batch`)."""
         if self.intake != "live":
             raise RuntimeError("sis-live consumes only with SIS_INTAKE=live")
+        config = live_config or self.live_config()
         watched = WatchedSource(
             source or source_from_settings(self.settings.source),
-            (live_config or self.live_config()).idle_wait_seconds / 2,
+            config.idle_wait_seconds / 2,
         )
         service = LiveService(
             watched,
             self.zone,
             self.resources["landing"].lease(),
             self.open_store,
-            live_config or self.live_config(),
+            config,
         )
         run = LiveRun(service, watched)
         thread = threading.Thread(target=run.serve, name="sis-live", daemon=True)

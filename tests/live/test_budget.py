@@ -188,6 +188,21 @@ def _assert_store_is_reference(
     assert_store_matches_reference(place.db, reference)
 
 
+def _assert_1500_quarantined(place: Place, detail: str) -> None:
+    """ASCOT_1500 quarantined at the poison's group with `detail`: every item of it from then
+    on held back, the master as it was before (not stale: nothing was folded), the other master
+    going on, and the store equal to the reference told so."""
+    assert _dead_letters(place) == [
+        (POISON, ASCOT_1500, "quarantined", detail),
+        ("r-1500", ASCOT_1500, "quarantined", detail),
+        ("u-1500", ASCOT_1500, "quarantined", detail),
+    ]
+    assert _masters(place) == {ASCOT_1430: (2, False), ASCOT_1500: (1, False)}
+    _assert_store_is_reference(
+        place, Expected(quarantined={ASCOT_1500: detail}), committed_before=POISON
+    )
+
+
 def _dead_letters(place: Place) -> list[tuple[str, str | None, str, str]]:
     store = open_store(place.url)
     try:
@@ -267,18 +282,7 @@ def test_sis_live_dying_on_a_master_quarantines_it_after_the_threshold_and_goes_
         _killed_run(place, log, variables)
     _run_until_drained(place, log, variables)
 
-    detail = "fold failed 2 times: sis-live died folding it"
-    # Every item of the quarantined master from then on is held back; the master stays as it
-    # was (not stale: nothing was folded), and the other master goes on.
-    assert _dead_letters(place) == [
-        (POISON, ASCOT_1500, "quarantined", detail),
-        ("r-1500", ASCOT_1500, "quarantined", detail),
-        ("u-1500", ASCOT_1500, "quarantined", detail),
-    ]
-    assert _masters(place) == {ASCOT_1430: (2, False), ASCOT_1500: (1, False)}
-    _assert_store_is_reference(
-        place, Expected(quarantined={ASCOT_1500: detail}), committed_before=POISON
-    )
+    _assert_1500_quarantined(place, "fold failed 2 times: sis-live died folding it")
 
 
 def test_sis_live_dying_classifying_a_message_holds_it_back_after_the_threshold(tmp_path):
@@ -305,18 +309,9 @@ def test_a_fold_that_raises_quarantines_its_master_after_the_threshold_without_a
     log = tmp_path / "sis-live.log"
     _run_until_drained(place, log, _variables({"SIS_INJECT_FOLD_FAILURE": f"{POISON}:raise"}))
 
-    letters = _dead_letters(place)
-    assert [(m, master_id, r) for m, master_id, r, _ in letters] == [
-        (POISON, ASCOT_1500, "quarantined"),
-        ("r-1500", ASCOT_1500, "quarantined"),
-        ("u-1500", ASCOT_1500, "quarantined"),
-    ]
-    detail = letters[0][3]
+    detail = _dead_letters(place)[0][3]
     assert detail.startswith("fold failed 2 times: ZeroDivisionError: injected failure on ")
-    assert _masters(place) == {ASCOT_1430: (2, False), ASCOT_1500: (1, False)}
-    _assert_store_is_reference(
-        place, Expected(quarantined={ASCOT_1500: detail}), committed_before=POISON
-    )
+    _assert_1500_quarantined(place, detail)
 
 
 def test_a_classification_that_raises_dead_letters_the_message_quarantined_at_once(tmp_path):
