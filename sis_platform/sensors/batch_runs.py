@@ -19,6 +19,11 @@ from sis_platform.intake import ReadyBatch
 from sis_platform.jobs import process_batch_job
 
 BATCH_TAG = "sis/batch"
+# Dagster's run queue launches higher priorities first (equal ones in submission order): the
+# feed's batch runs go ahead of a backfill or replay queued before them (those run at the
+# default 0), so re-materializing old partitions never makes the live feed wait behind it
+# for more than the run in flight.
+FEED_PRIORITY = {"dagster/priority": "10"}
 IN_FLIGHT = [
     dg.DagsterRunStatus.QUEUED,
     dg.DagsterRunStatus.NOT_STARTED,
@@ -52,8 +57,9 @@ def batches_result(instance: dg.DagsterInstance, batches: Sequence[ReadyBatch]) 
 
 
 def batch_run_request(batch: ReadyBatch) -> dg.RunRequest:
-    """The batch's run, requested once (`run_key`), tagged with its anchor when it has one."""
-    tags = {BATCH_TAG: batch.key}
+    """The batch's run, requested once (`run_key`), at the feed's priority, tagged with its
+    anchor when it has one."""
+    tags = {BATCH_TAG: batch.key, **FEED_PRIORITY}
     if batch.anchor is not None:
         tags |= {CHAIN_HEAD_TAG: batch.anchor.head, MESSAGES_TAG: str(batch.anchor.messages)}
     return dg.RunRequest(partition_key=batch.key, run_key=f"batch-{batch.key}", tags=tags)

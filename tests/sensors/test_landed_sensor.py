@@ -80,6 +80,7 @@ def test_registers_sealed_batches_only_and_requests_their_runs_with_their_anchor
         "sis/batch": "0000000001",
         "sis/chain_head": anchor.head,
         "sis/messages": "5",
+        "dagster/priority": "10",  # ahead of backfills in the run queue
     }
     assert ticker.instance.get_dynamic_partitions("batches") == ["0000000001"]
     assert ticker.cursor == "1"

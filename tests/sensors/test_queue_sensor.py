@@ -36,6 +36,7 @@ def test_tick_lands_a_batch_commits_the_queue_and_requests_its_run(tmp_path):
     assert isinstance(result, dg.SensorResult)
     (request,) = result.run_requests
     assert request.partition_key == "0000000001"
+    assert request.tags["dagster/priority"] == "10"  # ahead of backfills in the run queue
     assert h.instance.get_dynamic_partitions("batches") == ["0000000001"]
     assert [r["message_id"] for r in h.zone.iter_messages()] == ids
     assert _queue(h).depth() == 0
