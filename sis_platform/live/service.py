@@ -7,8 +7,9 @@ taken over: it stops consuming and stands by, as intake does), the service:
    (`GroupWriter.recover`) and catches the serving store up from its position (`Applier`);
 2. then, per group: a get that waits for the first message (bounded by the open batch's seal
    deadline, the lease renewal, the store's next retry or heartbeat, and `idle_wait_seconds`
-   for seeing a stop request), then gets waiting `group_wait_seconds` each until none comes, the
-   group holds `group_max_messages`, or the open batch would pass its bounds;
+   for seeing a stop request), then the messages available now, claimed together, until none
+   is (on a broker, until a get waiting `group_wait_seconds` finds none), the group holds
+   `group_max_messages`, or the open batch would pass its bounds;
    crash point `live.after_get`; `GroupWriter.land` (durable part file); `live.after_land`;
    queue commit; `live.after_queue_commit`; fold and store commit (`Applier.apply`, with
    `live.store_commit` inside the store's transaction); the open batch sealed when it reached
@@ -261,27 +262,36 @@ class LiveService:
     def _gather(
         self, session: QueueSession, writer: GroupWriter, first: ReceivedMessage
     ) -> list[Received]:
-        """The group started by `first`: further messages while they come within the group
-        wait, up to the group's and the open batch's bounds."""
+        """The group started by `first`: the messages available now, claimed together
+        (`QueueSession.get_available`), up to the group's and the open batch's bounds; when
+        none is, the group ends at once on a queue that knows (`knows_available`, the embedded
+        queue), and after a get waiting the group wait for one on a broker."""
         config = self.config
         open_batch = writer.open_batch
         held, size = (open_batch.messages, open_batch.bytes) if open_batch else (0, 0)
         room = min(config.group_max_messages, config.batch_max_messages - held)
         deadline = self._seal_deadline(writer)
         group: list[Received] = []
-        message: ReceivedMessage | None = first
-        while message is not None:
-            if len(message.body) > config.message_limits.max_message_bytes:
-                group.append(move_aside(self.zone, message))
-            else:
-                group.append(message)
-                size += len(message.body)
-            del message  # hold no body beyond the group's own reference
+        arrived: list[ReceivedMessage] = [first]
+        del first  # hold no body beyond the group's own reference
+        while arrived:
+            for message in arrived:
+                if len(message.body) > config.message_limits.max_message_bytes:
+                    group.append(move_aside(self.zone, message))
+                else:
+                    group.append(message)
+                    size += len(message.body)
+            arrived.clear()
             if len(group) >= room or size >= config.batch_max_bytes:
                 break
             if deadline is not None and self._clock() >= deadline:
                 break
+            arrived = session.get_available(room - len(group), config.batch_max_bytes - size)
+            if arrived or session.knows_available or config.group_wait_seconds <= 0:
+                continue
             message = session.get(wait_seconds=config.group_wait_seconds)
+            if message is not None:
+                arrived.append(message)
         return group
 
     def _commit_queue(self, session: QueueSession) -> None:

@@ -78,6 +78,27 @@ class QueueSession(abc.ABC):
         threshold are moved to its backout queue inside the unit of work and not returned.
         """
 
+    # True when `get_available` finding nothing means the queue has nothing gettable now (the
+    # embedded queue reads its own database). False for a broker, which pushes messages over a
+    # connection: one may be on its way, so a consumer gathering a group waits a little for it.
+    knows_available: bool = False
+
+    def get_available(self, max_messages: int, max_bytes: int) -> list[ReceivedMessage]:
+        """Get, under syncpoint and without waiting, the messages available now, in order: up
+        to `max_messages`, ending after the one whose body brings their bodies to `max_bytes`
+        (so at most `max_bytes` plus one message are held). Empty: none available now. As
+        `get`, messages over the backout threshold go to the backout queue and are not
+        returned. A source that can claim many messages at once overrides this loop."""
+        got: list[ReceivedMessage] = []
+        size = 0
+        while len(got) < max_messages and size < max_bytes:
+            message = self.get(wait_seconds=0.0)
+            if message is None:
+                break
+            got.append(message)
+            size += len(message.body)
+        return got
+
     @abc.abstractmethod
     def commit(self) -> None:
         """Commit the unit of work: every message got since the last commit/backout is gone."""

@@ -7,12 +7,14 @@ backout) and every state change is one SQLite transaction:
 - FIFO by put order: `seq` is assigned inside the writer lock, so it is commit order.
 - A get under syncpoint marks the row with the session's token (invisible to other sessions);
   commit deletes it; backout clears the mark and raises `backout_count`, which leaves the row
-  at its original position.
+  at its original position. `get_available` marks the next messages available, up to a count
+  and a byte bound, in one transaction (a group's gets in one statement, not one each).
 - Crashed consumers: a session holds a `flock` on its own lock file for its whole life. The
   kernel drops the lock when the process dies (SIGKILL included), so "owner dead" is an event
-  we can test for, not a timeout we guess. Opening a session and every get (a waiting get
-  also twice a second) reinstate a dead session's messages with backout count + 1, as the
-  queue manager does when a connection breaks with a unit of work open.
+  we can test for, not a timeout we guess. Opening a session and the first get of every unit
+  of work (a waiting get also when half a second passes without a ring) reinstate a dead
+  session's messages with backout count + 1, as the queue manager does when a connection
+  breaks with a unit of work open.
 - Backout threshold (MQ BOTHRESH; DEFAULT_BACKOUT_THRESHOLD, 10, unless configured; 0 turns
   it off) and backout queue (BOQNAME, `<queue>.BACKOUT` unless configured): a get that meets a
   message whose backout count has reached the threshold moves it to the backout queue inside
@@ -351,6 +353,8 @@ class EmbeddedQueue(QueueSource):
 class EmbeddedSession(QueueSession):
     """One consumer connection: at most one unit of work at a time."""
 
+    knows_available = True  # a look at the database is the queue itself
+
     def __init__(self, source: EmbeddedQueue) -> None:
         self._source = source
         self._queue = source.queue
@@ -392,18 +396,17 @@ class EmbeddedSession(QueueSession):
         with self._lock, _db_errors(self._source.path):
             self._require_open()
             waiter = self._bound_waiter() if wait_seconds > 0 else None
+            reap = not self._in_unit
             while True:
                 # Rings before this look are forgotten: the look sees what they announced. One
                 # after it stays queued on the socket and ends the wait below at once.
                 if waiter is not None:
                     waiter.clear()
-                # As a queue manager backs out a broken connection's unit at once, a consumer
-                # that died is noticed before every get (a probe of each other session's lock
-                # file), so its messages are back in their places before this get chooses.
-                _reap_dead_sessions(self._conn, self._sessions_dir, self._token, orphans=False)
-                message = self._claim_next()
-                if message is not None:
-                    return message
+                if reap:
+                    self._reap()
+                claimed = self._claim(1, 1)
+                if claimed:
+                    return claimed[0]
                 now = time.monotonic()
                 if now >= deadline:
                     return None
@@ -411,9 +414,30 @@ class EmbeddedSession(QueueSession):
                 # dead owners again.
                 pause = min(deadline - now, _REAP_INTERVAL_SECONDS)
                 if waiter is not None:
-                    waiter.wait(pause)
+                    # A ring announces messages; a dead owner rings nothing, so its messages
+                    # are looked for when a pause ends without one.
+                    reap = not waiter.wait(pause)
                 else:
                     time.sleep(min(pause, _POLL_SECONDS))
+                    reap = True
+
+    def get_available(self, max_messages: int, max_bytes: int) -> list[ReceivedMessage]:
+        """The messages gettable now, claimed in one transaction (see QueueSession)."""
+        if max_messages < 1 or max_bytes < 1:
+            return []
+        with self._lock, _db_errors(self._source.path):
+            self._require_open()
+            if not self._in_unit:
+                self._reap()
+            return self._claim(max_messages, max_bytes)
+
+    def _reap(self) -> None:
+        # As a queue manager backs out a broken connection's unit at once, a consumer that died
+        # is noticed (a probe of each other session's lock file) before a unit of work's first
+        # get, so its messages are back in their places before the unit chooses; within a unit
+        # it is noticed by the next unit (or by a waiting get's periodic look), which is when a
+        # get under syncpoint could tell anyway.
+        _reap_dead_sessions(self._conn, self._sessions_dir, self._token, orphans=False)
 
     def _bound_waiter(self) -> Waiter | None:
         """This session's doorbell socket, bound once; None if it cannot be (the get then
@@ -478,42 +502,65 @@ class EmbeddedSession(QueueSession):
         self._in_unit = 0
         _ring(self._source.path)  # reinstated: gettable again
 
-    def _claim_next(self) -> ReceivedMessage | None:
-        # A claim needs no fsync of its own: if it is lost in a power cut, the message is
+    def _claim(self, max_messages: int, max_bytes: int) -> list[ReceivedMessage]:
+        """Claim the next gettable messages in queue order, in one transaction: up to
+        `max_messages`, ending after the one whose body brings them to `max_bytes`. A message
+        whose backout count has reached the threshold is marked to move to the backout queue at
+        commit instead (not returned, not counted)."""
+        # A claim needs no fsync of its own: if it is lost in a power cut, the messages are
         # simply still available (or reinstated from this now-dead session). The commit that
-        # deletes it runs with synchronous=FULL and makes everything before it durable too.
+        # deletes them runs with synchronous=FULL and makes everything before it durable too.
         self._conn.execute("PRAGMA synchronous=NORMAL")
         try:
             with _transaction(self._conn):
-                while True:
-                    row = self._conn.execute(
+                claimed: list[ReceivedMessage] = []
+                claims: list[tuple[str, int]] = []
+                moves: list[tuple[str, str, int]] = []
+                size = 0
+                after = 0
+                while len(claimed) < max_messages and size < max_bytes:
+                    # Rows are read one at a time (bodies only of what is claimed, plus at most
+                    # the moved ones); marks are written after the read, never while its cursor
+                    # walks the index they change.
+                    wanted = max_messages - len(claimed)
+                    cursor = self._conn.execute(
                         "SELECT seq, message_id, body, put_time_us, backout_count FROM messages"
-                        " WHERE queue = ? AND owner IS NULL ORDER BY seq LIMIT 1",
-                        (self._queue,),
-                    ).fetchone()
-                    if row is None:
-                        return None
-                    seq, message_id, body, put_time_us, backout_count = row
-                    if self._threshold and backout_count >= self._threshold:
-                        self._conn.execute(
-                            "UPDATE messages SET owner = ?, move_to = ? WHERE seq = ?",
-                            (self._token, self._backout_queue, seq),
-                        )
-                        self._in_unit += 1
-                        log.warning(
-                            "embedded queue %s: message %s reached backout count %d,"
-                            " moving it to %s",
-                            self._queue,
-                            message_id,
-                            backout_count,
-                            self._backout_queue,
-                        )
-                        continue
-                    self._conn.execute(
-                        "UPDATE messages SET owner = ? WHERE seq = ?", (self._token, seq)
+                        " WHERE queue = ? AND owner IS NULL AND seq > ? ORDER BY seq LIMIT ?",
+                        (self._queue, after, wanted),
                     )
-                    self._in_unit += 1
-                    return _row_to_message((message_id, body, put_time_us, backout_count))
+                    read = 0
+                    for seq, message_id, body, put_time_us, backout_count in cursor:
+                        read += 1
+                        after = seq
+                        if self._threshold and backout_count >= self._threshold:
+                            moves.append((self._token, self._backout_queue, seq))
+                            log.warning(
+                                "embedded queue %s: message %s reached backout count %d,"
+                                " moving it to %s",
+                                self._queue,
+                                message_id,
+                                backout_count,
+                                self._backout_queue,
+                            )
+                            continue
+                        claims.append((self._token, seq))
+                        claimed.append(
+                            _row_to_message((message_id, body, put_time_us, backout_count))
+                        )
+                        size += len(body)
+                        if size >= max_bytes:
+                            break
+                    cursor.close()
+                    if read < wanted:
+                        break  # nothing more is gettable (or the byte bound ended the read)
+                if moves:
+                    self._conn.executemany(
+                        "UPDATE messages SET owner = ?, move_to = ? WHERE seq = ?", moves
+                    )
+                if claims:
+                    self._conn.executemany("UPDATE messages SET owner = ? WHERE seq = ?", claims)
+                self._in_unit += len(moves) + len(claims)
+                return claimed
         finally:
             self._conn.execute("PRAGMA synchronous=FULL")
 

@@ -147,6 +147,43 @@ def test_backout_reinstates_messages_in_order_with_delivery_count_raised(
     queue.assert_empty()
 
 
+def gather(queue: QueueUnderTest, session: QueueSession, n: int) -> list[ReceivedMessage]:
+    """`n` messages got as sis-live gathers a group: what is available at once, and a waiting
+    get when nothing is (a broker's next message may still be on its way)."""
+    got: list[ReceivedMessage] = []
+    while len(got) < n:
+        more = session.get_available(n - len(got), 1 << 30)
+        assert len(more) <= n - len(got)
+        if not more:
+            message = session.get(queue.wait)
+            assert message is not None, f"expected {n} messages, got {len(got)}"
+            more = [message]
+        got.extend(more)
+    return got
+
+
+def test_get_available_takes_messages_in_order_and_backout_restores_them_all(
+    queue: QueueUnderTest,
+) -> None:
+    put_ids = queue.put(*(b"m%d" % i for i in range(7)))
+    with queue.source().connect() as session:
+        assert ids(gather(queue, session, 7)) == put_ids
+        session.backout()
+        again = gather(queue, session, 7)
+        assert ids(again) == put_ids
+        assert [m.delivery_count for m in again] == [2] * 7
+        assert [m.body for m in again] == [b"m%d" % i for i in range(7)]
+        session.commit()
+    queue.assert_empty()
+
+
+def test_get_available_on_an_empty_queue_takes_nothing(queue: QueueUnderTest) -> None:
+    with queue.source().connect() as session:
+        assert session.get_available(10, 1 << 20) == []
+        assert session.get_available(0, 1 << 20) == []
+        session.commit()
+
+
 def test_partial_backouts_keep_queue_order(queue: QueueUnderTest) -> None:
     """Backing out a unit that took only part of an earlier backed-out run must not move the
     rest ahead of it (ActiveMQ needs strictOrderDispatch for this)."""

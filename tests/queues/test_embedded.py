@@ -187,6 +187,36 @@ def test_waiting_get_reinstates_messages_of_a_consumer_killed_meanwhile(tmp_path
     assert list((tmp_path / "sessions").iterdir()) == []
 
 
+def hold_available_and_wait(path: str, count: int, pipe: Any) -> None:
+    session = EmbeddedQueue(Path(path)).connect()
+    pipe.send([m.message_id for m in session.get_available(count, 1 << 20)])
+    pipe.recv()  # killed while waiting here, unit open
+
+
+@pytest.mark.faults
+def test_messages_a_killed_consumer_took_together_are_all_reinstated(tmp_path: Path) -> None:
+    queue = EmbeddedQueue(tmp_path)
+    with queue.producer() as producer:
+        put_ids = [producer.put(b"%d" % n) for n in range(5)]
+    parent_end, child_end = SPAWN.Pipe()
+    child = SPAWN.Process(target=hold_available_and_wait, args=(str(tmp_path), 3, child_end))
+    child.start()
+    assert parent_end.poll(60)
+    assert parent_end.recv() == put_ids[:3]
+    with queue.connect() as session:
+        assert [m.message_id for m in session.get_available(10, 1 << 20)] == put_ids[3:]
+        session.backout()
+        assert child.pid is not None
+        os.kill(child.pid, signal.SIGKILL)
+        child.join(30)
+        # The next unit's first get reaps the dead session: its three come back in place.
+        again = session.get_available(10, 1 << 20)
+        session.commit()
+    assert [m.message_id for m in again] == put_ids
+    assert [m.delivery_count for m in again] == [2, 2, 2, 2, 2]
+    assert list((tmp_path / "sessions").iterdir()) == []
+
+
 # -- in one process -------------------------------------------------------------------------
 
 
@@ -205,6 +235,44 @@ def test_in_flight_messages_are_invisible_to_other_sessions(tmp_path: Path) -> N
         assert two.get().message_id == a  # type: ignore[union-attr]
         one.commit()
         two.commit()
+    assert queue.depth() == 0
+
+
+def test_get_available_stops_at_its_count_and_after_the_body_that_reaches_its_bytes(
+    tmp_path: Path,
+) -> None:
+    queue = EmbeddedQueue(tmp_path)
+    with queue.producer() as producer:
+        put_ids = [producer.put(b"0123456789") for _ in range(6)]
+    with queue.connect() as session:
+        assert [m.message_id for m in session.get_available(3, 1 << 20)] == put_ids[:3]
+        # 10 bytes are under 15, 20 reach it: the second message ends the claim.
+        assert [m.message_id for m in session.get_available(10, 15)] == put_ids[3:5]
+        assert [m.message_id for m in session.get_available(10, 1)] == put_ids[5:]
+        assert session.get_available(10, 1 << 20) == []
+        assert queue.depth(include_in_flight=False) == 0
+        session.commit()
+    assert queue.depth() == 0
+
+
+def test_get_available_moves_a_message_past_the_backout_threshold_within_the_unit(
+    tmp_path: Path,
+) -> None:
+    queue = EmbeddedQueue(tmp_path, backout_threshold=2)
+    with queue.producer() as producer:
+        poison, good, later = producer.put(b"p"), producer.put(b"g"), producer.put(b"l")
+    with queue.connect() as session:
+        for _ in range(2):
+            assert session.get().message_id == poison  # type: ignore[union-attr]
+            session.backout()
+        # The poison message is marked to move, not returned, and counts toward nothing.
+        assert [m.message_id for m in session.get_available(2, 1 << 20)] == [good, later]
+        session.backout()  # ... which the backout undoes with the rest
+        assert [m.body for m in queue.browse()] == [b"p", b"g", b"l"]
+        got = session.get_available(2, 1 << 20)
+        assert [(m.message_id, m.delivery_count) for m in got] == [(good, 2), (later, 2)]
+        session.commit()
+    assert [m.message_id for m in queue.browse_backout()] == [poison]
     assert queue.depth() == 0
 
 
