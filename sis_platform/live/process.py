@@ -4,6 +4,7 @@ SIGTERM or SIGINT asks it to stop."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import threading
@@ -65,5 +66,11 @@ def run_until_signalled(service: LiveService, settings: Settings) -> None:
         service.zone.root,
         shown_url(settings.serving.url),
     )
+    # What exists now (the imported modules, mostly) lives as long as the process: moved out of
+    # the collector's sight, so that a full collection while messages flow walks only what the
+    # service made since (on this platform's imports, tens of milliseconds less per collection
+    # on the hot path).
+    gc.collect()
+    gc.freeze()
     service.run()
     log.info("sis-live stopped")
