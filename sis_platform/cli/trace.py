@@ -1,13 +1,17 @@
 """sis-trace: answer a dispute about one message from the message log (the Delta tables).
 
     sis-trace MESSAGE_ID [--json] [--show-body]
+    sis-trace --as-of MASTER_ID TIME [--json]
 
 Prints every logged copy of the message (batch, when received, delivery count, digest, hash
 chain link), how it was parsed and what became of each item (see sis_platform/trace.py).
+With --as-of: the master document as it was shown at TIME, the message that made that version
+and when it was received (sis_platform/cli/asof.py).
 Spark and the lake come from the platform's own configuration (sis_platform/config.py:
 SIS_PROFILE, SIS_DATA_DIR, SIS_LAKE_PATH, SIS_SPARK_MASTER, ...).
 
-Exit status: 0 the message is in the log, 1 it is not, 2 bad arguments or configuration.
+Exit status: 0 the message is in the log (--as-of: a version was shown at TIME), 1 it is not,
+2 bad arguments or configuration.
 """
 
 from __future__ import annotations
@@ -17,10 +21,12 @@ import base64
 import dataclasses
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from sis_platform.cli import asof
 from sis_platform.cli.platform import (
     EXIT_USAGE,
     configured_resources,
@@ -40,6 +46,9 @@ from sis_platform.trace import (
     trace_message,
 )
 
+if TYPE_CHECKING:
+    from sis_platform.serving import ServingStore
+
 EXIT_FOUND = 0
 EXIT_NOT_FOUND = 1
 
@@ -51,13 +60,23 @@ def _parser() -> argparse.ArgumentParser:
         "and what became of each (master version applied, duplicate, filtered, dead letter, "
         "or not yet folded). Reads the Delta tables under SIS_LAKE_PATH (default "
         "$SIS_DATA_DIR/lake).",
-        epilog="Exit status: 0 found, 1 not in the message log, 2 bad arguments.",
+        epilog="Exit status: 0 found (--as-of: a version was shown at TIME), 1 not in the "
+        "message log (--as-of: none shown yet), 2 bad arguments.",
     )
     parser.add_argument(
         "message_id",
         metavar="MESSAGE_ID",
+        nargs="?",
         help='the JMS message id, e.g. "ID:" + 48 hex digits (an MQ MsgId\'s 48 hex digits '
         "alone are accepted too)",
+    )
+    parser.add_argument(
+        "--as-of",
+        nargs=2,
+        metavar=("MASTER_ID", "TIME"),
+        help="instead of a message: the master document as shown at TIME (ISO 8601, e.g. "
+        "2026-11-21T14:29:58Z; UTC without a zone), by the serving store when SIS_INTAKE=live, "
+        "else by the lake; with the message that made that version and when it was received",
     )
     parser.add_argument("--json", action="store_true", help="print the trace as JSON")
     parser.add_argument("--show-body", action="store_true", help="include each copy's logged bytes")
@@ -69,11 +88,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(parser, argv)
     if isinstance(args, int):
         return args
+    if (args.as_of is None) == (args.message_id is None):
+        return _usage(parser, "give either MESSAGE_ID or --as-of MASTER_ID TIME")
+    if args.as_of is not None:
+        return _as_of(parser, *args.as_of, as_json=args.json)
     message_id = normalize_message_id(args.message_id)
     if not message_id or any(c.isspace() or not c.isprintable() for c in message_id):
-        parser.print_usage(sys.stderr)
-        print(f"sis-trace: error: not a message id: {args.message_id!r}", file=sys.stderr)
-        return EXIT_USAGE
+        return _usage(parser, f"not a message id: {args.message_id!r}")
 
     resources = configured_resources("sis-trace")
     if resources is None:
@@ -94,6 +115,49 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return EXIT_NOT_FOUND
     return EXIT_FOUND
+
+
+def _usage(parser: argparse.ArgumentParser, error: str) -> int:
+    parser.print_usage(sys.stderr)
+    print(f"sis-trace: error: {error}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _as_of(parser: argparse.ArgumentParser, master_id: str, time: str, *, as_json: bool) -> int:
+    try:
+        at = asof.parse_instant(time)
+    except ValueError:
+        return _usage(parser, f"not an ISO 8601 time: {time!r}")
+    if not master_id.strip() or not master_id.isprintable():
+        return _usage(parser, f"not a master id: {master_id!r}")
+    resources = configured_resources("sis-trace")
+    if resources is None:
+        return EXIT_USAGE
+    lake = resources["lake"].lake(spark_session(resources["spark"]))
+    with _live_store(resources) as store:
+        return asof.run(lake, store, master_id.strip(), at, as_json=as_json)
+
+
+@contextmanager
+def _live_store(resources: dict[str, Any]) -> Iterator[ServingStore | None]:
+    """The serving store where the live path runs (None otherwise, or when it cannot be read:
+    the answer then comes from the lake alone, and stderr says so)."""
+    from sis_platform.serving import ServingUnavailable, open_store
+    from sis_platform.settings import load_settings
+
+    if load_settings().intake != "live":
+        yield None
+        return
+    try:
+        store = open_store(resources["serving"].url)
+    except (ServingUnavailable, ValueError) as error:
+        print(
+            f"sis-trace: serving store not read ({error}): answering from the lake", file=sys.stderr
+        )
+        yield None
+        return
+    with store:
+        yield store
 
 
 def to_json(trace: MessageTrace) -> dict[str, Any]:

@@ -217,10 +217,17 @@ class ServingStore(ABC):
         """Change log rows after `after_seq`, in order, at most `limit`."""
         query = f"SELECT {_CHANGE_COLUMNS} FROM changes WHERE seq > ? ORDER BY seq LIMIT ?"
         found = self._run(lambda c: self._all(c, query, (after_seq, _limit(limit))))
-        return [
-            Change(r[0], r[1], r[2], r[3], self._timestamp_out(r[4]), self._stamp(r[5]), *r[6:])
-            for r in found
-        ]
+        return [self._change(r) for r in found]
+
+    def change_as_of(self, master_id: str, at: datetime) -> Change | None:
+        """The master's last change committed at or before `at`: the version readers of this
+        store were shown then (None: none yet). Reads the master's changes only (index)."""
+        query = (
+            f"SELECT {_CHANGE_COLUMNS} FROM changes WHERE master_id = ? AND committed_at <= ? "
+            "ORDER BY seq DESC LIMIT 1"
+        )
+        row = self._run(lambda c: self._one(c, query, (master_id, self._timestamp_in(at))))
+        return None if row is None else self._change(row)
 
     def dead_letters(self, after_seq: int = 0, limit: int = 1000) -> list[DeadLetter]:
         """Dead letters recorded after `after_seq`, in order, at most `limit` (bodies left out:
@@ -269,6 +276,9 @@ class ServingStore(ABC):
     def _last_seq(self, conn: Any) -> int:
         row = self._one(conn, "SELECT max(seq) FROM changes")
         return int(row[0]) if row and row[0] is not None else 0
+
+    def _change(self, r: Sequence[Any]) -> Change:
+        return Change(r[0], r[1], r[2], r[3], self._timestamp_out(r[4]), self._stamp(r[5]), *r[6:])
 
     def _stamp(self, value: Any) -> datetime:
         stamp = self._timestamp_out(value)

@@ -15,15 +15,20 @@ import json
 import subprocess
 import sys
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from sis_platform.asof import LAKE, SERVING_STORE, master_as_of
 from sis_platform.cli.trace import main
 from sis_platform.consumer import BatchLimits, consume_batch
-from sis_platform.lake.tables import MESSAGE_OUTCOMES
+from sis_platform.lake.tables import FOLD_STEPS, MASTER_DOCUMENTS, MESSAGE_OUTCOMES
 from sis_platform.landing import LandedBatch
+from sis_platform.live.applier import Applier
+from sis_platform.live.config import LiveConfig
 from sis_platform.queues.base import new_message_id
+from sis_platform.serving import open_store
 from sis_platform.trace import NOT_FOLDED, PARSED_INVALID, normalize_message_id, trace_message
 from tests.domain.sportsdata_fixtures import (
     ASCOT_1430,
@@ -262,3 +267,106 @@ def test_sis_trace_help_runs_as_a_command():
     )
     assert out.returncode == 0, out.stderr
     assert "MESSAGE_ID" in out.stdout and "--json" in out.stdout
+
+
+# --- as of an instant (sis_platform/asof.py, sis-trace --as-of) --------------------------------
+
+
+def _received(log: Log, spark, message_id: str) -> datetime:
+    return trace_message(log.harness.lake(spark), message_id).copies[0].received_at
+
+
+def _fold_step_2_committed_at(log: Log, spark) -> datetime:
+    (row,) = log.harness.lake(spark).read(FOLD_STEPS).where("fold_step = 2").collect()
+    return row["committed_at"].astimezone(UTC)
+
+
+def test_as_of_is_what_the_lake_showed_and_what_had_been_received(log: Log, spark):
+    lake = log.harness.lake(spark)
+    committed = _fold_step_2_committed_at(log, spark)
+    new_at, update_at = _received(log, spark, log.new_id), _received(log, spark, log.multi_id)
+
+    before = master_as_of(lake, ASCOT_1430, new_at - timedelta(microseconds=1))
+    assert (before.found, before.shown, before.received) == (False, None, None)
+
+    # Both versions were received in batch 1 (a landing stamps its messages with one instant);
+    # the lake showed them from fold step 2's commit.
+    assert update_at == new_at
+    between = master_as_of(lake, ASCOT_1430, new_at)
+    assert between.shown_by == LAKE and between.shown is None
+    assert between.received is not None
+    assert (between.received.version, between.received.message_id) == (2, log.multi_id)
+    assert between.received.received_at == update_at
+
+    shown = master_as_of(lake, ASCOT_1430, committed).shown
+    assert shown is not None
+    assert (shown.version, shown.operation, shown.message_id) == (2, "update", log.multi_id)
+    assert (shown.in_lake_from, shown.fold_step, shown.received_at) == (committed, 2, update_at)
+    (current,) = lake.read(MASTER_DOCUMENTS).where(f"master_id = '{ASCOT_1430}'").collect()
+    assert shown.document == current["document"]
+    # The pending update (batch 3) is logged, not folded: the lake knows no version 3 yet.
+    assert master_as_of(lake, ASCOT_1430, datetime.now(UTC)).shown == shown
+    assert not master_as_of(lake, "NOPE-1", datetime.now(UTC)).found
+
+
+def test_as_of_with_the_serving_store_is_what_its_readers_were_shown(log: Log, spark, tmp_path):
+    lake = log.harness.lake(spark)
+    url = f"sqlite:///{tmp_path / 'serving.db'}"
+    # A commit per message, as sis-live makes at the feed's pace (a catch-up commits a chunk).
+    config = LiveConfig(group_max_messages=1)
+    applier = Applier(log.harness.zone, lambda: open_store(url), config)
+    applier.catch_up(log.harness.zone.last_position())
+    applier.close()
+    with open_store(url) as store:
+        changes = [c for c in store.changes(limit=100) if c.master_id == ASCOT_1430]
+        assert [c.version for c in changes] == [1, 2, 3]  # sis-live applied batch 3 too
+        first, _, third = changes
+
+        early = master_as_of(lake, ASCOT_1430, first.committed_at, store=store)
+        assert early.shown_by == SERVING_STORE and early.shown is not None
+        assert (early.shown.version, early.shown.in_store_from) == (1, first.committed_at)
+        assert early.shown.fold_step == 2 and early.shown.document is not None
+        assert early.shown.document_sha256 == first.document_sha256
+
+        # Version 3 only the store has applied: its document is the store's current one, its
+        # message the lake's logged (not folded) pending update.
+        latest = master_as_of(lake, ASCOT_1430, third.committed_at, store=store).shown
+        assert latest is not None
+        assert (latest.version, latest.message_id, latest.fold_step) == (3, log.pending_id, None)
+        assert latest.received_at == _received(log, spark, log.pending_id)
+        stored = store.master(ASCOT_1430)
+        assert stored is not None and latest.document == stored.document.decode()
+        assert latest.document_sha256 == third.document_sha256
+
+
+def test_cli_as_of(log: Log, cli_env, spark, capsys):
+    committed = _fold_step_2_committed_at(log, spark)
+    at = committed.isoformat().replace("+00:00", "Z")
+    assert main(["--as-of", ASCOT_1500, at]) == 0
+    out = capsys.readouterr().out
+    assert f"Master {ASCOT_1500} as of {at}" in out
+    assert "shown           version 2 (update)" in out
+    assert f"made by         message {log.multi_id}" in out
+    assert "in the lake     from " in out and "(fold step 2)" in out
+    assert "<event" in out
+
+    assert main(["--json", "--as-of", ASCOT_1500, at]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["shown_by"], data["shown"]["version"], data["received"]["version"]) == (
+        "lake",
+        2,
+        2,
+    )
+
+    early = _received(log, spark, log.new_id).isoformat()
+    assert main(["--as-of", ASCOT_1500, early]) == 1  # received, not shown yet
+    captured = capsys.readouterr()
+    assert "received by then version 2" in captured.out
+    assert "had no version shown by the lake" in captured.err
+
+
+def test_cli_as_of_bad_arguments_exit_2(capsys):
+    assert main(["--as-of", ASCOT_1430, "yesterday"]) == 2
+    assert main(["--as-of", ASCOT_1430, "2026-11-21T14:29:58Z", "ID:x"]) == 2
+    err = capsys.readouterr().err
+    assert "not an ISO 8601 time" in err and "either MESSAGE_ID or --as-of" in err
