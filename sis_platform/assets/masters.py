@@ -18,9 +18,10 @@ import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field
 
+from sis_platform.assets.dead_letter_view import dead_letter_metadata
 from sis_platform.assets.message_log import classified
 from sis_platform.assets.policies import TRANSIENT_RETRY
-from sis_platform.assets.table_specs import location, table_spec
+from sis_platform.assets.table_specs import identifier, location, table_spec
 from sis_platform.lake.delta import Lake
 from sis_platform.lake.tables import (
     BATCH_LOG,
@@ -39,7 +40,8 @@ from sis_platform.resources.platform import (
     FeedProcessingResource,
     LandingZoneResource,
 )
-from sis_platform.spark.fold import FoldStepResult, fold_step
+from sis_platform.spark.dead_letter_summary import dead_letter_summary
+from sis_platform.spark.fold import FoldStepResult, committed_step, fold_step
 from sis_platform.spark.items import ItemsSummary
 from sis_platform.spark.replay import ReplayResult, replay_dead_letters
 
@@ -212,9 +214,9 @@ def step_results(
 ) -> Iterator[dg.MaterializeResult]:
     """One materialization per fold table, each with the step's common metadata."""
     common: dict[str, Any] = {
-        "fold_step": result.fold_step,
-        "first_batch": result.first_batch_seq,
-        "last_batch": result.last_batch_seq,
+        "fold_step": identifier(result.fold_step),
+        "first_batch": identifier(result.first_batch_seq),
+        "last_batch": identifier(result.last_batch_seq),
         "waiting_for_batch": result.waiting_for,
         "rewound_masters": result.rewound_masters,
         "changed_batches": dg.MetadataValue.json(list(result.changed_batches)),
@@ -231,10 +233,17 @@ def step_results(
         "filtered": result.filtered,
         "dead_lettered": result.dead_lettered,
     }
+    step = result.fold_step if result.fold_step is not None else committed_step(lake).fold_step
     own: dict[Table, dict[str, Any]] = {
-        MASTER_DOCUMENTS: {"masters_changed": result.masters_changed},
+        MASTER_DOCUMENTS: {
+            "masters_changed": result.masters_changed,
+            "dagster/row_count": lake.read(MASTER_DOCUMENTS).count(),
+        },
         MASTER_VERSIONS: {},
-        DEAD_LETTERS: {"dead_lettered": result.dead_lettered},
+        DEAD_LETTERS: {
+            "dead_lettered": result.dead_lettered,
+            **dead_letter_metadata(dead_letter_summary(lake, step)),
+        },
         MESSAGE_OUTCOMES: counts,
         FOLD_STEPS: {**counts, "masters_changed": result.masters_changed},
         FOLD_FAILURES: {},

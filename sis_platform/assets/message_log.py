@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 
 from sis_platform.assets.partitions import batches_partitions
 from sis_platform.assets.policies import TRANSIENT_RETRY
-from sis_platform.assets.table_specs import KINDS, column_schema, location, table_spec
+from sis_platform.assets.table_specs import KINDS, OWNERS, column_schema, location, table_spec
 from sis_platform.lake.delta import Lake, sql_identifier
 from sis_platform.lake.tables import BATCH_LOG, CLASSIFY_FAILURES, MESSAGE_ITEMS, RAW_MESSAGES
 from sis_platform.resources.platform import (
@@ -33,6 +33,7 @@ MESSAGES_TAG = "sis/messages"
     partitions_def=batches_partitions,
     group_name="message_log",
     kinds=KINDS,
+    owners=OWNERS,
     metadata={"dagster/column_schema": column_schema(RAW_MESSAGES)},
     retry_policy=TRANSIENT_RETRY,
 )

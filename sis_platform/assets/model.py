@@ -16,7 +16,7 @@ from dagster_pyspark import LazyPySparkResource
 
 from sis_platform.assets.masters import FOLD_POOL
 from sis_platform.assets.policies import TRANSIENT_RETRY
-from sis_platform.assets.table_specs import location, table_spec
+from sis_platform.assets.table_specs import identifier, location, table_spec
 from sis_platform.lake.tables import (
     EVENTS,
     FOLD_STEPS,
@@ -97,7 +97,7 @@ def interpreted_model(
             + (" ..." if r.failed > len(r.failed_masters) else "")
         )
     common = {
-        "fold_step": r.fold_step,
+        "fold_step": identifier(r.fold_step),
         "masters_refreshed": r.masters,
         "masters_failed": r.failed,
         "failures_table": dg.MetadataValue.path(lk.path(MODEL_FAILURES)),
@@ -109,7 +109,11 @@ def interpreted_model(
         (MODEL_STEPS, None),
         (MODEL_FAILURES, None),
     ):
-        refreshed = {} if rows is None else {"rows_refreshed": rows}
+        refreshed = (
+            {}
+            if rows is None
+            else {"rows_refreshed": rows, "dagster/row_count": lk.read(table).count()}
+        )
         yield dg.MaterializeResult(
             asset_key=table.name, metadata={**common, **refreshed, **location(lk, table)}
         )

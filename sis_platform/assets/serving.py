@@ -32,6 +32,7 @@ from dagster_pyspark import LazyPySparkResource
 from pyspark.sql import functions as F
 
 from sis_platform.assets.message_log import raw_messages
+from sis_platform.assets.table_specs import OWNERS
 from sis_platform.lake.delta import Lake
 from sis_platform.lake.tables import MASTER_DOCUMENTS
 from sis_platform.landing import LandingZone, LogPosition, batch_key
@@ -58,6 +59,7 @@ def serving_store_spec(url: str) -> dg.AssetSpec:
         deps=[raw_messages],
         group_name="live",
         kinds={store_kind(url)},
+        owners=OWNERS,
         description="The serving store sis-live keeps from the landed message log in tens of "
         "milliseconds: current masters, the interpreted model (events, markets, selections), "
         "dead letters, message outcomes and an ordered change log. Opportunity Management "

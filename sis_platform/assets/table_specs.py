@@ -13,6 +13,8 @@ from sis_platform.lake.delta import Lake
 from sis_platform.lake.tables import Table
 
 KINDS = {"spark", "delta"}
+# Who answers for the platform's assets (shown on every asset page; a deployment may rename it).
+OWNERS = ["team:sis-platform"]
 
 
 def column_schema(table: Table) -> dg.TableSchema:
@@ -36,6 +38,7 @@ def table_spec(table: Table, description: str, *, deps: Iterable[str] = ()) -> d
         deps=list(deps),
         description=description,
         kinds=KINDS,
+        owners=OWNERS,
         metadata={"dagster/column_schema": column_schema(table)},
     )
 
@@ -45,3 +48,9 @@ def location(lake: Lake, table: Table) -> dict[str, Any]:
     as the asset's address) and `table` (the path, as every materialization has carried it)."""
     path = lake.path(table)
     return {"dagster/uri": path, "table": dg.MetadataValue.path(path)}
+
+
+def identifier(number: int | None) -> dg.MetadataValue | None:
+    """A step or batch number as metadata: text, because it names a thing rather than measures
+    it, and the UI plots every numeric value over time."""
+    return None if number is None else dg.MetadataValue.text(str(number))
