@@ -44,6 +44,12 @@ from sis_platform.lease import ConsumerLease, Lease, LeaseError
 from sis_platform.logchain import Anchor
 from sis_platform.queues.base import FencedOff, QueueSession, QueueSource, SourceUnavailable
 
+# How a batch that did not fill up ended, in an operator's words (a skip reason).
+_WHY_NOT_FULL = {
+    ClosedBy.SECONDS: "was sealed by age (SIS_BATCH_MAX_SECONDS) before it filled",
+    ClosedBy.DRAINED: "was sealed when the queue ran dry",
+}
+
 
 class IntakeLog(Protocol):
     """Where a tick reports what it did besides its result (a `logging.Logger`, or a Dagster
@@ -254,8 +260,8 @@ class Intake:
         return (
             f"backpressure: {runs_in_flight} batch run(s) queued or running "
             + (
-                f"and batch {last[0]} was not full (it ended: {closed_by}), so a batch "
-                "landed now would wait for the run in flight"
+                f"and the last batch, {last[0]}, {_WHY_NOT_FULL.get(closed_by, 'was not full')}: "
+                "the feed is live, and a batch landed now would only wait for the run in flight"
                 if live
                 else f"(SIS_MAX_RUNS_IN_FLIGHT={limit})"
             )

@@ -226,7 +226,7 @@ def test_backpressure_leaves_messages_on_the_queue_while_runs_are_in_flight(tmp_
     p.put(1)
     live = p.intake.tick(1, registered=3)
     assert live.status is TickStatus.BACKPRESSURE
-    assert "batch 0000000003 was not full (it ended: drained)" in live.detail
+    assert "the last batch, 0000000003, was sealed when the queue ran dry" in live.detail
     assert p.queue.depth() == 1
     assert _batches(p.intake.tick(0, registered=3)) == ["0000000004"]
 

@@ -194,7 +194,7 @@ def test_a_batch_cut_by_its_deadline_is_not_taken_for_a_drained_queue(tmp_path):
         ({"SIS_MAX_RUNS_IN_FLIGHT": "1"}, "(SIS_MAX_RUNS_IN_FLIGHT=1)"),
         # A live feed keeping up: a batch landed behind the run in flight would wait for it,
         # and the messages after it for both; the next batch waits instead and takes them all.
-        ({}, "batch 0000000001 was not full (it ended: drained)"),
+        ({}, "the last batch, 0000000001, was sealed when the queue ran dry"),
     ],
 )
 def test_backpressure_leaves_messages_on_the_queue_while_runs_are_in_flight(tmp_path, env, why):
@@ -241,7 +241,7 @@ def test_a_batch_ended_by_its_deadline_is_a_live_feed_too(tmp_path):
     _put(h, 1)
     held = h.tick()
     assert isinstance(held, dg.SkipReason)
-    assert "not full (it ended: seconds)" in (held.skip_message or "")
+    assert "was sealed by age (SIS_BATCH_MAX_SECONDS) before it filled" in (held.skip_message or "")
 
 
 def test_the_sensor_interval_comes_from_the_settings_the_code_location_is_built_with(tmp_path):
