@@ -23,9 +23,11 @@ from sis_platform.queues.ibmmq import (
     IbmMqError,
     IbmMqQueue,
     Rfh2Error,
+    load_mqi,
     mqmd_put_time,
     parse_rfh2,
 )
+from sis_platform.queues.ibmmq.mqi import MQI_MODULES
 from tests.queues import sources
 from tests.queues.fake_pymqi import (
     CMQC,
@@ -909,18 +911,44 @@ def test_password_never_appears_in_logs_or_errors(
     assert PASSWORD not in caplog.text
 
 
-# -- without pymqi ----------------------------------------------------------------------
+# -- which binding: IBM's ibmmq, else pymqi -------------------------------------------------
 
 
-def test_connecting_without_pymqi_names_the_extra_and_the_mq_client_library(
+@pytest.mark.parametrize(
+    ("installed", "loaded"),
+    [(("ibmmq", "pymqi"), "ibmmq"), (("ibmmq",), "ibmmq"), (("pymqi",), "pymqi")],
+)
+def test_the_source_uses_ibmmq_when_installed_else_pymqi(
+    server: FakeQueueManagerServer,
+    monkeypatch: pytest.MonkeyPatch,
+    installed: tuple[str, ...],
+    loaded: str,
+) -> None:
+    fakes = {name: FakePymqi(server) for name in installed}
+    for name in MQI_MODULES:
+        monkeypatch.setitem(sys.modules, name, fakes.get(name))  # None: `import name` fails
+    assert load_mqi() is fakes[loaded]
+    poison = server.put_message(QUEUE, b"<poison/>")
+    source = make_source(server, pymqi_module=None)  # the binding is loaded, not injected
+    with source.connect() as session:
+        message = session.get()
+        session.commit()
+    assert message is not None and message.message_id == poison.message_id
+    assert source.pymqi is fakes[loaded]
+
+
+def test_connecting_without_either_binding_names_the_extras_and_the_mq_client_library(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setitem(sys.modules, "pymqi", None)  # makes `import pymqi` fail
+    for name in MQI_MODULES:
+        monkeypatch.setitem(sys.modules, name, None)  # makes `import name` fail
     source = IbmMqQueue("QM1", "DEV.APP.SVRCONN", "mq1(1414)", QUEUE)  # constructing is fine
     with pytest.raises(IbmMqClientMissing) as raised:
         source.connect()
-    assert "sis-platform[ibmmq]" in str(raised.value)
-    assert "IBM MQ C client library" in str(raised.value)
+    text = str(raised.value)
+    assert "sis-platform[ibmmq]" in text and "sis-platform[pymqi]" in text
+    assert "IBM MQ C client library" in text
+    assert "ibmmq: " in text and "pymqi: " in text  # why each import failed
     assert isinstance(raised.value, ImportError)
 
 
@@ -954,8 +982,8 @@ def test_connected_queue_manager_backs_out_and_disconnects_on_exit(
 def test_conformance_real_queue_manager_entry_defines_and_deletes_its_queues(
     server: FakeQueueManagerServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The registry's "ibmmq" glue (from_env, PCF) run against the fake posing as pymqi."""
-    monkeypatch.setitem(sys.modules, "pymqi", FakePymqi(server))
+    """The registry's "ibmmq" glue (from_env, PCF) run against the fake posing as ibmmq."""
+    monkeypatch.setitem(sys.modules, "ibmmq", FakePymqi(server))
     env = {
         "SIS_IBMMQ_QMGR": "QM1",
         "SIS_IBMMQ_CHANNEL": "DEV.APP.SVRCONN",

@@ -1,10 +1,13 @@
-"""The IBM MQ source: the provider's Sportsdata queue read through pymqi.
+"""The IBM MQ source: the provider's Sportsdata queue read through the MQI's Python binding.
 
-pymqi is an optional extra (`pip install 'sis-platform[ibmmq]'`) and needs the IBM MQ C client
-library (the IBM MQ redistributable client, `libmqic_r.so`) at run time. It is imported only
-when a connection is opened (mqi.load_pymqi), so this package imports without it; the tests
-drive it through the fake in tests/queues/fake_pymqi.py. docs/ibmmq.md is the operator's guide
-(variables, TLS, the queue manager side, message size); docs/design.md "Sources" the contract.
+The binding is IBM's maintained `ibmmq` package (the optional extra: `pip install
+'sis-platform[ibmmq]'`) or, where that is not installed, pymqi (`sis-platform[pymqi]`): the same
+classes and constants under another module name. Either needs the IBM MQ C client library (the
+IBM MQ redistributable client, `libmqic_r.so`) at run time. It is imported only when a
+connection is opened (mqi.load_mqi), so this package imports without it; the tests drive it
+through the fake in tests/queues/fake_pymqi.py, posing as either module. docs/ibmmq.md is the
+operator's guide (variables, TLS, the queue manager side, message size); docs/design.md
+"Sources" the contract.
 
 Modules, in the order a message meets them:
 - source.py: IbmMqQueue, its settings, connecting with bounded retries, error mapping;
@@ -15,7 +18,7 @@ Modules, in the order a message meets them:
   or the dead-letter queue (MQDLH) inside the unit instead of returned;
 - message.py and rfh2.py: the MQMD and body as a ReceivedMessage, MQRFH2 properties;
 - producer.py: puts (the simulator and tests);
-- mqi.py: reason codes, IbmMqError, IbmMqClientMissing, loading pymqi.
+- mqi.py: reason codes, IbmMqError, IbmMqClientMissing, loading the binding.
 """
 
 from sis_platform.queues.ibmmq.message import mqmd_put_time, to_received_message
@@ -31,7 +34,7 @@ from sis_platform.queues.ibmmq.mqi import (
     IbmMqClientMissing,
     IbmMqError,
     Opening,
-    load_pymqi,
+    load_mqi,
     reason_name,
 )
 from sis_platform.queues.ibmmq.rfh2 import Rfh2, Rfh2Error, parse_rfh2, rfh2_properties
@@ -52,7 +55,7 @@ __all__ = [
     "Opening",
     "Rfh2",
     "Rfh2Error",
-    "load_pymqi",
+    "load_mqi",
     "mqmd_put_time",
     "parse_rfh2",
     "reason_name",

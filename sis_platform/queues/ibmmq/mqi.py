@@ -1,5 +1,5 @@
 """The MQI vocabulary the IBM MQ source shares: reason codes, the two errors it raises, the
-text form of MQ names, and loading pymqi.
+text form of MQ names, and loading the MQI binding (IBM's ibmmq, else pymqi).
 
 Reason codes (cmqc.h; part of the MQI, stable across MQ versions):
 - 2033 MQRC_NO_MSG_AVAILABLE is an empty queue, not an error.
@@ -14,6 +14,7 @@ Reason codes (cmqc.h; part of the MQI, stable across MQ versions):
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -64,21 +65,30 @@ class IbmMqError(Exception):
         super().__init__(f"{call} {target} failed: {reason_name} ({reason}), {completion}")
 
 
-def load_pymqi() -> Any:
-    """Import pymqi, or explain what is missing."""
-    try:
-        # Imported here, not at module level: pymqi is an optional extra that needs IBM's C
-        # client library, absent on the build machines (the source is tested through the fake
-        # in tests/queues/fake_pymqi.py), so the package must import without it.
-        import pymqi
-    except ImportError as exc:  # also raised when pymqi is there but libmqic_r.so is not
-        raise IbmMqClientMissing(
-            "The IBM MQ source needs pymqi (install the extra: pip install "
-            "'sis-platform[ibmmq]') and the IBM MQ C client library it loads (the IBM MQ "
-            "redistributable client, libmqic_r.so, found through LD_LIBRARY_PATH or "
-            f"/opt/mqm): {exc}"
-        ) from exc
-    return pymqi
+# The MQI bindings, in the order they are tried: IBM's maintained `ibmmq` (the same classes
+# and constants as pymqi: QueueManager, CD, SCO, CSP, CMQC, MQMIError, ...), then pymqi, whose
+# development is on hold but which existing installations have.
+MQI_MODULES = ("ibmmq", "pymqi")
+
+
+def load_mqi() -> Any:
+    """The MQI binding to use: `ibmmq` when installed, else `pymqi`; IbmMqClientMissing naming
+    what to install when neither imports."""
+    errors: list[str] = []
+    for name in MQI_MODULES:
+        try:
+            # Imported here, not at module level: both are optional extras that need IBM's C
+            # client library, absent on the build machines (the source is tested through the
+            # fake in tests/queues/fake_pymqi.py), so the package must import without them.
+            return importlib.import_module(name)
+        except ImportError as exc:  # also raised when the module is there but libmqic_r.so is not
+            errors.append(f"{name}: {exc}")
+    raise IbmMqClientMissing(
+        "The IBM MQ source needs IBM's ibmmq package (install the extra: pip install "
+        "'sis-platform[ibmmq]'; or pymqi, 'sis-platform[pymqi]') and the IBM MQ C client "
+        "library it loads (the IBM MQ redistributable client, libmqic_r.so, found through "
+        f"LD_LIBRARY_PATH or /opt/mqm): {'; '.join(errors)}"
+    )
 
 
 def reason_name(reason: int, cmqc: Any = None) -> str:

@@ -33,7 +33,7 @@ from sis_platform.queues.ibmmq.mqi import (
     IbmMqError,
     Opening,
     completion_of,
-    load_pymqi,
+    load_mqi,
     reason_name,
     reason_of,
 )
@@ -192,7 +192,7 @@ class IbmMqQueue(QueueSource):
     @property
     def pymqi(self) -> Any:
         if self._pymqi is None:
-            self._pymqi = load_pymqi()
+            self._pymqi = load_mqi()
         return self._pymqi
 
     def reveal_password(self) -> str | None:
