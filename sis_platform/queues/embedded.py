@@ -29,6 +29,10 @@ session's messages) rings it after its transaction commits, and a waiting `get` 
 own socket until rung, looking again then. It also looks again every half second without a
 ring, to reinstate dead sessions' messages (a crashed consumer rings nothing) and in case a
 ring was missed (a producer of an older version, a full socket buffer).
+
+Checkpoints: a consumer's commits nudge a checkpoint thread of its session
+(sis_platform.walcheckpoint), so the log is copied into the database off the get and commit
+path instead of inside whichever put or get reaches SQLite's automatic threshold.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ from sis_platform.queues.base import (
     SourceUnavailable,
     new_message_id,
 )
+from sis_platform.walcheckpoint import WalCheckpointer
 
 log = logging.getLogger(__name__)
 
@@ -383,6 +388,9 @@ class EmbeddedSession(QueueSession):
         self._in_unit = 0
         self._closed = False
         self._waiter: Waiter | None = None  # bound at the first get that waits
+        # Started at the first commit: checkpoints off the get and commit path (see
+        # sis_platform/walcheckpoint.py).
+        self._checkpointer: WalCheckpointer | None = None
 
     def _register(self) -> None:
         with _transaction(self._conn):
@@ -466,6 +474,11 @@ class EmbeddedSession(QueueSession):
             self._in_unit = 0
             if moved:
                 _ring(self._source.path)  # gettable now on the backout queue
+            if self._checkpointer is None:
+                self._checkpointer = WalCheckpointer(
+                    self._source.path / DATABASE_NAME, name="embedded-queue-checkpoint"
+                )
+            self._checkpointer.nudge()
 
     def backout(self) -> None:
         with self._lock, _db_errors(self._source.path):
@@ -489,6 +502,9 @@ class EmbeddedSession(QueueSession):
                 if self._waiter is not None:
                     self._waiter.close()
                     self._waiter = None
+                if self._checkpointer is not None:
+                    self._checkpointer.close()
+                    self._checkpointer = None
 
     def _backout_locked(self) -> None:
         if not self._in_unit:

@@ -6,7 +6,8 @@ the database's mode). A writer that meets the lock past the busy timeout, a full
 error raises `ServingUnavailable`.
 
 Waiting readers are woken by a doorbell (`sis_platform.doorbell`) beside the database
-(`<file>.doorbell/`): the writer rings it after each commit.
+(`<file>.doorbell/`): the writer rings it after each commit, and nudges a checkpoint thread
+(`sis_platform.walcheckpoint`), so the log is copied into the database off the commit path.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 
 from sis_platform.doorbell import Doorbell, ring
 from sis_platform.serving.store import ServingStore, as_utc
+from sis_platform.walcheckpoint import WalCheckpointer
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,8 @@ class SqliteStore(ServingStore):
         self.busy_timeout = busy_timeout
         self.doorbell = doorbell_folder(self.path)
         self._conn: sqlite3.Connection | None = None
+        # Started at the first commit (a reader never commits): checkpoints off the commit path.
+        self._checkpointer: WalCheckpointer | None = None
         _private_folder(self.path.parent)
         _private_file(self.path)
         Doorbell(self.doorbell)
@@ -141,6 +145,9 @@ class SqliteStore(ServingStore):
         """Nothing: the doorbell rings once the commit is done."""
 
     def _after_commit(self, last_seq: int) -> None:
+        if self._checkpointer is None:
+            self._checkpointer = WalCheckpointer(self.path, name="serving-store-checkpoint")
+        self._checkpointer.nudge()
         try:
             ring(self.doorbell)
         except OSError as exc:
@@ -162,6 +169,9 @@ class SqliteStore(ServingStore):
     def close(self) -> None:
         with self._lock:
             self._drop_connection()
+            checkpointer, self._checkpointer = self._checkpointer, None
+        if checkpointer is not None:
+            checkpointer.close()
 
 
 def _private_folder(folder: Path) -> None:

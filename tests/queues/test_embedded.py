@@ -422,3 +422,15 @@ def test_consumers_opening_a_new_queue_at_the_same_moment_all_open_it(tmp_path: 
             p.join(DEADLINE_SECONDS)
         failures += [o for o in outcomes if o != "opened"]
     assert failures == []
+
+
+def test_a_consumer_commit_checkpoints_the_log_off_its_own_thread(tmp_path: Path) -> None:
+    queue = EmbeddedQueue(tmp_path)
+    with queue.producer() as producer:
+        producer.put(b"x")
+    with queue.connect() as session:
+        assert session.get() is not None
+        session.commit()
+        checkpointer = session._checkpointer
+        assert checkpointer is not None and checkpointer.wait_for(1, DEADLINE_SECONDS)
+    assert not checkpointer._thread.is_alive()  # closed with its session
