@@ -27,6 +27,7 @@ from sis_platform.queues.ibmmq import (
     mqmd_put_time,
     parse_rfh2,
 )
+from sis_platform.queues.ibmmq import connection as connection_module
 from sis_platform.queues.ibmmq.mqi import MQI_MODULES
 from tests.queues import sources
 from tests.queues.fake_pymqi import (
@@ -554,6 +555,29 @@ def test_over_size_message_no_queue_takes_is_delivered_whole_with_an_error(
 
 
 # -- connecting -------------------------------------------------------------------------
+
+
+def test_a_password_without_tls_is_warned_about_once_per_channel(
+    server: FakeQueueManagerServer,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setattr(connection_module, "_warned_in_clear", set())
+    with caplog.at_level(logging.WARNING, logger=connection_module.__name__):
+        make_source(server).connect().close()
+        make_source(server).connect().close()  # the same channel: said once
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert "user app's password is sent without TLS" in warning
+    assert "DEV.APP.SVRCONN" in warning and PASSWORD not in warning
+
+    caplog.clear()
+    server.cipher_spec = "ANY_TLS12_OR_HIGHER"
+    tls = make_source(
+        server, cipher_spec="ANY_TLS12_OR_HIGHER", key_repository="/var/mqm/ssl/client"
+    )
+    with caplog.at_level(logging.WARNING, logger=connection_module.__name__):
+        tls.connect().close()
+    assert not [r for r in caplog.records if "without TLS" in r.getMessage()]
 
 
 def test_client_connection_passes_channel_conn_name_tls_and_credentials(

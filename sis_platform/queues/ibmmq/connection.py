@@ -67,7 +67,30 @@ def channel_definition(source: IbmMqQueue) -> ChannelDefinition:
     credentials: dict[str, str] = {}
     if source.user and password is not None:
         credentials = {"user": source.user, "password": password}
+        _warn_if_in_clear(source)
     return ChannelDefinition(cd, sco, options, credentials)
+
+
+# The channels already warned about (a source connects again and again; one warning each).
+_warned_in_clear: set[tuple[str, str, str]] = set()
+
+
+def _warn_if_in_clear(source: IbmMqQueue) -> None:
+    """A password over a channel without TLS crosses the network readable by anyone on the
+    path: allowed (a queue manager on the same host, or a network the operator trusts), but
+    said loudly, once per channel."""
+    key = (source.conn_name, source.channel, source.user or "")
+    if source.cipher_spec or key in _warned_in_clear:
+        return
+    _warned_in_clear.add(key)
+    log.warning(
+        "IBM MQ channel %s to %s: user %s's password is sent without TLS (no "
+        "SIS_IBMMQ_CIPHER_SPEC), readable on the network: set a cipher spec and a key "
+        "repository (docs/ibmmq.md, TLS)",
+        source.channel,
+        source.conn_name,
+        source.user,
+    )
 
 
 class Connection:
