@@ -44,6 +44,20 @@ def spark() -> Iterator[SparkSession]:
     session.stop()
 
 
+@pytest.fixture
+def no_retry_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dagster retries a step at once instead of after the retry policy's backoff.
+
+    The platform's TRANSIENT_RETRY waits 2, 6 and 14 s (exponential, with jitter) before its
+    three retries, and the in-process executor sleeps through that wait: 22 s of idle wall time
+    per step retried three times. The tests that make steps fail on purpose assert which steps
+    were retried and how often, never how long they waited, so they skip the wait; the number
+    of retries (max_retries) is still the policy's own."""
+    import dagster as dg
+
+    monkeypatch.setattr(dg.RetryPolicy, "calculate_delay", lambda self, attempt_num: 0)
+
+
 # The files that SIGKILL a cold Spark driver at each crash point: minutes of CPU-bound JVM
 # starts each. They form one xdist unit (one worker, one after another), as when they were one
 # file. Measured on a fresh clone: the suite took 44 min with the files spread over both workers
