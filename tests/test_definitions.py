@@ -11,6 +11,14 @@ from sis_platform.settings import load_settings
 
 LIVE_SENSORS = {"landed_batches_sensor", "serving_store_reporter", "live_matches_lake_sensor"}
 SERVING_CHECKS = {"live_matches_lake", "live_store_fresh"}
+LAKE_CHECKS = {
+    "hash_chain_intact",
+    "one_row_per_master",
+    "versions_gap_free",
+    "applied_at_most_once",
+    "one_end_state_per_message",
+    "model_references_hold",
+}
 
 
 def _loaded(defs: dg.Definitions) -> dg.RepositoryDefinition:
@@ -31,7 +39,7 @@ def test_live_intake_is_the_default_the_lake_registers_what_sis_live_lands(tmp_p
         "check_live_matches_lake",
     }
     assert dg.AssetKey("serving_store") in repo.asset_graph.get_all_asset_keys()
-    assert _checks(repo) == {"hash_chain_intact", *SERVING_CHECKS}
+    assert _checks(repo) == {*LAKE_CHECKS, *SERVING_CHECKS}
 
 
 def test_sensor_intake_consumes_with_the_queue_sensor_and_has_no_serving_store(tmp_path):
@@ -40,7 +48,7 @@ def test_sensor_intake_consumes_with_the_queue_sensor_and_has_no_serving_store(t
     assert {j.name for j in repo.get_all_jobs()} >= {"process_batch", "replay_dead_letters"}
     assert "check_live_matches_lake" not in {j.name for j in repo.get_all_jobs()}
     assert dg.AssetKey("serving_store") not in repo.asset_graph.get_all_asset_keys()
-    assert _checks(repo) == {"hash_chain_intact"}
+    assert _checks(repo) == LAKE_CHECKS
 
 
 @pytest.mark.parametrize(

@@ -68,7 +68,9 @@ def test_a_message_over_the_bound_is_dead_lettered_too_large_and_later_batches_f
 
     _, later = _tick(h, update(ASCOT_1430, PRICE_7_TO_9))
     result = _run(h, later)
-    (evaluation,) = result.get_asset_check_evaluations()
+    (evaluation,) = [
+        e for e in result.get_asset_check_evaluations() if e.check_name == "hash_chain_intact"
+    ]
     assert evaluation.passed and evaluation.metadata["run_anchor_compared"].value is True
     (document,) = lake.read(MASTER_DOCUMENTS).collect()
     assert (document["version"], document["stale"]) == (3, False)
