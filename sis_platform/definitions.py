@@ -14,11 +14,18 @@ from typing import NamedTuple
 import dagster as dg
 
 from sis_platform import config
+from sis_platform.assets.lake_checks import lake_integrity
 from sis_platform.assets.masters import fold_masters
 from sis_platform.assets.message_log import hash_chain_intact, message_items, raw_messages
 from sis_platform.assets.model import interpreted_model
 from sis_platform.assets.serving import live_matches_lake, live_store_fresh, serving_store_spec
-from sis_platform.jobs import live_matches_lake_job, process_batch_job, replay_dead_letters_job
+from sis_platform.jobs import (
+    check_lake_job,
+    check_lake_schedule,
+    live_matches_lake_job,
+    process_batch_job,
+    replay_dead_letters_job,
+)
 from sis_platform.sensors.landed_sensor import build_landed_batches_sensor
 from sis_platform.sensors.live_check_sensor import build_live_check_sensor
 from sis_platform.sensors.queue_sensor import build_queue_sensor
@@ -62,8 +69,9 @@ def build_definitions(
     intake = intake_definitions(settings)
     return dg.Definitions(
         assets=[raw_messages, message_items, fold_masters, interpreted_model, *intake.assets],
-        asset_checks=[hash_chain_intact, *intake.asset_checks],
-        jobs=[process_batch_job, replay_dead_letters_job, *intake.jobs],
+        asset_checks=[hash_chain_intact, lake_integrity, *intake.asset_checks],
+        jobs=[process_batch_job, replay_dead_letters_job, check_lake_job, *intake.jobs],
+        schedules=[check_lake_schedule],
         sensors=list(intake.sensors),
         resources=config.resources(settings),
     )

@@ -1,5 +1,6 @@
-"""Jobs: the per-batch job the sensor requests, dead-letter replay, and the live == lake check.
-The first two are asset jobs: every table they write is materialized by its own asset.
+"""Jobs: the per-batch job the sensor requests, dead-letter replay, the live == lake check and
+the lake's integrity checks. The first two are asset jobs: every table they write is
+materialized by its own asset.
 
 No `from __future__ import annotations`: Dagster reads the config mapping's annotations at
 definition time.
@@ -9,6 +10,7 @@ from typing import Any
 
 import dagster as dg
 
+from sis_platform.assets.lake_checks import lake_integrity
 from sis_platform.assets.masters import fold_masters
 from sis_platform.assets.message_log import message_items, raw_messages
 from sis_platform.assets.model import interpreted_model
@@ -20,11 +22,13 @@ REPLAY_KIND_TAG = {"sis/kind": "replay"}
 # batch in the run's own process, instead of starting a JVM per step. A run for batch P
 # materializes raw_messages[P] and message_items[P] (partitioned), then the fold and the model
 # (unpartitioned: they fold every classified batch not yet folded, P among them).
+# The lake's integrity checks target these assets too, but run in a job of their own (below).
+WITHOUT_LAKE_CHECKS = dg.AssetSelection.checks(lake_integrity)
+
 process_batch_job = dg.define_asset_job(
     "process_batch",
-    selection=dg.AssetSelection.assets(
-        raw_messages, message_items, fold_masters, interpreted_model
-    ),
+    selection=dg.AssetSelection.assets(raw_messages, message_items, fold_masters, interpreted_model)
+    - WITHOUT_LAKE_CHECKS,
     executor_def=dg.in_process_executor,
     description="Log, parse and split one landing batch, fold it into the master documents "
     "and refresh the interpreted model.",
@@ -85,7 +89,7 @@ def replay_config(outer: dict[str, Any]) -> dict[str, Any]:
 
 replay_dead_letters_job = dg.define_asset_job(
     "replay_dead_letters",
-    selection=dg.AssetSelection.assets(fold_masters, interpreted_model),
+    selection=dg.AssetSelection.assets(fold_masters, interpreted_model) - WITHOUT_LAKE_CHECKS,
     config=replay_config,
     executor_def=dg.in_process_executor,
     tags=REPLAY_KIND_TAG,
@@ -103,4 +107,21 @@ live_matches_lake_job = dg.define_asset_job(
     executor_def=dg.in_process_executor,
     description="Compare the serving store with the lake at the lake's fold position, master by "
     "master (version and document hash).",
+)
+
+# The lake's integrity checks (assets/lake_checks.py): a second or more of Spark each, so a job
+# launched from the UI or by its schedule rather than a part of every feed run.
+check_lake_job = dg.define_asset_job(
+    "check_lake",
+    selection=dg.AssetSelection.checks(lake_integrity),
+    executor_def=dg.in_process_executor,
+    description="Check the lake's integrity: one row per master, gap-free versions and "
+    "nothing applied twice, one end state per message (the last fold step), the model's "
+    "references.",
+)
+check_lake_schedule = dg.ScheduleDefinition(
+    job=check_lake_job,
+    cron_schedule="*/30 * * * *",
+    default_status=dg.DefaultScheduleStatus.STOPPED,
+    description="Run check_lake every 30 minutes (off by default: turn it on under Automation).",
 )

@@ -19,7 +19,6 @@ from dagster_pyspark import LazyPySparkResource
 from pydantic import Field
 
 from sis_platform.assets.dead_letter_view import dead_letter_metadata
-from sis_platform.assets.lake_checks import FOLD_CHECK_SPECS, fold_check_results
 from sis_platform.assets.message_log import classified
 from sis_platform.assets.policies import TRANSIENT_RETRY
 from sis_platform.assets.table_specs import identifier, location, table_spec
@@ -41,7 +40,6 @@ from sis_platform.resources.platform import (
     FeedProcessingResource,
     LandingZoneResource,
 )
-from sis_platform.spark.checks import StepScope
 from sis_platform.spark.dead_letter_summary import dead_letter_summary
 from sis_platform.spark.fold import FoldStepResult, committed_step, fold_step
 from sis_platform.spark.items import ItemsSummary
@@ -124,7 +122,6 @@ class FoldConfig(dg.Config):
 
 @dg.multi_asset(
     specs=FOLD_SPECS,
-    check_specs=FOLD_CHECK_SPECS,
     group_name="masters",
     pool=FOLD_POOL,
     retry_policy=TRANSIENT_RETRY,
@@ -136,7 +133,7 @@ def fold_masters(
     lake: DeltaLakeResource,
     processing: FeedProcessingResource,
     landing: LandingZoneResource,
-) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
+) -> Iterator[dg.MaterializeResult]:
     processing.compiled_selector()  # a bad selector fails here, loudly, before any write
     lk = lake.lake(spark.spark_session)
     replayed: ReplayResult | None = None
@@ -153,7 +150,6 @@ def fold_masters(
         result = replayed.step
     log_step(context, result)
     yield from step_results(lk, result, replayed)
-    yield from fold_check_results(context, lk, step_scope(result))
 
 
 def replay(
@@ -195,13 +191,6 @@ def replay(
         f"{result.step.rewound_masters} master(s) rewound and refolded"
     )
     return result
-
-
-def step_scope(result: FoldStepResult) -> StepScope | None:
-    """What the step committed, for its checks (None: it folded nothing)."""
-    if result.fold_step is None or result.first_batch_seq is None or result.last_batch_seq is None:
-        return None
-    return StepScope(result.fold_step, result.first_batch_seq, result.last_batch_seq)
 
 
 def log_step(context: dg.AssetExecutionContext, result: FoldStepResult) -> None:

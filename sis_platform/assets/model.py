@@ -14,7 +14,6 @@ from collections.abc import Iterator
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 
-from sis_platform.assets.lake_checks import MODEL_CHECK_SPECS, model_check_results
 from sis_platform.assets.masters import FOLD_POOL
 from sis_platform.assets.policies import TRANSIENT_RETRY
 from sis_platform.assets.table_specs import identifier, location, table_spec
@@ -71,14 +70,13 @@ MODEL_INPUTS = (MASTER_DOCUMENTS.name, FOLD_STEPS.name)
             deps=MODEL_INPUTS,
         ),
     ],
-    check_specs=MODEL_CHECK_SPECS,
     group_name="model",
     pool=FOLD_POOL,
     retry_policy=TRANSIENT_RETRY,
 )
 def interpreted_model(
     context: dg.AssetExecutionContext, spark: LazyPySparkResource, lake: DeltaLakeResource
-) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
+) -> Iterator[dg.MaterializeResult]:
     """The interpreted model that Opportunity Management reads. A master whose document cannot
     be interpreted is left out (no rows) and listed in the model_failures table; the count is
     the `masters_failed` metadata."""
@@ -119,4 +117,3 @@ def interpreted_model(
         yield dg.MaterializeResult(
             asset_key=table.name, metadata={**common, **refreshed, **location(lk, table)}
         )
-    yield from model_check_results(context, lk)
