@@ -64,4 +64,7 @@ def lake_fold_position(instance: dg.DagsterInstance) -> int | None:
         return None
     value = event.asset_materialization.metadata.get("last_batch")
     folded = getattr(value, "value", None)
+    # Text since step and batch numbers stopped being plotted; an int in older materializations.
+    if isinstance(folded, str) and folded.isdigit():
+        return int(folded)
     return int(folded) if isinstance(folded, int) else None
