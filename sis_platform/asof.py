@@ -27,14 +27,16 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
 
 from sis_platform.lake.tables import FOLD_STEPS, MASTER_VERSIONS, RAW_MESSAGES
 from sis_platform.landing import batch_key
+from sis_platform.serving.store import as_utc
 from sis_platform.spark.fold import committed_step
+from sis_platform.trace import spark_utc
 
 if TYPE_CHECKING:
     from sis_platform.lake.delta import Lake
@@ -85,7 +87,7 @@ def master_as_of(
     lake: Lake, master_id: str, at: datetime, *, store: ServingStore | None = None
 ) -> AsOf:
     """`master_id` as shown at `at` (see the module docstring); `at` naive means UTC."""
-    at = at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+    at = as_utc(at) or at
     step = committed_step(lake).fold_step if lake.exists(FOLD_STEPS) else 0
     versions = _lake_versions(lake, master_id, step)
     if store is not None:
@@ -117,7 +119,7 @@ def _lake_versions(lake: Lake, master_id: str, step: int) -> dict[int, MasterVer
     if not rows:
         return {}
     committed_at = {
-        int(r["fold_step"]): _utc(r["committed_at"])
+        int(r["fold_step"]): spark_utc(r["committed_at"])
         for r in lake.read(FOLD_STEPS).select("fold_step", "committed_at").collect()
     }
     received = _received_at(lake, rows)
@@ -155,7 +157,7 @@ def _received_at(lake: Lake, rows: list[Any]) -> dict[tuple[int, int], datetime]
         .select("batch_seq", "msg_seq", "received_at")
         .collect()
     )
-    return {(int(r["batch_seq"]), int(r["msg_seq"])): _utc(r["received_at"]) for r in found}
+    return {(int(r["batch_seq"]), int(r["msg_seq"])): spark_utc(r["received_at"]) for r in found}
 
 
 def _with_store(
@@ -222,8 +224,3 @@ def _at_or_before(when: datetime | None, at: datetime) -> bool:
 
 def _sha256(document: str) -> str:
     return hashlib.sha256(document.encode("utf-8")).hexdigest()
-
-
-def _utc(value: datetime) -> datetime:
-    # PySpark returns naive local-time datetimes; astimezone reads them as local time.
-    return value.astimezone(UTC)

@@ -359,7 +359,7 @@ def _assemble(
             dead_letter=DeadLetterInfo(
                 reason=str(letter["reason"]),
                 detail=letter["detail"],
-                dead_lettered_at=_utc(letter["dead_lettered_at"]),
+                dead_lettered_at=spark_utc(letter["dead_lettered_at"]),
                 fold_step=int(letter["fold_step"]),
             )
             if letter is not None
@@ -415,8 +415,8 @@ def _assemble(
                 batch_key=str(r["batch_key"]),
                 batch_seq=batch_seq,
                 msg_seq=msg_seq,
-                received_at=_utc(r["received_at"]),
-                put_time=_utc(r["put_time"]) if r["put_time"] is not None else None,
+                received_at=spark_utc(r["received_at"]),
+                put_time=spark_utc(r["put_time"]) if r["put_time"] is not None else None,
                 delivery_count=int(r["delivery_count"]),
                 body_sha256=sha,
                 body_bytes=int(r["body_bytes"]),
@@ -472,7 +472,8 @@ def _link_duplicates(copies: list[MessageCopy]) -> tuple[MessageCopy, ...]:
     return tuple(linked)
 
 
-def _utc(value: datetime) -> datetime:
+def spark_utc(value: datetime) -> datetime:
+    """A timestamp PySpark returned (naive, in this process's local time) as a UTC instant."""
     # PySpark returns timestamps as naive datetimes in the Python process's local time zone;
     # astimezone() reads a naive value as local time, so this is the instant in UTC either way.
     return value.astimezone(UTC)

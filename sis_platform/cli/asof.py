@@ -24,8 +24,10 @@ EXIT_NOTHING_SHOWN = 1
 def parse_instant(text: str) -> datetime:
     """An ISO 8601 instant ("2026-11-21T14:29:58Z", "2026-11-21 14:29:58.250+01:00"); without a
     zone it is UTC. ValueError for anything else."""
+    from sis_platform.serving.store import as_utc
+
     value = datetime.fromisoformat(text.strip())
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return as_utc(value) or value
 
 
 def run(

@@ -9,12 +9,13 @@ shows it as a table on each materialization of `dead_letters` (assets/masters.py
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from pyspark.sql import functions as F
 
 from sis_platform.lake.tables import DEAD_LETTERS
+from sis_platform.trace import spark_utc
 
 if TYPE_CHECKING:
     from sis_platform.lake.delta import Lake
@@ -54,7 +55,7 @@ def dead_letter_summary(lake: Lake, committed_step: int) -> list[ReasonSummary]:
         ReasonSummary(
             reason=str(r["reason"]),
             count=int(r["count"]),
-            latest_at=r["latest_at"].astimezone(UTC),  # naive local time from PySpark
+            latest_at=spark_utc(r["latest_at"]),
             latest_message_id=str(r["message_id"]),
             latest_master_id=r["master_id"],
             latest_detail=r["detail"],
