@@ -32,6 +32,12 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   touch "$stamp"
 fi
 
+# Delta's jars resolved once into the user's cache (~/.cache/sis-platform/spark-jars): Spark
+# drivers then take them from there instead of running Spark's resolver at every start.
+if [ -z "${SIS_SPARK_JARS_DIR:-}" ]; then
+  .venv/bin/sis-spark-jars --if-missing
+fi
+
 # A class-data archive of the Spark driver's classes (JDK AppCDS) in the user's cache: every
 # run's Spark driver then starts faster. Built once per JDK and virtualenv (a few minutes; the
 # first Spark start also fetches Delta's jars). SIS_SPARK_CLASS_ARCHIVE=off skips it.

@@ -33,6 +33,7 @@ from sis_platform.resources.sources import (
     StompQueueResource,
 )
 from sis_platform.resources.spark import DeltaSparkResource, delta_spark_config
+from sis_platform.resources.spark_jars import resolved_jars_dir
 from sis_platform.settings import (
     ConfigurationError,
     EmbeddedSourceSettings,
@@ -149,7 +150,8 @@ def spark_config(spark: SparkSettings, master: str) -> dict[str, str]:
         driver_memory=spark.driver_memory,
         shuffle_partitions=spark.shuffle_partitions,
         ui_enabled=spark.ui_enabled,
-        jars_dir=spark.jars_dir,
+        # An operator's folder, else the one sis-spark-jars resolved (else Spark's resolver).
+        jars_dir=spark.jars_dir or resolved_jars_dir(),
         class_archive=class_archive,
         extra=dict(spark.extra_conf),
     )

@@ -27,6 +27,7 @@ def spark() -> Iterator[SparkSession]:
 
     from sis_platform.resources.jvm_archive import configured_archive
     from sis_platform.resources.spark import delta_spark_config
+    from sis_platform.resources.spark_jars import resolved_jars_dir
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder
@@ -35,6 +36,7 @@ def spark() -> Iterator[SparkSession]:
         app_name="sis-platform-tests",
         shuffle_partitions=2,
         ui_enabled=False,
+        jars_dir=os.environ.get("SIS_SPARK_JARS_DIR") or resolved_jars_dir(),
         class_archive=configured_archive(os.environ.get("SIS_SPARK_CLASS_ARCHIVE") or None),
     ).items():
         builder = builder.config(key, value)

@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
 
 from sis_platform.resources.spark import delta_spark_config
+from sis_platform.resources.spark_jars import resolved_jars_dir
 from sis_platform.settings import python_workers_use_this_interpreter
 
 
@@ -24,7 +25,12 @@ def run(dump_to: str) -> None:
     replaceWhere, append with txnAppId, merge, time travel, restore; grouped pandas and Arrow
     UDFs; windows; local checkpoints."""
     python_workers_use_this_interpreter()
-    conf = delta_spark_config(master="local[2]", app_name="sis-spark-archive", class_archive=None)
+    conf = delta_spark_config(
+        master="local[2]",
+        app_name="sis-spark-archive",
+        jars_dir=resolved_jars_dir(),
+        class_archive=None,
+    )
     conf["spark.driver.extraJavaOptions"] += (
         f" -XX:ArchiveClassesAtExit={dump_to} -Xlog:cds*=error"  # classes it cannot keep: fine
     )

@@ -11,8 +11,9 @@ JVM that cannot use the archive (another JDK, another class path) warns and load
 as usual.
 
 The archive lives in the user's cache, never in the repository (it is ~200 MB and specific to
-this machine's JDK, virtualenv and jars); its file name carries a key of all three, so an
-upgrade builds a new one instead of using a stale one.
+this machine's JDK, virtualenv and jars); its file name carries a key of all three (the jars:
+where Delta's come from, see spark_jars.py), so an upgrade builds a new one instead of using a
+stale one.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import sys
 from importlib.metadata import version
 from pathlib import Path
 
+from sis_platform.resources.spark_jars import resolved_jars_dir
 from sis_platform.settings import cache_home
 
 
@@ -41,6 +43,8 @@ def archive_path() -> Path:
             version("delta-spark"),
             sys.prefix,  # the virtualenv: Spark's jars are on the JVM's class path from there
             os.path.realpath(java) if java else "",
+            # Delta's jars: the folder sis-spark-jars resolved them into, or Spark's resolver.
+            resolved_jars_dir() or "spark.jars.packages",
         ]
     )
     return cache_dir() / f"spark-driver-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsa"

@@ -1,0 +1,94 @@
+"""Delta's jars, resolved once into the user's cache and reused by every local Spark driver.
+
+Given only `spark.jars.packages`, every driver runs Spark's Ivy resolver at start: it checks
+Maven Central (or its cache) for Delta and its dependencies and prints a resolution report of
+some hundred lines, in every run's log. `sis-spark-jars` (cli/spark_jars.py, run by
+scripts/setup.sh) resolves them once: it starts one small driver with the package, reads the
+jars Ivy resolved from that driver's `spark.jars`, and copies them into a folder of the user's
+cache named after the package. The platform's settings then pass that folder's jars as
+`spark.jars` (config.spark_config), the way an operator's `SIS_SPARK_JARS_DIR` is passed, and
+no driver resolves anything. Without the folder (setup not run), drivers resolve as before.
+
+The folder is complete only with its `COMPLETE` marker, written last: an interrupted copy is
+never used, and the next run of `sis-spark-jars` starts it again.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from sis_platform.resources.spark import delta_package
+from sis_platform.settings import cache_home
+
+COMPLETE = "COMPLETE"
+
+
+def jars_dir(package: str | None = None) -> Path:
+    """Where the jars of `package` (default: the installed delta-spark's) are kept."""
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", package or delta_package())
+    return cache_home() / "sis-platform" / "spark-jars" / name
+
+
+def resolved_jars_dir() -> str | None:
+    """The folder of resolved jars for the installed delta-spark, if `sis-spark-jars` made it."""
+    folder = jars_dir()
+    return str(folder) if (folder / COMPLETE).is_file() else None
+
+
+def jar_paths(spark_jars: str) -> list[Path]:
+    """The local files a driver's `spark.jars` value names (`file:` URLs or plain paths)."""
+    paths = []
+    for entry in filter(None, (part.strip() for part in spark_jars.split(","))):
+        url = urlparse(entry)
+        if url.scheme not in ("", "file"):
+            raise ValueError(f"spark.jars names {entry!r}, not a local file")
+        paths.append(Path(unquote(url.path) if url.scheme else entry))
+    return paths
+
+
+def keep(jars: list[Path], folder: Path) -> Path:
+    """Copy `jars` into `folder`, replacing what it held, marked complete only at the end."""
+    if not jars:
+        raise ValueError("no jars to keep")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        # Numbered in the resolver's order, which the folder's sorted listing then keeps: the
+        # order of the class path decides which copy of a class loads.
+        names = [f"{index:03d}-{jar.name}" for index, jar in enumerate(jars)]
+        for jar, name in zip(jars, names, strict=True):
+            shutil.copy2(jar, staging / name)
+        (staging / COMPLETE).write_text("\n".join(names) + "\n")
+        if folder.exists():
+            shutil.rmtree(folder)
+        staging.rename(folder)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return folder
+
+
+def resolve(folder: Path | None = None) -> Path:
+    """Resolve the installed delta-spark's package with Spark's own resolver (one small local
+    driver, started and stopped here) and keep its jars in `folder` (default `jars_dir()`)."""
+    from pyspark.sql import SparkSession
+
+    package = delta_package()
+    spark = (
+        SparkSession.builder.master("local[1]")
+        .appName("sis-spark-jars")
+        .config("spark.jars.packages", package)
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .getOrCreate()
+    )
+    try:
+        resolved = spark.sparkContext.getConf().get("spark.jars", "")
+    finally:
+        spark.stop()
+    return keep(jar_paths(resolved), folder or jars_dir(package))
