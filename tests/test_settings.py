@@ -323,3 +323,51 @@ def test_the_configuration_reference_lists_every_variable() -> None:
     reference = (REPO / "docs" / "configuration.md").read_text()
     missing = [name for name in settings.VARIABLES if f"`{name}`" not in reference]
     assert missing == []
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "spark.hadoop.fs.s3a.secret.key",
+        "spark.hadoop.fs.s3a.access.key",
+        "spark.hadoop.fs.s3a.session.token",
+        "spark.hadoop.fs.azure.account.key.acct.dfs.core.windows.net",
+        "spark.ssl.keyStorePassword",
+        "spark.authenticate.secret",
+        "spark.connect.authenticate.token",
+    ],
+)
+def test_a_secret_in_spark_conf_is_refused_without_echoing_it(tmp_path: Path, key: str) -> None:
+    variables = {"SIS_DATA_DIR": str(tmp_path), "SIS_SPARK_CONF": f"{key}=hunter2"}
+    with pytest.raises(ConfigurationError, match=re.escape(key)) as refused:
+        load_settings(variables)
+    assert "SIS_SPARK_SECRET_CONF" in str(refused.value)
+    assert "hunter2" not in str(refused.value)
+
+
+def test_spark_conf_keeps_settings_that_only_say_where_credentials_come_from(
+    tmp_path: Path,
+) -> None:
+    conf = (
+        "spark.hadoop.fs.s3a.aws.credentials.provider=com.amazonaws.auth.EnvironmentVariables"
+        " spark.hadoop.hadoop.security.credential.provider.path=jceks://file/etc/sis.jceks"
+        " spark.security.credentials.hive.enabled=false"
+    )
+    spark = load_settings({"SIS_DATA_DIR": str(tmp_path), "SIS_SPARK_CONF": conf}).spark
+    assert len(spark.extra_conf) == 3
+
+
+def test_secret_spark_settings_come_from_the_environment_under_their_hadoop_names() -> None:
+    env = {"SIS_SPARK_SECRET_CONF": "spark.hadoop.fs.s3a.secret.key=s3cr=t fs.s3a.access.key=AK"}
+    assert settings.spark_secret_conf(env) == {
+        "fs.s3a.secret.key": "s3cr=t",
+        "fs.s3a.access.key": "AK",
+    }
+    assert settings.spark_secret_conf({}) == {}
+    with pytest.raises(ConfigurationError, match="fs.s3a.secret.key: expected") as bad:
+        settings.spark_secret_conf({"SIS_SPARK_SECRET_CONF": "fs.s3a.secret.key="})
+    with pytest.raises(ConfigurationError, match="without '='") as no_pair:
+        settings.spark_secret_conf({"SIS_SPARK_SECRET_CONF": "hunter2"})
+    assert "hunter2" not in str(bad.value) + str(no_pair.value)
+    # A secret: never from a profile file.
+    assert settings.is_secret("SIS_SPARK_SECRET_CONF")

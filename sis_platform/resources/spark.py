@@ -15,12 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from dagster_pyspark import LazyPySparkResource
+from pydantic import PrivateAttr
 
 from sis_platform.settings import (
     DEFAULT_DRIVER_MEMORY,
     DEFAULT_SHUFFLE_PARTITIONS,
     DEFAULT_SPARK_MASTER,
     python_workers_use_this_interpreter,
+    spark_secret_conf,
 )
 
 SCALA_VERSION = "2.13"
@@ -99,15 +101,31 @@ def delta_spark_config(
 
 
 class DeltaSparkResource(LazyPySparkResource):
-    """dagster-pyspark's lazily built session, with Python workers on this interpreter.
+    """dagster-pyspark's lazily built session, with Python workers on this interpreter and the
+    secret settings of SIS_SPARK_SECRET_CONF.
 
     PySpark starts its Python workers with $PYSPARK_PYTHON, else whatever `python3` is first
     on PATH; in local mode that must be the platform's own interpreter (its virtualenv holds
     pandas, pyarrow, lxml and the platform), so it is set before the session starts unless
     the operator set it (settings.python_workers_use_this_interpreter).
+
+    Secrets (an object store's keys) are not in `spark_config`: that is the resource's
+    configuration, which the Dagster UI shows and every run's snapshot stores, and PySpark
+    passes every builder setting to spark-submit as `--conf key=value`, on the JVM's command
+    line that any local user can read. They come from SIS_SPARK_SECRET_CONF in this process's
+    environment and are set on the session once its JVM runs (settings.spark_secret_conf).
     """
+
+    _secrets_applied: bool = PrivateAttr(default=False)
 
     @property
     def spark_session(self) -> Any:
         python_workers_use_this_interpreter()
-        return super().spark_session
+        if self._secrets_applied:
+            return super().spark_session
+        secrets = spark_secret_conf()  # read first: a malformed value fails before a JVM starts
+        session = super().spark_session
+        for key, value in secrets.items():
+            session.conf.set(key, value)
+        self._secrets_applied = True
+        return session

@@ -15,7 +15,8 @@ set. Resources bind them as `dg.EnvVar` (read when used); a URL-based entry poin
 A few things are read at call time rather than once, on purpose: the fault-injection hooks of
 the test suite (`fault_injection`, set per child process), the user's cache folder
 (`cache_home`), the environment handed to a child process (`child_environment`), and the
-secrets. docs/configuration.md lists every variable.
+secrets (`secret`, and `spark_secret_conf`: the Spark settings that hold one, applied to a
+session once its JVM has started). docs/configuration.md lists every variable.
 """
 
 from sis_platform.settings.environment import (
@@ -25,9 +26,11 @@ from sis_platform.settings.environment import (
     child_environment,
     fault_injection,
     is_secret,
+    is_secret_spark_key,
     python_workers_use_this_interpreter,
     read_settings_file,
     secret,
+    spark_secret_conf,
     url_credentials,
     variables_in_effect,
 )
@@ -156,11 +159,13 @@ __all__ = [
     "fault_injection",
     "ibmmq_settings",
     "is_secret",
+    "is_secret_spark_key",
     "load_settings",
     "python_workers_use_this_interpreter",
     "read_settings_file",
     "secret",
     "sensor_interval_seconds",
+    "spark_secret_conf",
     "spark_settings",
     "url_credentials",
     "variables_in_effect",

@@ -5,6 +5,7 @@ fault-injection hooks, and the environment handed to child processes."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -15,6 +16,8 @@ from sis_platform.settings.variables import (
     FAULT_INJECTION_VARIABLES,
     SECRET_VARIABLES,
     SETTINGS_FILE_VARIABLE,
+    SPARK_SECRET_KEY_EXCEPTIONS,
+    SPARK_SECRET_KEY_PATTERN,
     VARIABLES,
 )
 
@@ -114,6 +117,13 @@ def is_secret(name: str) -> bool:
     return name in SECRET_VARIABLES or name.endswith(("_PASSWORD", "_TOKEN", "_SECRET"))
 
 
+def is_secret_spark_key(key: str) -> bool:
+    """Whether the Spark or Hadoop setting `key` holds a secret (SPARK_SECRET_KEY_PATTERN)."""
+    return re.search(SPARK_SECRET_KEY_PATTERN, key) is not None and (
+        re.search(SPARK_SECRET_KEY_EXCEPTIONS, key) is None
+    )
+
+
 # -- read at call time ----------------------------------------------------------------------
 
 
@@ -123,6 +133,31 @@ def secret(name: str, env: Mapping[str, str] | None = None) -> str | None:
     if not is_secret(name):
         raise ValueError(f"{name} is not a secret variable")
     return _environment(env).get(name) or None
+
+
+SPARK_SECRET_CONF = "SIS_SPARK_SECRET_CONF"
+HADOOP_PREFIX = "spark.hadoop."
+
+
+def spark_secret_conf(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """SIS_SPARK_SECRET_CONF: secret Spark SQL or Hadoop settings (an object store's keys),
+    `key=value` pairs separated by whitespace, from the environment only.
+
+    Read by the process that builds the Spark session, and applied to the session after its JVM
+    has started (`spark.conf.set`): never part of the code location's configuration nor of the
+    JVM's command line. Spark SQL copies a session's settings, verbatim, into the Hadoop
+    configuration every read and write uses (SessionState.newHadoopConf), so a Hadoop setting is
+    given by its Hadoop name; a `spark.hadoop.` prefix is dropped for it. A malformed pair is an
+    error that names the key, never the value.
+    """
+    conf: dict[str, str] = {}
+    for pair in (_environment(env).get(SPARK_SECRET_CONF) or "").split():
+        key, sep, value = pair.partition("=")
+        if not sep or not key or not value:
+            shown = key if sep else "(a pair without '=')"
+            raise ConfigurationError(f"{SPARK_SECRET_CONF}: {shown}: expected key=value pairs")
+        conf[key.removeprefix(HADOOP_PREFIX)] = value
+    return conf
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from typing import cast
 from urllib.parse import urlsplit
 
 from sis_platform.domain.limits import Limits
-from sis_platform.settings.environment import Reader, variables_in_effect
+from sis_platform.settings.environment import Reader, is_secret_spark_key, variables_in_effect
 from sis_platform.settings.records import (
     Backout,
     BatchSettings,
@@ -278,12 +278,23 @@ def _spark(read: Reader) -> SparkSettings:
 def _spark_conf(read: Reader) -> tuple[tuple[str, str], ...]:
     """SIS_SPARK_CONF: further Spark settings, `key=value` pairs separated by whitespace, e.g.
     `spark.eventLog.enabled=true spark.eventLog.dir=/var/log/spark` (for the history server).
-    They are applied last, so they override the platform's own."""
+    They are applied last, so they override the platform's own. A setting that holds a secret
+    is refused (SIS_SPARK_SECRET_CONF takes it)."""
     conf: dict[str, str] = {}
     for pair in (read.optional("SIS_SPARK_CONF") or "").split():
         key, sep, value = pair.partition("=")
         if not sep or not key.startswith("spark.") or not value:
             raise ConfigurationError(f"SIS_SPARK_CONF: {pair!r} is not a spark.<name>=<value> pair")
+        if is_secret_spark_key(key):
+            # Named without its value: the value is a secret.
+            raise ConfigurationError(
+                f"SIS_SPARK_CONF: {key} holds a secret, and SIS_SPARK_CONF reaches the Dagster "
+                "UI, every run's snapshot and the Spark driver's command line: set it in "
+                "SIS_SPARK_SECRET_CONF (environment only, applied to the session once started; "
+                "Hadoop settings by their Hadoop name, e.g. fs.s3a.secret.key=...) or use the "
+                "connector's own credential chain (AWS_* variables, a Hadoop credential "
+                "provider: docs/deployment.md)"
+            )
         conf[key] = value
     return tuple(conf.items())
 

@@ -89,7 +89,25 @@ LIMIT_VARIABLES = {
     "item_budget_seconds": "SIS_ITEM_BUDGET_SECONDS",
 }
 IBMMQ_REQUIRED = ("SIS_IBMMQ_QMGR", "SIS_IBMMQ_CHANNEL", "SIS_IBMMQ_CONN", "SIS_IBMMQ_QUEUE")
-SECRET_VARIABLES = ("SIS_STOMP_PASSWORD", "SIS_IBMMQ_PASSWORD", "SIS_SERVING_PASSWORD")
+SECRET_VARIABLES = (
+    "SIS_STOMP_PASSWORD",
+    "SIS_IBMMQ_PASSWORD",
+    "SIS_SERVING_PASSWORD",
+    "SIS_SPARK_SECRET_CONF",
+)
+# A Spark or Hadoop setting whose name matches holds a secret (an object store's key, a
+# password, a token): SIS_SPARK_CONF refuses it, since what SIS_SPARK_CONF holds reaches the
+# code location's configuration (the webserver shows it, every run's snapshot stores it) and
+# the driver JVM's command line; SIS_SPARK_SECRET_CONF takes it instead. Spark's own
+# `spark.redaction.regex` default is the model, widened to credentials and account keys.
+SPARK_SECRET_KEY_PATTERN = (
+    r"(?i)secret|password|passwd|token|credential|access[._-]?key|account[._-]key"
+    r"|private[._-]?key|signature"
+)
+# Names the pattern matches that hold no secret: where credentials are looked up (a provider's
+# class, a credential store's path) or whether they are used, never the credentials themselves
+# (e.g. fs.s3a.aws.credentials.provider, hadoop.security.credential.provider.path).
+SPARK_SECRET_KEY_EXCEPTIONS = r"(?i)\.(providers?|provider\.(path|type)|enabled)$"
 # Test hooks, read at call time (sis_platform/faults.py); production never sets them.
 FAULT_INJECTION_VARIABLES = (
     "SIS_CRASH_AT",
@@ -109,7 +127,7 @@ VARIABLES = (
     SIS_BATCH_MAX_SECONDS SIS_GET_WAIT_SECONDS SIS_MAX_RUNS_IN_FLIGHT SIS_DEPLOYMENT
     SIS_LEASE_SECONDS
     SIS_SPARK_MASTER SIS_SPARK_DRIVER_MEMORY SIS_SPARK_SHUFFLE_PARTITIONS SIS_SPARK_UI
-    SIS_SPARK_CONF SIS_SPARK_JARS_DIR SIS_SPARK_CLASS_ARCHIVE
+    SIS_SPARK_CONF SIS_SPARK_SECRET_CONF SIS_SPARK_JARS_DIR SIS_SPARK_CLASS_ARCHIVE
     SIS_REDELIVERY_LIMIT SIS_SELECTOR SIS_QUARANTINE_AFTER
     SIS_INTAKE SIS_SERVING_URL SIS_SERVING_PASSWORD SIS_LIVE_GROUP_WAIT_MS
     SIS_LIVE_GROUP_MAX_MESSAGES SIS_LIVE_MAX_MASTERS SIS_LIVE_REPORT_SECONDS
