@@ -3,9 +3,9 @@
 # directory, stop it. Service scripts do not work in containers, so the broker is started with
 # java directly (docs/operations.md, "ActiveMQ").
 #
-#   scripts/activemq.sh install            apt-get install -y activemq if it is missing
+#   scripts/activemq.sh install            apt-get install -y activemq openssl if missing
 #   scripts/activemq.sh start DIR          instance config in DIR, broker in the background,
-#                                          returns once the STOMP port accepts connections
+#                                          returns once the STOMP port(s) accept connections
 #   scripts/activemq.sh stop DIR           SIGTERM, then SIGKILL after a bounded wait
 #   scripts/activemq.sh status DIR         exit 0 when the broker of DIR is running
 #
@@ -15,6 +15,12 @@
 #   ACTIVEMQ_OPENWIRE_PORT  OpenWire port (default 61616)
 #   ACTIVEMQ_START_TIMEOUT  seconds to wait for the STOMP port (default 90)
 #   ACTIVEMQ_JAVA_OPTS      JVM options (default -Xms64m -Xmx512m)
+#   ACTIVEMQ_STOMP_SSL_PORT STOMP over TLS port (default: none, no TLS connector); needs
+#   ACTIVEMQ_KEYSTORE       PKCS12 file with the broker's key and certificate chain, and
+#   ACTIVEMQ_STORE_PASSWORD its password (also the truststore's); written only into the
+#                           instance's activemq.xml (mode 0600), never on the JVM's command line
+#   ACTIVEMQ_TRUSTSTORE     PKCS12 file of the CAs that sign client certificates: when set, the
+#                           TLS connector requires a client certificate (needClientAuth)
 set -euo pipefail
 
 ACTIVEMQ_HOME=/usr/share/activemq
@@ -24,6 +30,10 @@ STOMP_PORT=${ACTIVEMQ_STOMP_PORT:-61613}
 OPENWIRE_PORT=${ACTIVEMQ_OPENWIRE_PORT:-61616}
 START_TIMEOUT=${ACTIVEMQ_START_TIMEOUT:-90}
 JAVA_OPTS=${ACTIVEMQ_JAVA_OPTS:--Xms64m -Xmx512m}
+SSL_PORT=${ACTIVEMQ_STOMP_SSL_PORT:-}
+KEYSTORE=${ACTIVEMQ_KEYSTORE:-}
+TRUSTSTORE=${ACTIVEMQ_TRUSTSTORE:-}
+STORE_PASSWORD=${ACTIVEMQ_STORE_PASSWORD:-}
 
 die() {
     echo "activemq.sh: $*" >&2
@@ -34,9 +44,14 @@ installed() {
     [[ -f $ACTIVEMQ_HOME/bin/activemq.jar && -f $DEBIAN_INSTANCE/activemq.xml ]]
 }
 
+tls_tools() {
+    # openssl and the JDK's keytool make the TLS tests' certificates and stores.
+    command -v openssl >/dev/null && command -v keytool >/dev/null
+}
+
 cmd_install() {
-    if installed; then
-        echo "ActiveMQ is installed ($ACTIVEMQ_HOME)"
+    if installed && tls_tools; then
+        echo "ActiveMQ is installed ($ACTIVEMQ_HOME), with openssl and keytool"
         return
     fi
     [[ $(id -u) -eq 0 ]] || die "installing needs root: sudo $0 install"
@@ -44,8 +59,9 @@ cmd_install() {
     apt-get update -q
     # The package's postinst tries to start the service; where policy-rc.d forbids it (containers)
     # that is reported and ignored, which is what we want: brokers are started by this script.
-    apt-get install -y -q activemq
+    apt-get install -y -q activemq openssl
     installed || die "apt-get installed activemq but $ACTIVEMQ_HOME/bin/activemq.jar is missing"
+    tls_tools || die "apt-get installed activemq and openssl but openssl or keytool is missing"
 }
 
 pid_of() {
@@ -70,6 +86,7 @@ write_config() {
         "$DEBIAN_INSTANCE/activemq.xml" >"$dir/activemq.xml"
     grep -q "name=\"stomp\"" "$dir/activemq.xml" ||
         die "could not add the STOMP connector to $dir/activemq.xml (Debian config changed?)"
+    [[ -z $SSL_PORT ]] || write_tls_config "$dir"
     # What the platform needs from the broker (see sis_platform/queues/stomp/):
     # - strictOrderDispatch: when the only consumer backs out (unsubscribes with messages
     #   unacked), ActiveMQ 5.17 puts them back *before* earlier backed-out messages it has not
@@ -103,6 +120,35 @@ log4j.appender.logfile.layout.ConversionPattern=%d | %-5p | %m | %c | %t%n
 EOF
 }
 
+write_tls_config() {
+    local dir=$1
+    [[ -f $KEYSTORE ]] || die "ACTIVEMQ_STOMP_SSL_PORT needs ACTIVEMQ_KEYSTORE (a PKCS12 file)"
+    [[ -n $STORE_PASSWORD ]] || die "ACTIVEMQ_STOMP_SSL_PORT needs ACTIVEMQ_STORE_PASSWORD"
+    [[ $STORE_PASSWORD != *[\"\'\<\>\&#]* ]] ||
+        die "ACTIVEMQ_STORE_PASSWORD must not contain quotes, <, >, & or #"
+    local trust="" options=""
+    if [[ -n $TRUSTSTORE ]]; then
+        [[ -f $TRUSTSTORE ]] || die "ACTIVEMQ_TRUSTSTORE=$TRUSTSTORE is not a file"
+        trust=" trustStore=\"file:$TRUSTSTORE\" trustStorePassword=\"$STORE_PASSWORD\" trustStoreType=\"pkcs12\""
+        options="?transport.needClientAuth=true"
+    fi
+    # The file now holds the store password: readable by this user only.
+    chmod 600 "$dir/activemq.xml"
+    sed -i \
+        -e "s#<transportConnector name=\"stomp\"[^>]*/>#&\n            <transportConnector name=\"stomp+ssl\" uri=\"stomp+ssl://$HOST:$SSL_PORT$options\"/>#" \
+        -e "/<transportConnectors>/i\\
+        <sslContext>\\
+            <sslContext keyStore=\"file:$KEYSTORE\" keyStorePassword=\"$STORE_PASSWORD\" keyStoreType=\"pkcs12\"$trust/>\\
+        </sslContext>" \
+        "$dir/activemq.xml"
+    grep -q 'name="stomp+ssl"' "$dir/activemq.xml" && grep -q '<sslContext keyStore=' "$dir/activemq.xml" ||
+        die "could not add the STOMP TLS connector to $dir/activemq.xml (Debian config changed?)"
+}
+
+ports_open() {
+    port_open "$HOST" "$STOMP_PORT" && { [[ -z $SSL_PORT ]] || port_open "$HOST" "$SSL_PORT"; }
+}
+
 cmd_start() {
     local dir=${1:?usage: $0 start DIR}
     installed || die "ActiveMQ is not installed; run: $0 install"
@@ -125,7 +171,7 @@ cmd_start() {
     echo "$pid" >"$dir/broker.pid"
     # Readiness is an observable event (the port accepts connections), polled with a deadline.
     local deadline=$((SECONDS + START_TIMEOUT))
-    until port_open "$HOST" "$STOMP_PORT"; do
+    until ports_open; do
         if ! kill -0 "$pid" 2>/dev/null; then
             tail -n 40 "$dir/broker.out" >&2 || true
             die "broker exited during start-up (log: $dir/broker.out)"
@@ -133,11 +179,11 @@ cmd_start() {
         if ((SECONDS >= deadline)); then
             kill -9 "$pid" 2>/dev/null || true
             tail -n 40 "$dir/broker.out" >&2 || true
-            die "STOMP port $HOST:$STOMP_PORT not open after ${START_TIMEOUT}s"
+            die "STOMP port(s) $HOST:$STOMP_PORT ${SSL_PORT:+and $SSL_PORT }not open after ${START_TIMEOUT}s"
         fi
         sleep 0.2
     done
-    echo "ActiveMQ running: pid $pid, stomp://$HOST:$STOMP_PORT, dir $dir"
+    echo "ActiveMQ running: pid $pid, stomp://$HOST:$STOMP_PORT${SSL_PORT:+, stomp+ssl://$HOST:$SSL_PORT}, dir $dir"
 }
 
 cmd_stop() {

@@ -120,6 +120,12 @@ def queue_resource(source: SourceSettings) -> QueueSourceResource:
             backout_threshold=source.backout.threshold,
             backout_queue=source.backout.queue,
             redelivery_counts=source.redelivery_counts,
+            tls=source.tls,
+            ca_file=source.ca_file,
+            cert_file=source.cert_file,
+            key_file=source.key_file,
+            key_password=dg.EnvVar("SIS_STOMP_KEY_PASSWORD") if source.has_key_password else None,
+            allow_plaintext_credentials=source.allow_plaintext_credentials,
         )
     return IbmMqQueueResource(
         queue_manager=source.queue_manager,

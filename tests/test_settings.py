@@ -21,6 +21,7 @@ from sis_platform.settings import (
     StompSourceSettings,
     load_settings,
 )
+from tests.queues.pki import CLIENT_KEY_PASSWORD, Pki, make_pki
 
 REPO = Path(__file__).resolve().parents[1]
 IBMMQ = {
@@ -169,6 +170,23 @@ def test_ibmmq_settings_name_every_missing_variable() -> None:
         ({"SIS_BACKOUT_QUEUE": "SPORTSDATA"}, "SIS_BACKOUT_QUEUE='SPORTSDATA' is the queue"),
         ({"SIS_PROFILE": "activemq", "SIS_STOMP_PORT": "x"}, "SIS_STOMP_PORT='x' is not a whole"),
         ({"SIS_PROFILE": "activemq", "SIS_STOMP_PREFETCH": "0"}, "SIS_STOMP_PREFETCH=0 must be"),
+        ({"SIS_PROFILE": "activemq", "SIS_STOMP_TLS": "yes"}, "SIS_STOMP_TLS='yes': expected true"),
+        (
+            {"SIS_PROFILE": "activemq", "SIS_STOMP_CA_FILE": "/no/ca.pem"},
+            "SIS_STOMP_CA_FILE='/no/ca.pem' is not a file",
+        ),
+        (
+            {
+                "SIS_PROFILE": "activemq",
+                "SIS_STOMP_CA_FILE": "/no/ca.pem",
+                "SIS_STOMP_TLS": "false",
+            },
+            "SIS_STOMP_CA_FILE given with SIS_STOMP_TLS=false",
+        ),
+        (
+            {"SIS_PROFILE": "activemq", "SIS_STOMP_ALLOW_PLAINTEXT_CREDENTIALS": "1"},
+            "SIS_STOMP_ALLOW_PLAINTEXT_CREDENTIALS='1': expected true or false",
+        ),
         ({**IBMMQ, "SIS_IBMMQ_RECONNECT": "always"}, "SIS_IBMMQ_RECONNECT='always': expected"),
         ({**IBMMQ, "SIS_IBMMQ_MAX_GET_BYTES": "1"}, "SIS_IBMMQ_MAX_GET_BYTES=1 must be at least"),
         ({"SIS_SPARK_SHUFFLE_PARTITIONS": "many"}, "SIS_SPARK_SHUFFLE_PARTITIONS='many' is not"),
@@ -224,6 +242,113 @@ def test_a_secret_is_never_held_in_the_settings(tmp_path: Path) -> None:
         settings.secret("SIS_STOMP_USER", env)
 
 
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+def test_stomp_uses_tls_unless_the_broker_is_on_this_host(tmp_path: Path, pki: Pki) -> None:
+    base = {"SIS_DATA_DIR": str(tmp_path), "SIS_PROFILE": "activemq"}
+
+    def stomp(**variables: str) -> StompSourceSettings:
+        source = load_settings({**base, **variables}).source
+        assert isinstance(source, StompSourceSettings)
+        return source
+
+    assert not stomp().tls  # 127.0.0.1, the activemq profile's broker on this machine
+    assert not stomp(SIS_STOMP_HOST="localhost").tls
+    assert not stomp(SIS_STOMP_HOST="::1").tls
+    remote = stomp(SIS_STOMP_HOST="broker.example")
+    assert remote.tls and (remote.ca_file, remote.cert_file, remote.key_file) == (None,) * 3
+    assert stomp(SIS_STOMP_HOST="localhost", SIS_STOMP_TLS="true").tls
+    with_ca = stomp(SIS_STOMP_CA_FILE=str(pki.ca_file))  # a CA file means TLS, wherever
+    assert with_ca.tls and with_ca.ca_file == str(pki.ca_file)
+    assert not stomp(SIS_STOMP_HOST="broker.example", SIS_STOMP_TLS="false").tls  # no password
+
+
+def test_a_stomp_password_never_crosses_the_network_in_clear_unless_allowed(
+    tmp_path: Path,
+) -> None:
+    env = {
+        "SIS_DATA_DIR": str(tmp_path),
+        "SIS_PROFILE": "activemq",
+        "SIS_STOMP_HOST": "10.1.2.3",
+        "SIS_STOMP_USER": "feed",
+        "SIS_STOMP_PASSWORD": "hunter2",
+        "SIS_STOMP_TLS": "false",
+    }
+    with pytest.raises(ConfigurationError) as raised:
+        load_settings(env)
+    message = str(raised.value)
+    assert message.startswith("SIS_STOMP_PASSWORD would cross the network in clear")
+    assert "SIS_STOMP_HOST='10.1.2.3'" in message
+    assert "SIS_STOMP_ALLOW_PLAINTEXT_CREDENTIALS=true" in message
+    assert "hunter2" not in message
+    with pytest.raises(ConfigurationError, match="SIS_STOMP_PASSWORD would cross"):
+        config.resources(env)
+    # Loopback, TLS (the default off this host) or the explicit opt-out: accepted.
+    assert load_settings({**env, "SIS_STOMP_HOST": "127.0.0.1"}).source
+    on = load_settings({k: v for k, v in env.items() if k != "SIS_STOMP_TLS"}).source
+    assert isinstance(on, StompSourceSettings) and on.tls
+    allowed = load_settings({**env, "SIS_STOMP_ALLOW_PLAINTEXT_CREDENTIALS": "true"}).source
+    assert isinstance(allowed, StompSourceSettings)
+    assert (allowed.tls, allowed.allow_plaintext_credentials) == (False, True)
+    source = config.resources({**env, "SIS_STOMP_ALLOW_PLAINTEXT_CREDENTIALS": "true"})["queue"]
+    assert source.allow_plaintext_credentials and not source.tls
+
+
+def test_a_client_certificate_needs_its_key_and_the_files_must_exist(
+    tmp_path: Path, pki: Pki
+) -> None:
+    cert, key = pki.client_cert, pki.client_encrypted_key
+    base = {"SIS_DATA_DIR": str(tmp_path), "SIS_PROFILE": "activemq"}
+    for variables in ({"SIS_STOMP_CERT_FILE": str(cert)}, {"SIS_STOMP_KEY_FILE": str(key)}):
+        with pytest.raises(ConfigurationError, match="SIS_STOMP_CERT_FILE and SIS_STOMP_KEY_FILE"):
+            load_settings({**base, **variables})
+    with pytest.raises(ConfigurationError, match="SIS_STOMP_KEY_FILE='.*/nokey' is not a file"):
+        load_settings(
+            {
+                **base,
+                "SIS_STOMP_CERT_FILE": str(cert),
+                "SIS_STOMP_KEY_FILE": str(tmp_path / "nokey"),
+            }
+        )
+    env = {
+        **base,
+        "SIS_STOMP_CERT_FILE": str(cert),
+        "SIS_STOMP_KEY_FILE": str(key),
+        "SIS_STOMP_KEY_PASSWORD": CLIENT_KEY_PASSWORD,
+    }
+    s = load_settings(env).source
+    assert isinstance(s, StompSourceSettings)
+    assert (s.tls, s.cert_file, s.key_file, s.has_key_password) == (True, str(cert), str(key), True)
+    assert CLIENT_KEY_PASSWORD not in repr(s)
+    queue = config.resources(env)["queue"]
+    assert CLIENT_KEY_PASSWORD not in repr(queue)  # the key's password is bound as dg.EnvVar
+    assert settings.secret("SIS_STOMP_KEY_PASSWORD", env) == CLIENT_KEY_PASSWORD
+
+
+def test_unusable_tls_files_stop_the_start_naming_the_variables(tmp_path: Path, pki: Pki) -> None:
+    not_pem = tmp_path / "ca.pem"
+    not_pem.write_text("not a certificate\n")
+    base = {"SIS_DATA_DIR": str(tmp_path), "SIS_PROFILE": "activemq"}
+    with pytest.raises(ConfigurationError, match="SIS_STOMP_CA_FILE: .*no usable certificate"):
+        load_settings({**base, "SIS_STOMP_CA_FILE": str(not_pem)})
+    client = {
+        **base,
+        "SIS_STOMP_CERT_FILE": str(pki.client_cert),
+        "SIS_STOMP_KEY_FILE": str(pki.client_encrypted_key),
+    }
+    for password in ({}, {"SIS_STOMP_KEY_PASSWORD": "n0t-the-key-passw0rd"}):
+        with pytest.raises(
+            ConfigurationError, match="SIS_STOMP_CERT_FILE, SIS_STOMP_KEY_FILE, SIS_STOMP_KEY_PASS"
+        ) as refused:
+            load_settings({**client, **password})
+        assert "n0t-the-key-passw0rd" not in str(refused.value)
+    with pytest.raises(ConfigurationError, match="SIS_STOMP_CERT_FILE, .*wrong key"):
+        load_settings({**client, "SIS_STOMP_KEY_FILE": str(pki.ca_file.with_name("localhost.key"))})
+
+
 def test_a_profile_file_sets_variables_under_the_environment(tmp_path: Path) -> None:
     profile = tmp_path / "prod.env"
     profile.write_text(
@@ -254,6 +379,7 @@ def test_a_profile_file_sets_variables_under_the_environment(tmp_path: Path) -> 
     [
         ("SIS_STOMP_PASSWORD=hunter2", "SIS_STOMP_PASSWORD is a secret; secrets are taken from"),
         ("SIS_IBMMQ_PASSWORD=hunter2", "SIS_IBMMQ_PASSWORD is a secret"),
+        ("SIS_STOMP_KEY_PASSWORD=hunter2", "SIS_STOMP_KEY_PASSWORD is a secret"),
         ("SIS_API_TOKEN=abc", "SIS_API_TOKEN is a secret"),
         ("SIS_BATCH_MAX_MESAGES=10", "SIS_BATCH_MAX_MESAGES is not a setting of the platform"),
         ("SIS_SETTINGS_FILE=/other.env", "SIS_SETTINGS_FILE is not a setting"),

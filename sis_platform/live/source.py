@@ -14,6 +14,7 @@ from sis_platform.settings import (
     EmbeddedSourceSettings,
     SourceSettings,
     StompSourceSettings,
+    secret,
     url_credentials,
 )
 
@@ -39,6 +40,12 @@ def source_from_settings(source: SourceSettings) -> QueueSource:
             redelivery_counts=Path(source.redelivery_counts),
             backout_threshold=threshold,
             backout_queue=backout_queue,
+            tls=source.tls,
+            ca_file=source.ca_file,
+            cert_file=source.cert_file,
+            key_file=source.key_file,
+            key_password=secret("SIS_STOMP_KEY_PASSWORD") if source.has_key_password else None,
+            allow_plaintext_credentials=source.allow_plaintext_credentials,
         )
     return open_source(
         "ibmmq:",

@@ -3,12 +3,17 @@
     embedded:///abs/dir[?queue=NAME&backout_threshold=N&backout_queue=NAME]
     stomp://[user[:password]@]host[:port]/queue/NAME[?selector=..&prefetch=N
         &backout_threshold=N&backout_queue=NAME&redelivery_counts=/abs/file.db
-        &heartbeats=OUT,IN&vhost=..]
+        &heartbeats=OUT,IN&vhost=..&tls=true|false&ca_file=/abs/ca.pem
+        &cert_file=/abs/client.pem&key_file=/abs/client.key
+        &allow_plaintext_credentials=true]
     ibmmq://[user@]host[:port][,host2[:port2]...]/QMGR/QUEUE?channel=CHANNEL
         [&cipher_spec=..&key_repository=..&certificate_label=..]
     ibmmq:                      (everything from the settings' IBM MQ record, `ibmmq=`)
 
 `backout_threshold` defaults to DEFAULT_BACKOUT_THRESHOLD (10) on every source; 0 turns it off.
+A STOMP broker not on this host is reached over TLS unless `tls=false`, and a password is not
+sent to it in clear without `allow_plaintext_credentials=true` (queues/stomp/source.py); a client
+key's password is the `key_password` keyword, never part of a URL.
 
 `open_source` reads nothing from the environment: it is given everything. A login comes from
 the `user`/`password` keywords, else the URL, else `fallback` (per field; IBM MQ takes a
@@ -145,6 +150,12 @@ def _file(raw: str) -> Path:
     return Path(raw)
 
 
+def _flag(raw: str) -> bool:
+    if raw not in ("true", "false"):
+        raise ValueError(f"expected true or false, got {raw!r}")
+    return raw == "true"
+
+
 def _heartbeats(raw: str) -> tuple[int, int]:
     parts = raw.split(",")
     if len(parts) != 2:
@@ -198,6 +209,11 @@ def _stomp(url: str, given: _Given) -> QueueSource:
             "redelivery_counts": _file,
             "heartbeats": _heartbeats,
             "vhost": _name,
+            "tls": _flag,
+            "ca_file": _file,
+            "cert_file": _file,
+            "key_file": _file,
+            "allow_plaintext_credentials": _flag,
         },
     )
     user = options.pop("user", None) or (unquote(parts.username) if parts.username else None)

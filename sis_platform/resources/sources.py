@@ -105,7 +105,9 @@ class StompQueueResource(QueueSourceResource):
     port: int = DEFAULT_STOMP_PORT
     destination: str = DEFAULT_STOMP_DESTINATION
     user: str | None = None
-    password: str | None = Field(default=None, description="Set from an EnvVar, never inline.")
+    password: str | None = Field(
+        default=None, repr=False, description="Set from an EnvVar, never inline."
+    )
     selector: str | None = Field(
         default=None,
         description="JMS selector over message headers, applied by the broker; messages it "
@@ -126,6 +128,27 @@ class StompQueueResource(QueueSourceResource):
         "since ActiveMQ over STOMP only flags them; it outlives the process, so a message that "
         "kills its consumer still reaches the backout threshold. None: counted in memory only.",
     )
+    tls: bool = Field(
+        default=False,
+        description="Connect over TLS, verifying the broker's certificate and host name "
+        "(the settings turn it on for any broker not on this host).",
+    )
+    ca_file: str | None = Field(
+        default=None,
+        description="PEM file of the CA(s) the broker's certificate must chain to "
+        "(None: the system's trust store).",
+    )
+    cert_file: str | None = Field(
+        default=None, description="PEM client certificate, for a broker that asks for one."
+    )
+    key_file: str | None = Field(default=None, description="PEM key of the client certificate.")
+    key_password: str | None = Field(
+        default=None, repr=False, description="Password of the client key: an EnvVar, never inline."
+    )
+    allow_plaintext_credentials: bool = Field(
+        default=False,
+        description="Send the password in clear to a broker not on this host (without TLS).",
+    )
 
     def build(self) -> QueueSource:
         return StompQueue(
@@ -139,6 +162,12 @@ class StompQueueResource(QueueSourceResource):
             backout_threshold=self.backout_threshold,
             backout_queue=self.backout_queue,
             redelivery_counts=Path(self.redelivery_counts) if self.redelivery_counts else None,
+            tls=self.tls,
+            ca_file=self.ca_file,
+            cert_file=self.cert_file,
+            key_file=self.key_file,
+            key_password=self.key_password,
+            allow_plaintext_credentials=self.allow_plaintext_credentials,
         )
 
 
@@ -150,7 +179,9 @@ class IbmMqQueueResource(QueueSourceResource):
     conn_name: str = Field(description='MQ CONNAME, e.g. "mq1(1414),mq2(1414)".')
     queue: str
     user: str | None = None
-    password: str | None = Field(default=None, description="Set from an EnvVar, never inline.")
+    password: str | None = Field(
+        default=None, repr=False, description="Set from an EnvVar, never inline."
+    )
     cipher_spec: str | None = None
     key_repository: str | None = None
     certificate_label: str | None = Field(

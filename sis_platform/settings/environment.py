@@ -50,6 +50,15 @@ class Reader:
         except ValueError:
             raise ConfigurationError(f"{name}={raw!r} is not a number") from None
 
+    def flag(self, name: str, default: bool) -> bool:
+        """`true` or `false` (unset: `default`)."""
+        raw = self.optional(name)
+        if raw is None:
+            return default
+        if raw not in ("true", "false"):
+            raise ConfigurationError(f"{name}={raw!r}: expected true or false")
+        return raw == "true"
+
     def choice(self, name: str, choices: tuple[str, ...], default: str | None = None) -> str:
         """One of `choices` (default: the first)."""
         value = self.text(name, default or choices[0])

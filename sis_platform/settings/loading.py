@@ -6,10 +6,11 @@ from __future__ import annotations
 import socket
 from collections.abc import Mapping
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 from sis_platform.domain.limits import Limits
+from sis_platform.queues.transport import TlsFiles, is_loopback
 from sis_platform.settings.environment import Reader, is_secret_spark_key, variables_in_effect
 from sis_platform.settings.records import (
     Backout,
@@ -183,8 +184,9 @@ def _source(
         _require_other_queue(backout, embedded.queue)
         return embedded
     if source == "stomp":
+        host = read.text("SIS_STOMP_HOST", DEFAULT_STOMP_HOST)
         stomp = StompSourceSettings(
-            host=read.text("SIS_STOMP_HOST", DEFAULT_STOMP_HOST),
+            host=host,
             port=read.whole("SIS_STOMP_PORT", DEFAULT_STOMP_PORT),
             destination=read.text("SIS_STOMP_DESTINATION", DEFAULT_STOMP_DESTINATION),
             user=read.optional("SIS_STOMP_USER"),
@@ -195,10 +197,74 @@ def _source(
             redelivery_counts=read.text(
                 "SIS_STOMP_REDELIVERY_COUNTS", str(data_dir / "stomp" / "redeliveries.db")
             ),
+            **_stomp_tls(read, host),
         )
         _require_other_queue(backout, stomp.destination)
         return stomp
     return _ibmmq(read, f"profile {profile!r}", limits, backout)
+
+
+def _stomp_tls(read: Reader, host: str) -> dict[str, Any]:
+    """The STOMP source's TLS settings, checked (DESIGN.md invariant 9). SIS_STOMP_TLS unset is
+    on unless SIS_STOMP_HOST is this machine (loopback) and no TLS file is given: a connection
+    that leaves the host is encrypted and its broker verified, while a broker on this machine
+    (the `activemq` profile's) needs no certificate. The broker's certificate and host name are
+    verified whenever TLS is on; there is no setting that turns that off. A password is refused
+    for a broker off this host over a connection in clear, unless
+    SIS_STOMP_ALLOW_PLAINTEXT_CREDENTIALS=true."""
+    files = {
+        "ca_file": read.optional("SIS_STOMP_CA_FILE"),
+        "cert_file": read.optional("SIS_STOMP_CERT_FILE"),
+        "key_file": read.optional("SIS_STOMP_KEY_FILE"),
+    }
+    given = [f"SIS_STOMP_{key.upper()}" for key, path in files.items() if path is not None]
+    tls = read.flag("SIS_STOMP_TLS", bool(given) or not is_loopback(host))
+    if not tls and given:
+        raise ConfigurationError(f"{' and '.join(given)} given with SIS_STOMP_TLS=false")
+    for key, path in files.items():
+        if path is not None and not Path(path).is_file():
+            raise ConfigurationError(f"SIS_STOMP_{key.upper()}={path!r} is not a file")
+    if (files["cert_file"] is None) != (files["key_file"] is None):
+        raise ConfigurationError(
+            "SIS_STOMP_CERT_FILE and SIS_STOMP_KEY_FILE go together (the client certificate and"
+            " its key; name one PEM file twice if it holds both)"
+        )
+    key_password = read.optional("SIS_STOMP_KEY_PASSWORD")
+    if tls:
+        _check_tls_files(files, key_password)
+    allow_plaintext = read.flag("SIS_STOMP_ALLOW_PLAINTEXT_CREDENTIALS", False)
+    has_password = read.optional("SIS_STOMP_PASSWORD") is not None
+    if has_password and not tls and not is_loopback(host) and not allow_plaintext:
+        raise ConfigurationError(
+            f"SIS_STOMP_PASSWORD would cross the network in clear: SIS_STOMP_HOST={host!r} is not"
+            " this machine and SIS_STOMP_TLS=false; turn TLS on (the default off this host), or"
+            " set SIS_STOMP_ALLOW_PLAINTEXT_CREDENTIALS=true if this network must"
+        )
+    return {
+        **files,
+        "tls": tls,
+        "has_key_password": key_password is not None,
+        "allow_plaintext_credentials": allow_plaintext,
+    }
+
+
+def _check_tls_files(files: dict[str, str | None], key_password: str | None) -> None:
+    """The TLS files' contents, checked as the STOMP source will load them (the key password is
+    used for the check and not kept), so that a bad file stops the start, not the first tick."""
+    try:
+        TlsFiles(ca_file=files["ca_file"]).context()
+    except ValueError as e:
+        raise ConfigurationError(f"SIS_STOMP_CA_FILE: {e}") from None
+    if files["cert_file"] is not None:
+        client = TlsFiles(
+            cert_file=files["cert_file"], key_file=files["key_file"], key_password=key_password
+        )
+        try:
+            client.context()
+        except ValueError as e:
+            raise ConfigurationError(
+                f"SIS_STOMP_CERT_FILE, SIS_STOMP_KEY_FILE, SIS_STOMP_KEY_PASSWORD: {e}"
+            ) from None
 
 
 def _ibmmq(read: Reader, needed_by: str, limits: Limits, backout: Backout) -> IbmMqSourceSettings:

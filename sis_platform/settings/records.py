@@ -71,6 +71,14 @@ class StompSourceSettings:
     selector: str | None = None
     prefetch: int = DEFAULT_STOMP_PREFETCH
     backout: Backout = field(default_factory=Backout)
+    # TLS (SIS_STOMP_TLS, default: on unless the host is loopback or a TLS file is given); the
+    # broker's certificate and host name are always verified. ca_file None: the system's trust.
+    tls: bool = False
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    has_key_password: bool = False  # SIS_STOMP_KEY_PASSWORD is set (value not held)
+    allow_plaintext_credentials: bool = False
 
 
 @dataclass(frozen=True)

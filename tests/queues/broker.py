@@ -1,9 +1,11 @@
 """A real ActiveMQ broker for the tests, run by scripts/activemq.sh in a temporary folder.
 
 `activemq` (session scope) starts one broker on free loopback ports and stops it at the end;
-`activemq_outage` (function scope) is for tests that take the broker away and bring it back,
-and guarantees it is running again afterwards. Without ActiveMQ installed the tests that need
-it fail (they are not skipped) and say how to install it.
+`activemq_tls` (session scope) is a second one that also listens for STOMP over TLS, with
+certificates made for the test session (pki.py); `activemq_outage` (function scope) is for tests
+that take the broker away and bring it back, and guarantees it is running again afterwards.
+Without ActiveMQ installed the tests that need it fail (they are not skipped) and say how to
+install it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.queues.pki import Pki, make_pki
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "activemq.sh"
@@ -51,6 +55,8 @@ class Broker:
     stomp_port: int
     openwire_port: int
     host: str = HOST
+    ssl_port: int | None = None  # STOMP over TLS, with `pki`'s broker certificate
+    pki: Pki | None = None
 
     @property
     def url(self) -> str:
@@ -64,6 +70,13 @@ class Broker:
             "ACTIVEMQ_OPENWIRE_PORT": str(self.openwire_port),
             "ACTIVEMQ_START_TIMEOUT": str(int(START_TIMEOUT_SECONDS)),
         }
+        if self.ssl_port is not None and self.pki is not None:
+            env.update(
+                ACTIVEMQ_STOMP_SSL_PORT=str(self.ssl_port),
+                ACTIVEMQ_KEYSTORE=str(self.pki.broker_keystore),
+                ACTIVEMQ_TRUSTSTORE=str(self.pki.broker_truststore),
+                ACTIVEMQ_STORE_PASSWORD=self.pki.store_password,
+            )
         result = subprocess.run(
             [str(SCRIPT), command, str(self.directory)],
             env=env,
@@ -119,6 +132,26 @@ def activemq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
         directory=tmp_path_factory.mktemp("activemq"),
         stomp_port=_free_port(),
         openwire_port=_free_port(),
+    )
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker._run("stop")
+
+
+@pytest.fixture(scope="session")
+def activemq_tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """A broker that also speaks STOMP over TLS (`ssl_port`): its certificate is for
+    `localhost` only, signed by `pki.ca_file`, and it requires a client certificate signed by
+    the same CA."""
+    require_activemq()
+    broker = Broker(
+        directory=tmp_path_factory.mktemp("activemq-tls"),
+        stomp_port=_free_port(),
+        openwire_port=_free_port(),
+        ssl_port=_free_port(),
+        pki=make_pki(tmp_path_factory.mktemp("pki")),
     )
     broker.start()
     try:

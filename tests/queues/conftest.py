@@ -1,5 +1,5 @@
 from __future__ import annotations
 
-from tests.queues.broker import activemq, activemq_outage
+from tests.queues.broker import activemq, activemq_outage, activemq_tls
 
-__all__ = ["activemq", "activemq_outage"]
+__all__ = ["activemq", "activemq_outage", "activemq_tls"]

@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import threading
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import stomp
 import stomp.exception
 
 from sis_platform.queues.base import SourceUnavailable
+from sis_platform.queues.transport import TlsFiles
 
 log = logging.getLogger(__name__)
 
@@ -36,16 +38,18 @@ class BrokerError(Exception):
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where the broker is and how to talk to it."""
+    """Where the broker is and how to talk to it: over TLS when `tls` is set (the broker's
+    certificate and host name verified), else in clear. The password is kept out of the repr."""
 
     host: str
     port: int
     user: str | None
-    password: str | None
+    password: str | None = field(repr=False)
     heartbeats: tuple[int, int]
     vhost: str | None
     connect_timeout: float
     receipt_timeout: float
+    tls: TlsFiles | None = None
 
     def __str__(self) -> str:
         return f"{self.host}:{self.port}"
@@ -72,6 +76,18 @@ class Link(stomp.ConnectionListener):
             # logged, bounded), not stomp.py's silent internal loop.
             reconnect_attempts_max=1,
         )
+        if endpoint.tls is not None:
+            tls = endpoint.tls
+            # stomp.py wraps the socket in an SSLContext(PROTOCOL_TLS_CLIENT), which verifies
+            # the certificate chain and the host name; verify=True keeps both on.
+            self.conn.set_ssl(
+                for_hosts=[(endpoint.host, endpoint.port)],
+                key_file=tls.key_file,
+                cert_file=tls.cert_file,
+                ca_certs=tls.ca_file,
+                password=tls.key_password,
+                verify=True,
+            )
         self.conn.set_listener("sis", self)
 
     # -- stomp.py receiver thread ------------------------------------------------------------
@@ -134,7 +150,8 @@ class Link(stomp.ConnectionListener):
             self._no_delay()
         except (stomp.exception.StompException, OSError) as e:
             self.abort()
-            raise SourceUnavailable(f"cannot connect to STOMP broker {ep}: {e!r}") from e
+            why = _tls_failure(ep) or repr(e)
+            raise SourceUnavailable(f"cannot connect to STOMP broker {ep}: {why}") from e
         # stomp.py's own wait_for_connection has no deadline; this one does.
         deadline = time.monotonic() + ep.connect_timeout
         with self._cond:
@@ -146,6 +163,10 @@ class Link(stomp.ConnectionListener):
             connected, reason = self._connected, self._lost
         if not connected:
             self.abort()
+            if reason is None or reason == "connection closed":
+                # A broker that requires a client certificate refuses a TLS 1.3 client only
+                # after the handshake, and stomp.py does not say why the connection ended.
+                reason = _tls_failure(ep) or reason
             raise SourceUnavailable(
                 f"STOMP broker {ep} did not complete CONNECT: {reason or 'timed out'}"
             )
@@ -225,3 +246,35 @@ class Link(stomp.ConnectionListener):
             self.conn.transport.disconnect_socket()
         except (stomp.exception.StompException, OSError):
             pass
+
+
+_ALERT_WAIT_SECONDS = 2.0
+
+
+def _tls_failure(ep: Endpoint) -> str | None:
+    """Why a TLS connection to `ep` fails, or None if it is not TLS or the handshake succeeds
+    now. stomp.py only logs the handshake's error and then raises ConnectFailedException, so
+    after a failed connect one handshake is repeated here with the same context to say which
+    certificate check refused the broker."""
+    if ep.tls is None:
+        return None
+    try:
+        with socket.create_connection((ep.host, ep.port), timeout=ep.connect_timeout) as raw:
+            with ep.tls.context().wrap_socket(raw, server_hostname=ep.host) as tls:
+                # With TLS 1.3 the broker's verdict on our certificate (an alert) is the first
+                # thing it sends after the handshake; a broker content with it sends nothing
+                # until it has a CONNECT frame.
+                tls.settimeout(min(ep.connect_timeout, _ALERT_WAIT_SECONDS))
+                try:
+                    tls.recv(1)
+                except TimeoutError:
+                    pass
+                return None
+    except ssl.SSLCertVerificationError as e:
+        return f"TLS: the broker's certificate is refused ({e.verify_message})"
+    except ssl.SSLError as e:
+        if "CERTIFICATE" in (e.reason or ""):  # the broker's alert about our certificate
+            return f"TLS: the broker refused the client certificate, or its absence ({e.reason})"
+        return f"TLS handshake failed: {e}"
+    except (OSError, ValueError):
+        return None

@@ -18,6 +18,11 @@ recorded. The file outlives the process, so a message that kills its consumer is
 across restarts. A message the broker only prefetched for a consumer that went away comes back
 flagged too, and is counted once more than it was handed out; without the file (memory only)
 a new process sees 2, a lower bound.
+
+TLS (DESIGN.md invariant 9): `tls` unset means TLS for any broker that is not on this host
+(transport.is_loopback) or whenever a CA or client certificate is given; the broker's
+certificate and host name are always verified. A password is never sent in clear to a broker
+off this host unless `allow_plaintext_credentials` says so: the constructor refuses.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from sis_platform.queues.stomp.frames import (
 from sis_platform.queues.stomp.link import Endpoint, Link, LinkLost
 from sis_platform.queues.stomp.producer import StompProducer
 from sis_platform.queues.stomp.session import StompSession
+from sis_platform.queues.transport import TlsFiles, is_loopback
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +85,12 @@ class StompQueue(QueueSource):
         connect_attempts: int = 3,
         retry_initial_seconds: float = 0.5,
         retry_max_seconds: float = 10.0,
+        tls: bool | None = None,
+        ca_file: str | Path | None = None,
+        cert_file: str | Path | None = None,
+        key_file: str | Path | None = None,
+        key_password: str | None = None,
+        allow_plaintext_credentials: bool = False,
     ) -> None:
         if prefetch < 1:
             raise ValueError(f"prefetch must be >= 1, got {prefetch}")
@@ -91,11 +103,14 @@ class StompQueue(QueueSource):
         self.prefetch = prefetch
         self.backout_threshold = backout_threshold
         self.backout_queue = queue_destination(backout_queue) if backout_queue else ACTIVEMQ_DLQ
-        if self.backout_queue == self.destination:
+        # Without a threshold nothing is moved, so the backout queue's own source (whose
+        # default backout queue is itself, ActiveMQ.DLQ) is allowed.
+        if backout_threshold and self.backout_queue == self.destination:
             raise ValueError("backout_queue must differ from destination")
         self.connect_attempts = connect_attempts
         self.retry_initial_seconds = retry_initial_seconds
         self.retry_max_seconds = retry_max_seconds
+        self.allow_plaintext_credentials = allow_plaintext_credentials
         self._endpoint = Endpoint(
             host=host,
             port=port,
@@ -105,7 +120,18 @@ class StompQueue(QueueSource):
             vhost=vhost,
             connect_timeout=connect_timeout,
             receipt_timeout=receipt_timeout,
+            tls=_tls(host, port, tls, ca_file, cert_file, key_file, key_password),
         )
+        if (
+            self._endpoint.tls is None
+            and password
+            and not is_loopback(host)
+            and not allow_plaintext_credentials
+        ):
+            raise ValueError(
+                f"refusing to send the password in clear to STOMP broker {host}:{port}, which is"
+                " not on this host: use TLS, or allow plaintext credentials explicitly"
+            )
         self._redeliveries = RedeliveryCounts(redelivery_counts)
 
     @property
@@ -119,7 +145,16 @@ class StompQueue(QueueSource):
         else:
             extras.append("no backout threshold")
         suffix = f" ({', '.join(extras)})" if extras else ""
-        return f"stomp://{who}{self._endpoint}{self.destination}{suffix}"
+        scheme = "stomp+ssl" if self._endpoint.tls is not None else "stomp"
+        return f"{scheme}://{who}{self._endpoint}{self.destination}{suffix}"
+
+    def __repr__(self) -> str:
+        return f"StompQueue({self.description!r})"
+
+    @property
+    def tls(self) -> TlsFiles | None:
+        """The TLS files in use, or None for a connection in clear."""
+        return self._endpoint.tls
 
     def connect(self) -> StompSession:
         return StompSession(self)
@@ -143,6 +178,12 @@ class StompQueue(QueueSource):
             connect_timeout=ep.connect_timeout,
             receipt_timeout=ep.receipt_timeout,
             connect_attempts=self.connect_attempts,
+            tls=ep.tls is not None,
+            ca_file=ep.tls.ca_file if ep.tls else None,
+            cert_file=ep.tls.cert_file if ep.tls else None,
+            key_file=ep.tls.key_file if ep.tls else None,
+            key_password=ep.tls.key_password if ep.tls else None,
+            allow_plaintext_credentials=self.allow_plaintext_credentials,
         )
 
     def browse(self, destination: str | None = None) -> list[ReceivedMessage]:
@@ -217,3 +258,28 @@ class StompQueue(QueueSource):
     def forget_redeliveries(self, broker_ids: Iterable[str]) -> None:
         """Drop the counts of messages the broker no longer has (committed)."""
         self._redeliveries.forget(broker_ids)
+
+
+def _tls(
+    host: str,
+    port: int,
+    tls: bool | None,
+    ca_file: str | Path | None,
+    cert_file: str | Path | None,
+    key_file: str | Path | None,
+    key_password: str | None,
+) -> TlsFiles | None:
+    """The TLS files for a connection to host:port, or None for one in clear (module docstring:
+    unset `tls` means TLS unless the broker is on this host and no TLS file is given). The
+    files are checked here, so a bad one fails at configuration, not at the first connect."""
+    files = tuple(None if f is None else str(f) for f in (ca_file, cert_file, key_file))
+    if tls is None:
+        tls = any(files) or not is_loopback(host)
+    if not tls:
+        if any(files):
+            raise ValueError(f"TLS files given for STOMP broker {host}:{port} with TLS off")
+        return None
+    ca, cert, key = files
+    chosen = TlsFiles(ca_file=ca, cert_file=cert, key_file=key, key_password=key_password)
+    chosen.context()
+    return chosen
