@@ -426,7 +426,11 @@ def test_the_cache_folder_and_a_spark_childs_environment(
     monkeypatch.delenv("XDG_CACHE_HOME")
     assert settings.cache_home() == Path.home() / ".cache"
     child = settings.child_environment({"SIS_SPARK_UI": "true"})
-    assert child == {"SIS_SPARK_UI": "true", "PYSPARK_PYTHON": sys.executable}
+    assert child == {
+        "SIS_SPARK_UI": "true",
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
     chosen = settings.child_environment({"PYSPARK_PYTHON": "/opt/python"})
     assert chosen["PYSPARK_PYTHON"] == "/opt/python"
     monkeypatch.setenv("SIS_SOMETHING", "1")

@@ -21,6 +21,7 @@ from sis_platform.settings import (
     DEFAULT_DRIVER_MEMORY,
     DEFAULT_SHUFFLE_PARTITIONS,
     DEFAULT_SPARK_MASTER,
+    local_driver_listens_on_loopback,
     python_workers_use_this_interpreter,
     spark_secret_conf,
 )
@@ -107,7 +108,8 @@ class DeltaSparkResource(LazyPySparkResource):
     PySpark starts its Python workers with $PYSPARK_PYTHON, else whatever `python3` is first
     on PATH; in local mode that must be the platform's own interpreter (its virtualenv holds
     pandas, pyarrow, lxml and the platform), so it is set before the session starts unless
-    the operator set it (settings.python_workers_use_this_interpreter).
+    the operator set it (settings.python_workers_use_this_interpreter). For the same reason a
+    local driver's web UI is made to listen on loopback (settings.local_driver_listens_on_loopback).
 
     Secrets (an object store's keys) are not in `spark_config`: that is the resource's
     configuration, which the Dagster UI shows and every run's snapshot stores, and PySpark
@@ -121,6 +123,7 @@ class DeltaSparkResource(LazyPySparkResource):
     @property
     def spark_session(self) -> Any:
         python_workers_use_this_interpreter()
+        local_driver_listens_on_loopback(str(self.spark_config.get("spark.master", "")))
         if self._secrets_applied:
             return super().spark_session
         secrets = spark_secret_conf()  # read first: a malformed value fails before a JVM starts

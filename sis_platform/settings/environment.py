@@ -216,9 +216,28 @@ def python_workers_use_this_interpreter() -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 
+# Where a local driver's listeners bind unless the operator sets SPARK_LOCAL_IP.
+LOOPBACK = "127.0.0.1"
+
+
+def local_driver_listens_on_loopback(master: str) -> None:
+    """Make a local driver's web UI (SIS_SPARK_UI) listen on loopback unless the operator set
+    SPARK_LOCAL_IP.
+
+    Spark 4.2's UI binds the address in $SPARK_LOCAL_IP, read from the JVM's environment, else
+    every interface (WebUI.initServer: "0.0.0.0"); spark.driver.bindAddress does not reach it,
+    and Spark has no setting for it. PySpark starts the JVM with this process's environment.
+    Not for a cluster master, whose executors connect back to the driver's own address.
+    """
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
+
+
 def child_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment for a child process that runs Spark (the Spark Connect server): `env`
-    (default: this process's), with PYSPARK_PYTHON this interpreter unless set."""
+    """The environment for a child process that runs a local Spark driver (the Spark Connect
+    server): `env` (default: this process's), with PYSPARK_PYTHON this interpreter and
+    SPARK_LOCAL_IP loopback (see local_driver_listens_on_loopback) unless set."""
     child = dict(_environment(env))
     child.setdefault("PYSPARK_PYTHON", sys.executable)
+    child.setdefault("SPARK_LOCAL_IP", LOOPBACK)
     return child

@@ -1,8 +1,8 @@
 """What tests/resources/test_secure_driver.py runs in a child process (`python -m
 tests.resources.secure_driver DATA_DIR`): the platform on DATA_DIR with a local Spark driver of
 its own and a Dagster instance on disk under DATA_DIR/dagster, one message through sis-live and
-one batch run. It prints one JSON line (`REPORT {...}`) of what it saw of the driver's JVM while
-the session ran.
+one batch run, Spark's web UI on. It prints one JSON line (`REPORT {...}`) of what it saw of the
+driver's JVM while the session ran.
 
 A child process: the suite's shared Spark session (tests/conftest.py) would otherwise be reused,
 started with another environment and command line than the ones under test.
@@ -35,6 +35,7 @@ def main(data_dir: Path) -> None:
         {
             "SIS_INTAKE": "live",
             "SIS_SPARK_MASTER": "local[1]",
+            "SIS_SPARK_UI": "true",
             "SIS_SPARK_CONF": f"spark.sis.marker={VISIBLE_MARKER}",
         },
         instance=instance,
@@ -50,6 +51,13 @@ def main(data_dir: Path) -> None:
         "secret_conf": spark.conf.get("fs.s3a.secret.key", None),
         "marker_conf": spark.conf.get("spark.sis.marker", None),
         "jvm_cmdline": Path(f"/proc/{jvm.pid}/cmdline").read_bytes().decode("utf-8", "replace"),
+        # Every TCP socket the JVM listens on (the kernel's table, by the process's inodes).
+        "listening": [
+            [c.laddr.ip, c.laddr.port]
+            for c in jvm.net_connections(kind="tcp")
+            if c.status == psutil.CONN_LISTEN
+        ],
+        "ui_url": spark.sparkContext.uiWebUrl,
     }
     print("REPORT", json.dumps(report), flush=True)
 

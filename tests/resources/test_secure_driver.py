@@ -1,7 +1,8 @@
 """The platform's own Spark driver keeps its secrets (invariant 9, secure by default), proven on a
 real Dagster instance on disk and a real driver JVM (tests/resources/secure_driver.py, one child
 process shared by the tests here): a secret Spark setting (SIS_SPARK_SECRET_CONF) reaches the
-session but neither the Dagster database nor the JVM's command line."""
+session but neither the Dagster database nor the JVM's command line; and every port the driver
+listens on, its web UI's included, is on loopback."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import zlib
 from contextlib import closing
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -96,3 +98,11 @@ def test_a_secret_spark_setting_is_not_on_the_driver_jvms_command_line(driver):
     _, report = driver
     assert f"spark.sis.marker={VISIBLE_MARKER}" in report["jvm_cmdline"]
     assert SECRET not in report["jvm_cmdline"]
+
+
+def test_every_listener_of_a_local_driver_is_on_loopback_its_web_ui_included(driver):
+    _, report = driver
+    listening = report["listening"]
+    ui_port = urlsplit(report["ui_url"]).port
+    assert ui_port in {port for _, port in listening}, (report["ui_url"], listening)
+    assert {ip for ip, _ in listening} <= {"127.0.0.1", "::1", "::ffff:127.0.0.1"}, listening
