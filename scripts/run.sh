@@ -37,8 +37,10 @@ case "$SPARK" in
   connect)
     CONNECT_PORT=${SIS_SPARK_CONNECT_PORT:-15002}
     spark+=(--spark-connect-port "$CONNECT_PORT")
-    # Every run connects to the server sis-run starts (and waits for) before Dagster.
-    export SIS_SPARK_MASTER="sc://127.0.0.1:$CONNECT_PORT"
+    # Every run connects to the server sis-run starts (and waits for) before Dagster, with the
+    # token sis-run makes unless SPARK_CONNECT_AUTHENTICATE_TOKEN is set. `localhost`, not
+    # 127.0.0.1: PySpark sends a token without TLS only to that host (docs/spark-connect.md).
+    export SIS_SPARK_MASTER="sc://localhost:$CONNECT_PORT"
     ;;
   *) echo "SIS_SPARK=$SPARK: expected local or connect" >&2; exit 2 ;;
 esac

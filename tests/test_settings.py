@@ -501,3 +501,38 @@ def test_secret_spark_settings_come_from_the_environment_under_their_hadoop_name
     assert "hunter2" not in str(bad.value) + str(no_pair.value)
     # A secret: never from a profile file.
     assert settings.is_secret("SIS_SPARK_SECRET_CONF")
+
+
+def test_a_spark_connect_url_names_no_token_and_reaches_the_server_the_token_is_for(
+    tmp_path: Path,
+) -> None:
+    def load(master: str, token: str | None = None) -> str:
+        env = {"SIS_DATA_DIR": str(tmp_path), "SIS_SPARK_MASTER": master}
+        if token is not None:
+            env[settings.SPARK_CONNECT_TOKEN_VARIABLE] = token
+        return load_settings(env).spark.master
+
+    with pytest.raises(ConfigurationError, match="names a ;token=") as in_url:
+        load("sc://localhost:15002/;token=hunter2")
+    assert "hunter2" not in str(in_url.value)
+    # Without TLS, PySpark sends a token to `localhost` only.
+    assert load("sc://localhost:15002", "t0k") == "sc://localhost:15002"
+    assert load("sc://spark.example:443/;use_ssl=true", "t0k").endswith("use_ssl=true")
+    with pytest.raises(ConfigurationError, match="name the host localhost") as plain:
+        load("sc://127.0.0.1:15002", "t0k")
+    assert "t0k" not in str(plain.value)
+    assert load("sc://127.0.0.1:15002") == "sc://127.0.0.1:15002"  # no token: no constraint
+
+
+def test_sis_run_gives_its_spark_connect_server_and_runs_a_token_unless_one_is_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(settings.SPARK_CONNECT_TOKEN_VARIABLE, raising=False)
+    settings.ensure_spark_connect_token()
+    made = settings.spark_connect_token()
+    assert made is not None and len(made) >= 32
+    settings.ensure_spark_connect_token()
+    assert settings.spark_connect_token() == made
+    monkeypatch.setenv(settings.SPARK_CONNECT_TOKEN_VARIABLE, "chosen")
+    settings.ensure_spark_connect_token()
+    assert settings.spark_connect_token() == "chosen"

@@ -8,7 +8,8 @@ Starts, each in a session of its own (sis_platform/live/supervisor.py): `sis-liv
 SIS_INTAKE is live (the default); the feed simulator publishing into the embedded queue (a
 one-shot; none with `--sim-messages 0` or when the source is not the embedded queue); the Spark
 Connect server when `--spark connect` (Dagster starts once it listens; the runs must have
-SIS_SPARK_MASTER=sc://127.0.0.1:PORT in their environment, which run.sh exports); the Dagster
+SIS_SPARK_MASTER=sc://localhost:PORT in their environment, which run.sh exports, and share the
+server's SPARK_CONNECT_AUTHENTICATE_TOKEN, made here unless set); the Dagster
 webserver, and the daemon once the webserver is up. Every line they write goes to stderr
 prefixed with its name. SIGTERM, SIGINT or SIGHUP stop them all, run workers included. The
 settings (SIS_INTAKE, the data folder, the source) come from sis_platform.settings; the children
@@ -33,6 +34,7 @@ from sis_platform.settings import (
     ConfigurationError,
     EmbeddedSourceSettings,
     Settings,
+    ensure_spark_connect_token,
     load_settings,
 )
 
@@ -107,7 +109,7 @@ def platform_programs(options: RunOptions, settings: Settings) -> list[Program]:
                 "spark-connect",
                 (tool("sis-spark-connect"), "--port", str(options.spark_connect_port)),
                 ready_line=SPARK_CONNECT_READY,
-                ready_message=f"Spark Connect on sc://127.0.0.1:{options.spark_connect_port}",
+                ready_message=f"Spark Connect on sc://localhost:{options.spark_connect_port}",
                 gate=True,
             )
         )
@@ -184,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigurationError as error:
         print(f"sis-run: {error}", file=sys.stderr)
         return 2
+    if options.spark == "connect":
+        # The server requires a token and the runs send it: every child inherits this one.
+        ensure_spark_connect_token()
     programs = platform_programs(options, settings)
     supervisor = Supervisor(programs, SupervisorSettings(grace_seconds=options.grace_seconds))
     return supervisor.run()

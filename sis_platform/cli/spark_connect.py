@@ -12,6 +12,13 @@ SIS_SPARK=connect). Its driver is configured like the runs' local drivers (SIS_S
 SIS_SPARK_SHUFFLE_PARTITIONS, SIS_SPARK_UI, SIS_SPARK_JARS_DIR, SIS_SPARK_CONF, the class-data
 archive) and its Python workers run this interpreter, which has the platform installed: the
 fold's and the model's Arrow functions run there.
+
+A Spark Connect client runs any code it likes in the server's Python workers, as the server's
+user, so the server requires a shared-secret token from every client: Spark's own
+SPARK_CONNECT_AUTHENTICATE_TOKEN, from the environment of the server (which Spark reads when
+spark.connect.authenticate.token is unset, so the token is on no command line) and of every
+client (PySpark's client reads it too). It refuses to start without one; sis-run generates one
+for the server it starts and the Dagster processes beside it (docs/spark-connect.md).
 """
 
 from __future__ import annotations
@@ -25,7 +32,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
 
-from sis_platform.settings import child_environment, spark_settings
+from sis_platform.settings import (
+    SPARK_CONNECT_TOKEN_VARIABLE,
+    child_environment,
+    spark_connect_token,
+    spark_settings,
+)
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
@@ -122,12 +134,27 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # Python workers (the fold's and the model's Arrow functions) run this interpreter.
     env = child_environment()
+    if spark_connect_token(env) is None:
+        print(
+            f"sis-spark-connect: {SPARK_CONNECT_TOKEN_VARIABLE} is not set. Every client of the "
+            "server runs code as this user, so the server requires a token: set it in the "
+            "environment of the server and of its clients (the Dagster processes), e.g. "
+            f"export {SPARK_CONNECT_TOKEN_VARIABLE}=$(python3 -c 'import secrets; "
+            "print(secrets.token_urlsafe(32))'); SIS_SPARK=connect ./scripts/run.sh makes one",
+            file=sys.stderr,
+        )
+        return 2
     try:
         command = server_command(args.host, args.port, env)
     except ValueError as error:  # settings.ConfigurationError: a bad SIS_SPARK_* setting
         print(f"sis-spark-connect: {error}", file=sys.stderr)
         return 2
-    print(f"Spark Connect server for sis-platform on sc://{args.host}:{args.port}", flush=True)
+    client_host = "localhost" if args.host in ("127.0.0.1", "::1", "localhost") else args.host
+    print(
+        f"Spark Connect server for sis-platform on {args.host}:{args.port} "
+        f"(clients: sc://{client_host}:{args.port} with {SPARK_CONNECT_TOKEN_VARIABLE})",
+        flush=True,
+    )
     os.execvpe(command[0], command, env)
 
 

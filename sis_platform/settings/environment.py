@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from sis_platform.settings.variables import (
     FAULT_INJECTION_VARIABLES,
     SECRET_VARIABLES,
     SETTINGS_FILE_VARIABLE,
+    SPARK_CONNECT_TOKEN_VARIABLE,
     SPARK_SECRET_KEY_EXCEPTIONS,
     SPARK_SECRET_KEY_PATTERN,
     VARIABLES,
@@ -167,6 +169,19 @@ def spark_secret_conf(env: Mapping[str, str] | None = None) -> dict[str, str]:
             raise ConfigurationError(f"{SPARK_SECRET_CONF}: {shown}: expected key=value pairs")
         conf[key.removeprefix(HADOOP_PREFIX)] = value
     return conf
+
+
+def spark_connect_token(env: Mapping[str, str] | None = None) -> str | None:
+    """Spark Connect's shared-secret token (SPARK_CONNECT_AUTHENTICATE_TOKEN), or None."""
+    return secret(SPARK_CONNECT_TOKEN_VARIABLE, env)
+
+
+def ensure_spark_connect_token() -> None:
+    """Give this process, and so every child it starts, a fresh random Spark Connect token
+    unless the operator set one: what sis-run does before it starts a Spark Connect server
+    beside the Dagster processes whose runs connect to it (they inherit it)."""
+    if spark_connect_token() is None:
+        os.environ[SPARK_CONNECT_TOKEN_VARIABLE] = secrets.token_urlsafe(32)
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,7 @@ from sis_platform.settings.variables import (
     PROFILES,
     SERVING_SCHEMES,
     SOURCES,
+    SPARK_CONNECT_TOKEN_VARIABLE,
     IbmMqReconnect,
     IntakeMode,
 )
@@ -330,8 +331,13 @@ def _spark(read: Reader) -> SparkSettings:
     archive = read.optional("SIS_SPARK_CLASS_ARCHIVE")
     if archive is not None and archive != "off" and not Path(archive).is_file():
         raise ConfigurationError(f"SIS_SPARK_CLASS_ARCHIVE={archive!r} is not a file")
+    master = read.text("SIS_SPARK_MASTER", DEFAULT_SPARK_MASTER)
+    if master.startswith("sc://"):
+        _check_spark_connect_url(
+            master, has_token=read.optional(SPARK_CONNECT_TOKEN_VARIABLE) is not None
+        )
     return SparkSettings(
-        master=read.text("SIS_SPARK_MASTER", DEFAULT_SPARK_MASTER),
+        master=master,
         driver_memory=read.text("SIS_SPARK_DRIVER_MEMORY", DEFAULT_DRIVER_MEMORY),
         shuffle_partitions=read.whole("SIS_SPARK_SHUFFLE_PARTITIONS", DEFAULT_SHUFFLE_PARTITIONS),
         ui_enabled=read.text("SIS_SPARK_UI", "false") == "true",
@@ -339,6 +345,28 @@ def _spark(read: Reader) -> SparkSettings:
         class_archive=archive,
         extra_conf=_spark_conf(read),
     )
+
+
+def _check_spark_connect_url(url: str, *, has_token: bool) -> None:
+    """A Spark Connect URL names no token (the runs' configuration holds the URL: the token is
+    SPARK_CONNECT_AUTHENTICATE_TOKEN's); and with a token, it names a server PySpark sends the
+    token to. PySpark's client sends a token only over TLS (`;use_ssl=true`) or, without TLS,
+    to the host `localhost` exactly, over gRPC's local credentials (loopback only); for any other
+    host, 127.0.0.1 included, it starts a TLS handshake that a plain server never answers."""
+    _, _, tail = url.partition("/;")
+    params = {key: value for key, _, value in (p.partition("=") for p in tail.split(";") if p)}
+    if "token" in params:
+        raise ConfigurationError(
+            f"SIS_SPARK_MASTER names a ;token=: set {SPARK_CONNECT_TOKEN_VARIABLE} in the "
+            "environment instead (the URL is part of the runs' configuration)"
+        )
+    host = urlsplit(url).hostname
+    if has_token and host != "localhost" and params.get("use_ssl", "").lower() != "true":
+        raise ConfigurationError(
+            f"SIS_SPARK_MASTER={url!r} with {SPARK_CONNECT_TOKEN_VARIABLE} set: PySpark sends "
+            "the token only over TLS (;use_ssl=true) or, without TLS, to sc://localhost:PORT "
+            "(a server on this machine): name the host localhost, or add ;use_ssl=true"
+        )
 
 
 def _spark_conf(read: Reader) -> tuple[tuple[str, str], ...]:

@@ -109,6 +109,10 @@ SPARK_SECRET_KEY_PATTERN = (
 # class, a credential store's path) or whether they are used, never the credentials themselves
 # (e.g. fs.s3a.aws.credentials.provider, hadoop.security.credential.provider.path).
 SPARK_SECRET_KEY_EXCEPTIONS = r"(?i)\.(providers?|provider\.(path|type)|enabled)$"
+# Spark's own variable for Spark Connect's shared-secret token: the server (Spark 4's
+# Connect.getAuthenticateToken, when spark.connect.authenticate.token is unset) and PySpark's
+# client (ChannelBuilder.token) both read it, so it never appears in a URL or a command line.
+SPARK_CONNECT_TOKEN_VARIABLE = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
 # Test hooks, read at call time (sis_platform/faults.py); production never sets them.
 FAULT_INJECTION_VARIABLES = (
     "SIS_CRASH_AT",

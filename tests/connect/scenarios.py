@@ -72,7 +72,28 @@ def next_writer(url: str, data_dir: Path) -> None:
     assert len(interrupted) == 1, interrupted
 
 
-SCENARIOS = {"pipeline": pipeline, "orphan_writer": orphan_writer, "next_writer": next_writer}
+def unauthenticated(url: str, data_dir: Path) -> None:
+    """A client without the server's token (none in its environment, or another one) is
+    refused before it runs anything."""
+    from pyspark.errors import PySparkException
+    from pyspark.sql import SparkSession
+
+    try:
+        SparkSession.builder.remote(url).getOrCreate().range(1).collect()
+    except PySparkException as error:
+        message = str(error)
+        assert "UNAUTHENTICATED" in message, message
+        print("refused:", message.splitlines()[0][:300])
+    else:
+        raise AssertionError("the server ran a query for a client without its token")
+
+
+SCENARIOS = {
+    "pipeline": pipeline,
+    "orphan_writer": orphan_writer,
+    "next_writer": next_writer,
+    "unauthenticated": unauthenticated,
+}
 
 if __name__ == "__main__":
     name, url, data = sys.argv[1:4]

@@ -9,6 +9,7 @@ not share.
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -22,6 +23,7 @@ import pytest
 
 from sis_platform.cli import spark_connect
 from sis_platform.lake.tables import MODEL_STEPS
+from sis_platform.settings import SPARK_CONNECT_TOKEN_VARIABLE
 
 pytestmark = [pytest.mark.spark, pytest.mark.connect, pytest.mark.cost(150)]
 
@@ -30,24 +32,28 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[str]:
-    """A Spark Connect server on a free loopback port; its URL once it says it listens."""
+    """A Spark Connect server on a free loopback port, requiring a token that this process's
+    environment holds for the scenarios (its clients); its URL once it says it listens."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, "SIS_SPARK_SHUFFLE_PARTITIONS": "2"}
-    proc = spark_connect.start(port, env=env)
-    try:
-        yield f"sc://127.0.0.1:{port}"
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=60)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(SPARK_CONNECT_TOKEN_VARIABLE, secrets.token_urlsafe(24))
+        env = {**os.environ, "SIS_SPARK_SHUFFLE_PARTITIONS": "2"}
+        proc = spark_connect.start(port, env=env)
+        try:
+            # localhost: PySpark sends a token without TLS to that host only.
+            yield f"sc://localhost:{port}"
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=60)
 
 
-def _scenario(name: str, url: str, data: Path, **popen):  # type: ignore[no-untyped-def]
+def _scenario(name: str, url: str, data: Path, env=None, **popen):  # type: ignore[no-untyped-def]
     args = [sys.executable, "-m", "tests.connect.scenarios", name, url, str(data)]
     if popen:
-        return subprocess.Popen(args, cwd=ROOT, **popen)
-    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+        return subprocess.Popen(args, cwd=ROOT, env=env, **popen)
+    return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
 def _ok(done: subprocess.CompletedProcess) -> None:
@@ -56,6 +62,20 @@ def _ok(done: subprocess.CompletedProcess) -> None:
 
 def test_batches_fold_over_spark_connect_exactly_like_the_reference(server, tmp_path):
     _ok(_scenario("pipeline", server, tmp_path / "data"))
+
+
+@pytest.mark.parametrize("token", [None, "not-the-servers-token"])
+def test_a_client_without_the_servers_token_is_refused(server, tmp_path, token):
+    env = {k: v for k, v in os.environ.items() if k != SPARK_CONNECT_TOKEN_VARIABLE}
+    if token is not None:
+        env[SPARK_CONNECT_TOKEN_VARIABLE] = token
+    _ok(_scenario("unauthenticated", server, tmp_path / "data", env=env))
+
+
+def test_the_server_does_not_start_without_a_token(monkeypatch, capsys):
+    monkeypatch.delenv(SPARK_CONNECT_TOKEN_VARIABLE, raising=False)
+    assert spark_connect.main(["--port", "1"]) == 2
+    assert f"{SPARK_CONNECT_TOKEN_VARIABLE} is not set" in capsys.readouterr().err
 
 
 def test_the_next_fold_writer_interrupts_a_killed_runs_write_before_it_commits(server, tmp_path):
