@@ -26,11 +26,12 @@ from sis_platform.jobs import (
     process_batch_job,
     replay_dead_letters_job,
 )
+from sis_platform.private import private_files, private_folder
 from sis_platform.sensors.landed_sensor import build_landed_batches_sensor
 from sis_platform.sensors.live_check_sensor import build_live_check_sensor
 from sis_platform.sensors.queue_sensor import build_queue_sensor
 from sis_platform.sensors.serving_reporter import build_serving_reporter
-from sis_platform.settings import Settings
+from sis_platform.settings import Settings, load_settings
 
 
 class IntakeDefinitions(NamedTuple):
@@ -79,4 +80,9 @@ def build_definitions(
 
 @dg.definitions
 def defs() -> dg.Definitions:
-    return build_definitions()
+    """The code location as Dagster loads it (the webserver's and the daemon's code servers,
+    every run worker): what these processes write is private to their user."""
+    private_files()
+    settings = load_settings()
+    private_folder(settings.data_dir, create=False)
+    return build_definitions(settings)

@@ -9,6 +9,7 @@ import argparse
 import logging
 import sys
 
+from sis_platform.private import private_files, private_folder
 from sis_platform.settings import ConfigurationError, load_settings
 
 DESCRIPTION = (
@@ -30,6 +31,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    private_files()
     args = _parser().parse_args(argv)
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -39,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigurationError as error:
         print(f"sis-live: {error}", file=sys.stderr)
         return 2
+    private_folder(settings.data_dir, create=True)
     if settings.intake == "sensor":
         print(
             "sis-live: SIS_INTAKE=sensor: the queue sensor is this deployment's consumer, and "

@@ -30,6 +30,7 @@ from sis_platform.live.supervisor import (
     Supervisor,
     SupervisorSettings,
 )
+from sis_platform.private import private_files, private_folder
 from sis_platform.settings import (
     ConfigurationError,
     EmbeddedSourceSettings,
@@ -180,12 +181,15 @@ def parse(argv: list[str] | None) -> RunOptions:
 
 
 def main(argv: list[str] | None = None) -> int:
+    private_files()
     options = parse(argv)
     try:
         settings = load_settings()
     except ConfigurationError as error:
         print(f"sis-run: {error}", file=sys.stderr)
         return 2
+    # Before its children start: Dagster's instance and the lake go under it.
+    private_folder(settings.data_dir, create=True)
     if options.spark == "connect":
         # The server requires a token and the runs send it: every child inherits this one.
         ensure_spark_connect_token()

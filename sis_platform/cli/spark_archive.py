@@ -9,10 +9,12 @@ import argparse
 import sys
 import time
 
+from sis_platform.private import private_files
 from sis_platform.resources.jvm_archive import archive_path, build
 
 
 def main(argv: list[str] | None = None) -> int:
+    private_files()
     parser = argparse.ArgumentParser(
         prog="sis-spark-archive",
         description="Build the Spark driver's class-data archive: faster Spark driver starts.",

@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
 
+from sis_platform.private import private_files
 from sis_platform.settings import (
     SPARK_CONNECT_TOKEN_VARIABLE,
     child_environment,
@@ -124,6 +125,7 @@ def start(
 
 
 def main(argv: list[str] | None = None) -> int:
+    private_files()
     parser = argparse.ArgumentParser(
         prog="sis-spark-connect",
         description="Run a local Spark Connect server with Delta for the platform's runs "

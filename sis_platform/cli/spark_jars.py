@@ -8,10 +8,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from sis_platform.private import private_files
 from sis_platform.resources.spark_jars import jars_dir, resolve, resolved_jars_dir
 
 
 def main(argv: list[str] | None = None) -> int:
+    private_files()
     parser = argparse.ArgumentParser(
         prog="sis-spark-jars",
         description="Resolve Delta's jars once into the user's cache: Spark drivers then start "

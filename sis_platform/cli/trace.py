@@ -33,6 +33,7 @@ from sis_platform.cli.platform import (
     parse_args,
     spark_session,
 )
+from sis_platform.private import private_files
 from sis_platform.trace import (
     NOT_FOLDED,
     NOT_PARSED,
@@ -84,6 +85,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    private_files()
     parser = _parser()
     args = parse_args(parser, argv)
     if isinstance(args, int):

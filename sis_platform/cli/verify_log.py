@@ -30,6 +30,7 @@ from sis_platform.cli.platform import (
 )
 from sis_platform.lake.tables import RAW_MESSAGES
 from sis_platform.landing import batch_key, batch_seq_of
+from sis_platform.private import private_files
 from sis_platform.spark.chain import verify_batch
 
 if TYPE_CHECKING:
@@ -75,6 +76,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    private_files()
     parser = _parser()
     args = parse_args(parser, argv)
     if isinstance(args, int):

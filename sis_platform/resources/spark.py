@@ -74,6 +74,11 @@ def delta_spark_config(
         **session,
         "spark.ui.enabled": str(ui_enabled).lower(),
         "spark.ui.showConsoleProgress": "false",
+        # Hadoop's file systems set each file's and folder's mode themselves, from this mask
+        # (default 022: files 0644, folders 0755), whatever the process's umask: the lake's
+        # files are its user's alone (sis_platform/private.py). A lake that another account
+        # must read is opened to it with SIS_SPARK_CONF (or the object store's own policies).
+        "spark.hadoop.fs.permissions.umask-mode": "077",
     }
     if master.startswith("local"):
         conf["spark.driver.host"] = "127.0.0.1"

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import date, datetime
 from pathlib import Path
 
+from sis_platform.private import private_files
 from sis_platform.queues.base import SourceUnavailable
 from sis_platform.queues.factory import open_source_from_environment
 from sis_platform.simulator.feedfile import FeedFileError, read_feed, write_feed, write_stream
@@ -344,6 +345,7 @@ def _stats(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    private_files()
     parser = build_parser()
     args = parser.parse_args(argv)
     command: Callable[[argparse.Namespace, argparse.ArgumentParser], int] = args.handler

@@ -1,8 +1,8 @@
 """What tests/resources/test_secure_driver.py runs in a child process (`python -m
-tests.resources.secure_driver DATA_DIR`): the platform on DATA_DIR with a local Spark driver of
-its own and a Dagster instance on disk under DATA_DIR/dagster, one message through sis-live and
-one batch run, Spark's web UI on. It prints one JSON line (`REPORT {...}`) of what it saw of the
-driver's JVM while the session ran.
+tests.resources.secure_driver DATA_DIR`): the code location loaded as Dagster loads it, then the
+platform on DATA_DIR with a local Spark driver of its own (its web UI on) and a Dagster instance
+on disk under DATA_DIR/dagster, one message through sis-live and one batch run. It prints one
+JSON line (`REPORT {...}`) of what it saw of the driver's JVM while the session ran.
 
 A child process: the suite's shared Spark session (tests/conftest.py) would otherwise be reused,
 started with another environment and command line than the ones under test.
@@ -28,6 +28,11 @@ VISIBLE_MARKER = "sis-visible-marker-5e1f"
 def main(data_dir: Path) -> None:
     from pyspark.sql import SparkSession
 
+    from sis_platform.definitions import defs
+
+    # Loaded as Dagster loads the code location (its code servers and run workers), from this
+    # process's environment (SIS_DATA_DIR): from here on, what the process writes is private.
+    defs()
     (data_dir / "dagster").mkdir(parents=True)
     instance = dg.DagsterInstance.local_temp(tempdir=str(data_dir / "dagster"))
     h = Harness(

@@ -2,7 +2,8 @@
 real Dagster instance on disk and a real driver JVM (tests/resources/secure_driver.py, one child
 process shared by the tests here): a secret Spark setting (SIS_SPARK_SECRET_CONF) reaches the
 session but neither the Dagster database nor the JVM's command line; and every port the driver
-listens on, its web UI's included, is on loopback."""
+listens on, its web UI's included, is on loopback; and no file or folder it writes is open to
+other users."""
 
 from __future__ import annotations
 
@@ -31,8 +32,11 @@ SECRET = "sis-secret-7c2d9a0b"
 def driver(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     """The data folder the child wrote, and its report on the driver JVM."""
     data = tmp_path_factory.mktemp("secure") / "data"
+    data.mkdir(mode=0o755)  # as an older data folder may be: the code location shuts it
+    data.chmod(0o755)
     env = {
         **os.environ,
+        "SIS_DATA_DIR": str(data),
         # As an operator gives an object store's key: the Spark name, to the environment only.
         "SIS_SPARK_SECRET_CONF": f"spark.hadoop.fs.s3a.secret.key={SECRET}",
     }
@@ -43,6 +47,8 @@ def driver(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, An
         capture_output=True,
         text=True,
         timeout=600,
+        # What the code location does, whatever umask it inherits.
+        preexec_fn=lambda: os.umask(0o022),
     )
     assert done.returncode == 0, f"{done.stdout[-4000:]}\n{done.stderr[-8000:]}"
     line = next(x for x in done.stdout.splitlines() if x.startswith("REPORT "))
@@ -106,3 +112,15 @@ def test_every_listener_of_a_local_driver_is_on_loopback_its_web_ui_included(dri
     ui_port = urlsplit(report["ui_url"]).port
     assert ui_port in {port for _, port in listening}, (report["ui_url"], listening)
     assert {ip for ip, _ in listening} <= {"127.0.0.1", "::1", "::ffff:127.0.0.1"}, listening
+
+
+def test_what_the_platform_writes_is_private_to_its_user(driver):
+    data, _ = driver
+    entries = [data, *data.rglob("*")]
+    # What a run and sis-live write, all of it under the data folder.
+    written = {p.relative_to(data).parts[0] for p in entries[1:]}
+    assert {"landing", "lake", "serving", "dagster", "queue"} <= written, written
+    assert any(p.suffix == ".parquet" for p in (data / "lake").rglob("*"))
+    assert any(p.name.endswith(".db") for p in (data / "dagster").rglob("*"))
+    shared = {str(p): oct(p.lstat().st_mode & 0o777) for p in entries if p.lstat().st_mode & 0o077}
+    assert shared == {}
