@@ -22,6 +22,7 @@ import dagster as dg
 from sis_platform.resources.jvm_archive import configured_archive
 from sis_platform.resources.platform import (
     DeltaLakeResource,
+    FeedChecksResource,
     FeedProcessingResource,
     LandingZoneResource,
 )
@@ -91,6 +92,11 @@ def resources(settings_or_env: Settings | Mapping[str, str] | None = None) -> di
             selector=processing.selector,
         ),
         "spark": DeltaSparkResource(spark_config=spark_config(spark, master)),
+        "feed_checks": FeedChecksResource(
+            lake_lag_warn_seconds=settings.checks.lake_lag_warn_seconds,
+            lake_lag_fail_seconds=settings.checks.lake_lag_fail_seconds,
+            dead_letter_rate_warn=settings.checks.dead_letter_rate_warn,
+        ),
         # Read by the serving store's reporter and checks (live intake); the URL only.
         "serving": ServingStoreResource(
             url=settings.serving.url, max_lag_seconds=settings.live.max_lag_seconds

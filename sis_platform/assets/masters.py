@@ -12,6 +12,8 @@ No `from __future__ import annotations` in asset and sensor modules: Dagster rea
 """
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import dagster as dg
@@ -19,6 +21,11 @@ from dagster_pyspark import LazyPySparkResource
 from pydantic import Field
 
 from sis_platform.assets.dead_letter_view import dead_letter_metadata
+from sis_platform.assets.feed_checks import (
+    FEED_CHECK_SPECS,
+    dead_letter_rate_result,
+    lake_lag_result,
+)
 from sis_platform.assets.message_log import classified
 from sis_platform.assets.policies import TRANSIENT_RETRY
 from sis_platform.assets.table_specs import identifier, location, table_spec
@@ -35,11 +42,14 @@ from sis_platform.lake.tables import (
     RAW_MESSAGES,
     Table,
 )
+from sis_platform.landing.backlog import backlog_after, landed_messages
 from sis_platform.resources.platform import (
     DeltaLakeResource,
+    FeedChecksResource,
     FeedProcessingResource,
     LandingZoneResource,
 )
+from sis_platform.spark.checks import dead_letter_rate
 from sis_platform.spark.dead_letter_summary import dead_letter_summary
 from sis_platform.spark.fold import FoldStepResult, committed_step, fold_step
 from sis_platform.spark.items import ItemsSummary
@@ -122,6 +132,7 @@ class FoldConfig(dg.Config):
 
 @dg.multi_asset(
     specs=FOLD_SPECS,
+    check_specs=FEED_CHECK_SPECS,
     group_name="masters",
     pool=FOLD_POOL,
     retry_policy=TRANSIENT_RETRY,
@@ -133,7 +144,8 @@ def fold_masters(
     lake: DeltaLakeResource,
     processing: FeedProcessingResource,
     landing: LandingZoneResource,
-) -> Iterator[dg.MaterializeResult]:
+    feed_checks: FeedChecksResource,
+) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
     processing.compiled_selector()  # a bad selector fails here, loudly, before any write
     lk = lake.lake(spark.spark_session)
     replayed: ReplayResult | None = None
@@ -149,7 +161,28 @@ def fold_masters(
         replayed = replay(context, config.replay, lk, processing, landing.root)
         result = replayed.step
     log_step(context, result)
-    yield from step_results(lk, result, replayed)
+    # Where the fold stands: the step just committed, or the last one before it.
+    if result.fold_step is not None and result.last_batch_seq is not None:
+        step, folded_through = result.fold_step, result.last_batch_seq
+    else:
+        last = committed_step(lk)
+        step, folded_through = last.fold_step, last.last_batch_seq
+    yield from step_results(lk, result, replayed, step)
+    zone = landing.zone()
+    yield lake_lag_result(backlog_after(zone, folded_through), datetime.now(UTC), feed_checks)
+    rate = None
+    if result.fold_step is not None and folded_through:
+        # The step's new batches; the batches it refolded are found by their dead letters.
+        first = result.first_batch_seq
+        batches = range(first, folded_through + 1) if first is not None else range(0)
+        rate = dead_letter_rate(
+            lk,
+            result.fold_step,
+            batches,
+            feed_checks.dead_letter_rate_warn,
+            batch_messages=partial(landed_messages, zone),
+        )
+    yield dead_letter_rate_result(rate, result.fold_step)
 
 
 def replay(
@@ -210,9 +243,10 @@ def log_step(context: dg.AssetExecutionContext, result: FoldStepResult) -> None:
 
 
 def step_results(
-    lake: Lake, result: FoldStepResult, replayed: ReplayResult | None
+    lake: Lake, result: FoldStepResult, replayed: ReplayResult | None, step: int
 ) -> Iterator[dg.MaterializeResult]:
-    """One materialization per fold table, each with the step's common metadata."""
+    """One materialization per fold table, each with the step's common metadata (`step`: the
+    last committed fold step, this one's if it folded)."""
     common: dict[str, Any] = {
         "fold_step": identifier(result.fold_step),
         "first_batch": identifier(result.first_batch_seq),
@@ -233,7 +267,6 @@ def step_results(
         "filtered": result.filtered,
         "dead_lettered": result.dead_lettered,
     }
-    step = result.fold_step if result.fold_step is not None else committed_step(lake).fold_step
     own: dict[Table, dict[str, Any]] = {
         MASTER_DOCUMENTS: {
             "masters_changed": result.masters_changed,

@@ -16,7 +16,10 @@ from sis_platform.settings import (
     DEFAULT_BATCH_MAX_BYTES,
     DEFAULT_BATCH_MAX_MESSAGES,
     DEFAULT_BATCH_MAX_SECONDS,
+    DEFAULT_DEAD_LETTER_RATE_WARN,
     DEFAULT_GET_WAIT_SECONDS,
+    DEFAULT_LAKE_LAG_FAIL_SECONDS,
+    DEFAULT_LAKE_LAG_WARN_SECONDS,
     DEFAULT_LEASE_SECONDS,
     DEFAULT_MAX_RUNS_IN_FLIGHT,
     DEFAULT_QUARANTINE_AFTER,
@@ -182,3 +185,27 @@ class FeedProcessingResource(dg.ConfigurableResource):
 
     def compiled_selector(self) -> Selector | None:
         return Selector.compile(self.selector) if self.selector else None
+
+
+class FeedChecksResource(dg.ConfigurableResource):
+    """The thresholds of the checks the fold reports on its tables (docs/operations.md, "Checks
+    that watch the feed")."""
+
+    lake_lag_warn_seconds: float = Field(
+        default=DEFAULT_LAKE_LAG_WARN_SECONDS,
+        gt=0,
+        description="lake_lag_within_bounds warns when the oldest landed message the fold has "
+        "not folded is older than this.",
+    )
+    lake_lag_fail_seconds: float = Field(
+        default=DEFAULT_LAKE_LAG_FAIL_SECONDS,
+        gt=0,
+        description="lake_lag_within_bounds fails (severity ERROR) beyond this age.",
+    )
+    dead_letter_rate_warn: float = Field(
+        default=DEFAULT_DEAD_LETTER_RATE_WARN,
+        gt=0,
+        le=1,
+        description="dead_letter_rate_below_threshold warns when a batch's dead-lettered "
+        "messages are more than this share of its messages.",
+    )

@@ -17,6 +17,7 @@ from sis_platform.settings.records import (
     BatchSettings,
     ConfigurationError,
     EmbeddedSourceSettings,
+    FeedChecksSettings,
     IbmMqSourceSettings,
     LiveSettings,
     ProcessingSettings,
@@ -32,8 +33,13 @@ from sis_platform.settings.variables import (
     DEFAULT_BATCH_MAX_MESSAGES,
     DEFAULT_BATCH_MAX_SECONDS,
     DEFAULT_DATA_DIR,
+    DEFAULT_DEAD_LETTER_RATE_WARN,
     DEFAULT_DRIVER_MEMORY,
+    DEFAULT_FRESHNESS_FAIL_SECONDS,
+    DEFAULT_FRESHNESS_WARN_SECONDS,
     DEFAULT_GET_WAIT_SECONDS,
+    DEFAULT_LAKE_LAG_FAIL_SECONDS,
+    DEFAULT_LAKE_LAG_WARN_SECONDS,
     DEFAULT_LEASE_SECONDS,
     DEFAULT_LIMITS,
     DEFAULT_LIVE_BATCH_SECONDS,
@@ -98,6 +104,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         live=_live(read),
         intake=cast(IntakeMode, read.choice("SIS_INTAKE", INTAKE_MODES)),
         sensor_interval_seconds=_sensor_interval(read),
+        checks=_checks(read),
     )
 
 
@@ -441,4 +448,36 @@ def _live(read: Reader) -> LiveSettings:
         batch_seconds=read.at_least_number(
             "SIS_LIVE_BATCH_SECONDS", DEFAULT_LIVE_BATCH_SECONDS, 1.0
         ),
+    )
+
+
+def _checks(read: Reader) -> FeedChecksSettings:
+    """The feed checks' thresholds and the freshness windows (docs/operations.md, "Checks that
+    watch the feed"). Dagster's freshness windows are a minute at least, the warning shorter
+    than the failure."""
+    lag_warn = read.number("SIS_LAKE_LAG_WARN_SECONDS", DEFAULT_LAKE_LAG_WARN_SECONDS)
+    lag_fail = read.number("SIS_LAKE_LAG_FAIL_SECONDS", DEFAULT_LAKE_LAG_FAIL_SECONDS)
+    if not 0 < lag_warn <= lag_fail:
+        raise ConfigurationError(
+            f"SIS_LAKE_LAG_WARN_SECONDS={lag_warn:g} must be positive and at most "
+            f"SIS_LAKE_LAG_FAIL_SECONDS={lag_fail:g}"
+        )
+    rate = read.number("SIS_DEAD_LETTER_RATE_WARN", DEFAULT_DEAD_LETTER_RATE_WARN)
+    if not 0 < rate <= 1:
+        raise ConfigurationError(
+            f"SIS_DEAD_LETTER_RATE_WARN={rate:g} must be a share above 0 and at most 1"
+        )
+    fresh_warn = read.number("SIS_FRESHNESS_WARN_SECONDS", DEFAULT_FRESHNESS_WARN_SECONDS)
+    fresh_fail = read.number("SIS_FRESHNESS_FAIL_SECONDS", DEFAULT_FRESHNESS_FAIL_SECONDS)
+    if not 60 <= fresh_warn < fresh_fail:
+        raise ConfigurationError(
+            f"SIS_FRESHNESS_WARN_SECONDS={fresh_warn:g} must be at least 60 and under "
+            f"SIS_FRESHNESS_FAIL_SECONDS={fresh_fail:g}"
+        )
+    return FeedChecksSettings(
+        lake_lag_warn_seconds=lag_warn,
+        lake_lag_fail_seconds=lag_fail,
+        dead_letter_rate_warn=rate,
+        freshness_warn_seconds=fresh_warn,
+        freshness_fail_seconds=fresh_fail,
     )

@@ -11,9 +11,14 @@ from sis_platform.settings.variables import (
     DEFAULT_BATCH_MAX_BYTES,
     DEFAULT_BATCH_MAX_MESSAGES,
     DEFAULT_BATCH_MAX_SECONDS,
+    DEFAULT_DEAD_LETTER_RATE_WARN,
     DEFAULT_DRIVER_MEMORY,
+    DEFAULT_FRESHNESS_FAIL_SECONDS,
+    DEFAULT_FRESHNESS_WARN_SECONDS,
     DEFAULT_GET_WAIT_SECONDS,
     DEFAULT_IBMMQ_RECONNECT,
+    DEFAULT_LAKE_LAG_FAIL_SECONDS,
+    DEFAULT_LAKE_LAG_WARN_SECONDS,
     DEFAULT_LEASE_SECONDS,
     DEFAULT_LIVE_BATCH_SECONDS,
     DEFAULT_LIVE_GROUP_MAX_MESSAGES,
@@ -156,6 +161,18 @@ class LiveSettings:
 
 
 @dataclass(frozen=True)
+class FeedChecksSettings:
+    """The thresholds of the checks that watch the feed (lake lag, dead-letter rate) and the
+    freshness windows of master_documents and the model."""
+
+    lake_lag_warn_seconds: float = DEFAULT_LAKE_LAG_WARN_SECONDS
+    lake_lag_fail_seconds: float = DEFAULT_LAKE_LAG_FAIL_SECONDS
+    dead_letter_rate_warn: float = DEFAULT_DEAD_LETTER_RATE_WARN
+    freshness_warn_seconds: float = DEFAULT_FRESHNESS_WARN_SECONDS
+    freshness_fail_seconds: float = DEFAULT_FRESHNESS_FAIL_SECONDS
+
+
+@dataclass(frozen=True)
 class Settings:
     profile: str
     data_dir: Path
@@ -170,3 +187,4 @@ class Settings:
     live: LiveSettings
     intake: IntakeMode = "live"
     sensor_interval_seconds: int = DEFAULT_SENSOR_INTERVAL_SECONDS
+    checks: FeedChecksSettings = field(default_factory=FeedChecksSettings)

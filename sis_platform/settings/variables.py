@@ -70,6 +70,19 @@ DEFAULT_LIVE_MAX_MASTERS = 20_000
 DEFAULT_LIVE_BATCH_SECONDS = 120.0
 DEFAULT_LIVE_REPORT_SECONDS = 5.0  # how often the serving store's progress is shown in Dagster
 DEFAULT_LIVE_MAX_LAG_SECONDS = 30.0  # landed but not yet in the store for longer: not fresh
+# The checks that watch the lake (docs/operations.md, "Checks that watch the feed"). The lake
+# lag: how long the oldest landed message has waited for the fold. With live intake a batch is
+# sealed at SIS_LIVE_BATCH_SECONDS (120 s) and its run takes tens of seconds, so a healthy lake
+# is two to three minutes behind; warn at five (a run or two late), fail at fifteen.
+DEFAULT_LAKE_LAG_WARN_SECONDS = 300.0
+DEFAULT_LAKE_LAG_FAIL_SECONDS = 900.0
+# A batch whose dead-lettered messages are more than this share of its messages is worth a look
+# (a healthy feed dead-letters a few orphan updates at most).
+DEFAULT_DEAD_LETTER_RATE_WARN = 0.05
+# Freshness of master_documents and the model: every batch run materializes them, a batch lands
+# every minute or two, so ten minutes without one is a warning and thirty a failure.
+DEFAULT_FRESHNESS_WARN_SECONDS = 600.0
+DEFAULT_FRESHNESS_FAIL_SECONDS = 1800.0
 # Three defaults are defined beside the code they bound and imported here: DEFAULT_LIMITS
 # (domain/limits.py), DEFAULT_LEASE_SECONDS (lease.py) and DEFAULT_BACKOUT_THRESHOLD
 # (queues/base.py; unset, the threshold is twice a higher SIS_REDELIVERY_LIMIT).
@@ -139,6 +152,8 @@ VARIABLES = (
     SIS_INTAKE SIS_SERVING_URL SIS_SERVING_PASSWORD SIS_LIVE_GROUP_WAIT_MS
     SIS_LIVE_GROUP_MAX_MESSAGES SIS_LIVE_MAX_MASTERS SIS_LIVE_REPORT_SECONDS
     SIS_LIVE_MAX_LAG_SECONDS SIS_LIVE_BATCH_SECONDS
+    SIS_LAKE_LAG_WARN_SECONDS SIS_LAKE_LAG_FAIL_SECONDS SIS_DEAD_LETTER_RATE_WARN
+    SIS_FRESHNESS_WARN_SECONDS SIS_FRESHNESS_FAIL_SECONDS
     """.split(),
     *IBMMQ_REQUIRED,
     *LIMIT_VARIABLES.values(),

@@ -14,6 +14,7 @@ current master).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from sis_platform.lake.tables import (
+    DEAD_LETTERS,
     EVENTS,
     MARKETS,
     MASTER_DOCUMENTS,
@@ -176,3 +178,65 @@ def model_references_hold(lake: Lake) -> Finding:
         {"orphan_markets": n_markets, "orphan_selections": n_selections},
         (market_examples + selection_examples)[:EXAMPLES],
     )
+
+
+def dead_letter_rate(
+    lake: Lake,
+    fold_step: int,
+    batches: range,
+    threshold: float,
+    batch_messages: Callable[[int], int | None],
+) -> Finding:
+    """The share of each batch's messages that the fold step dead-lettered (a message counts
+    once, whether it was dead-lettered whole or for one of its items), with the dead-lettered
+    messages by reason: passed when no batch is over `threshold`. `batches` are the batches the
+    step folded; a batch it dead-lettered messages of outside them (a replay's) is judged too.
+    `batch_messages(seq)`: how many messages batch `seq` logged (None: not known).
+
+    One small Spark job: the step's dead letters as distinct (batch, reason, message id), at
+    most a row per dead-lettered message and reason, counted here. (Counting distinct ids per
+    batch and reason in Spark, with a rollup, measured slower: each distinct count is a shuffle
+    of its own. The batches' sizes come from the caller, the landing zone's anchors, rather
+    than from a second job over batch_log.)"""
+    seen: dict[int, dict[str, set[str]]] = {}  # batch -> reason -> message ids
+    if lake.exists(DEAD_LETTERS):
+        letters = (
+            lake.read(DEAD_LETTERS)
+            .where(F.col("fold_step") == F.lit(fold_step))
+            .select("batch_seq", "reason", "message_id")
+            .distinct()
+            .collect()
+        )
+        for row in letters:
+            of_batch = seen.setdefault(int(row["batch_seq"]), {})
+            of_batch.setdefault(str(row["reason"]), set()).add(str(row["message_id"]))
+    known = {b: batch_messages(b) for b in sorted(set(batches) | set(seen))}
+    messages = {b: n for b, n in known.items() if n is not None}  # batch -> messages logged
+
+    dead = {b: len(set().union(*reasons.values())) for b, reasons in seen.items()}
+    by_reason: dict[str, int] = {}
+    for reasons in seen.values():
+        for reason, ids in reasons.items():
+            by_reason[reason] = by_reason.get(reason, 0) + len(ids)
+    # A batch whose size is not known (never so after a fold) is judged on what it lost.
+    rates = {b: n / max(messages.get(b, n), n, 1) for b, n in dead.items()}
+    over = sorted((b for b, rate in rates.items() if rate > threshold), key=lambda b: -rates[b])
+    total = sum(messages.values())
+    step_dead = sum(dead.values())
+    metadata: dict[str, Any] = {
+        "batches_checked": len(set(messages) | set(dead)),
+        "messages": total,
+        "dead_lettered_messages": step_dead,
+        "dead_letter_rate": round(step_dead / total, 6) if total else 0.0,
+        "worst_batch_rate": round(max(rates.values(), default=0.0), 6),
+        "batches_over_threshold": len(over),
+        "threshold": threshold,
+    }
+    for reason, n in sorted(by_reason.items()):
+        metadata[f"dead_letters_{reason.replace('-', '_')}"] = n
+    examples = tuple(
+        f"batch {b}: {dead[b]} of {messages.get(b, dead[b])} messages ({rates[b]:.1%}): "
+        + ", ".join(f"{reason} {len(ids)}" for reason, ids in sorted(seen[b].items()))
+        for b in over[:EXAMPLES]
+    )
+    return Finding(not over, metadata, examples)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
+import dagster as dg
 import pytest
 
 from sis_platform.assets.dead_letter_view import MAX_CELL, dead_letter_metadata, markdown
@@ -122,9 +123,23 @@ def test_a_run_shows_the_view_and_the_row_counts_and_check_lake_passes(tmp_path,
     assert documents["dagster/row_count"] == 2
     assert documents["fold_step"] == "1"  # an identifier, not plotted
     assert metadata("interpreted_model", "events")["dagster/row_count"] == 2
+    # A batch run evaluates the log's chain and the fold's own checks: nothing waits for the
+    # fold, and one message of the batch's two dead-lettered is over the 5% threshold: a
+    # warning, which stops nothing (the model was refreshed above).
+    ran = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    assert set(ran) == {
+        "hash_chain_intact",
+        "lake_lag_within_bounds",
+        "dead_letter_rate_below_threshold",
+    }
+    lag = ran["lake_lag_within_bounds"]
+    assert lag.passed and lag.metadata["messages_waiting"].value == 0
+    rate = ran["dead_letter_rate_below_threshold"]
+    assert (rate.passed, rate.severity) == (False, dg.AssetCheckSeverity.WARN)
+    assert rate.metadata["worst_batch_rate"].value == 0.5
+    assert rate.metadata["dead_letters_orphan_update"].value == 1
     # The lake's integrity checks, run by their own job, pass (each one's faults:
     # tests/spark/test_checks.py); a batch run does not evaluate them.
-    assert [e.check_name for e in result.get_asset_check_evaluations()] == ["hash_chain_intact"]
     checked = h.defs.resolve_job_def("check_lake").execute_in_process(instance=h.instance)
     evaluations = {e.check_name: e for e in checked.get_asset_check_evaluations()}
     assert set(evaluations) == {

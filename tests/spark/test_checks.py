@@ -1,4 +1,4 @@
-"""The lake's integrity checks (sis_platform/spark/checks.py), each on tiny tables written for it:
+"""The lake's checks (sis_platform/spark/checks.py), each on tiny tables written for it:
 passing on a healthy shape and failing, with the offender named, on a seeded fault. That they
 appear and pass on a real run is in tests/assets/test_dead_letter_view.py (one pipeline run)."""
 
@@ -12,6 +12,7 @@ from pyspark.sql import types as T
 
 from sis_platform.lake.delta import Lake
 from sis_platform.lake.tables import (
+    DEAD_LETTERS,
     EVENTS,
     MARKETS,
     MASTER_DOCUMENTS,
@@ -25,7 +26,7 @@ from sis_platform.landing import batch_key
 from sis_platform.spark import checks
 from sis_platform.spark.checks import StepScope
 
-pytestmark = [pytest.mark.spark, pytest.mark.cost(40)]
+pytestmark = [pytest.mark.spark, pytest.mark.cost(50)]
 
 T0 = datetime(2026, 11, 21, 14, 30, tzinfo=UTC)
 _DEFAULTS: dict[type, Any] = {
@@ -173,3 +174,52 @@ def test_model_references_hold(spark, lake):
     assert not finding.passed
     assert finding.metadata == {"orphan_markets": 1, "orphan_selections": 1}
     assert sorted(finding.examples) == ["market/M2/K2", "selection/M1/K9/S2"]
+
+
+def test_dead_letter_rate(spark, lake):
+    def letter(message: str, batch: int, reason: str, step: int = 5, master: str | None = None):
+        return {
+            "message_id": message,
+            "master_id": master,
+            "reason": reason,
+            "batch_seq": batch,
+            "batch_key": batch_key(batch),
+            "fold_step": step,
+        }
+
+    sizes = {1: 10, 2: 4, 9: 1}.get  # messages per batch, as the landing zone tells them
+    _write(
+        spark,
+        lake,
+        DEAD_LETTERS,
+        letter("m1", 1, "schema-invalid"),
+        letter("m2", 1, "orphan-update", master="M1"),  # two items of one message: counted once
+        letter("m2", 1, "orphan-update", master="M2"),
+        letter("m3", 2, "orphan-update", master="M3"),
+        letter("m0", 1, "schema-invalid", step=4),  # an earlier step's: not this step's rate
+    )
+    finding = checks.dead_letter_rate(lake, 5, range(1, 3), 0.25, sizes)
+    assert finding.passed and finding.examples == ()
+    assert finding.metadata == {
+        "batches_checked": 2,
+        "messages": 14,
+        "dead_lettered_messages": 3,
+        "dead_letter_rate": round(3 / 14, 6),
+        "worst_batch_rate": 0.25,  # batch 2: 1 of 4; batch 1: 2 of 10
+        "batches_over_threshold": 0,
+        "threshold": 0.25,
+        "dead_letters_orphan_update": 2,
+        "dead_letters_schema_invalid": 1,
+    }
+
+    finding = checks.dead_letter_rate(lake, 5, range(1, 3), 0.2, sizes)
+    assert not finding.passed
+    assert finding.metadata["batches_over_threshold"] == 1  # batch 1's 20% is not over
+    assert finding.examples == ("batch 2: 1 of 4 messages (25.0%): orphan-update 1",)
+
+    # A replay's step dead-letters messages of batches before its own: they are judged too.
+    _write(spark, lake, DEAD_LETTERS, letter("m9", 9, "too-complex", step=6))
+    finding = checks.dead_letter_rate(lake, 6, range(0), 0.5, sizes)
+    assert not finding.passed
+    assert (finding.metadata["batches_checked"], finding.metadata["worst_batch_rate"]) == (1, 1.0)
+    assert finding.examples == ("batch 9: 1 of 1 messages (100.0%): too-complex 1",)
