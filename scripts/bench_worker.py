@@ -41,7 +41,7 @@ from sis_platform.domain.pipeline import LoggedMessage, valid_items_by_master
 from sis_platform.inprocess import LOG_ASSETS, InProcessPlatform
 from sis_platform.landing import LandingZone, batch_seq_of
 from sis_platform.queues.embedded import EmbeddedQueue
-from sis_platform.settings import python_workers_use_this_interpreter
+from sis_platform.settings import ensure_spark_connect_token, python_workers_use_this_interpreter
 from sis_platform.simulator.generator import generate_feed
 from sis_platform.spark.fold import fold_step
 
@@ -353,10 +353,13 @@ def spark_for(args: argparse.Namespace, env: dict[str, str]) -> Iterator[dict[st
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    # The server requires a token; this process and its children (the runs) send it.
+    ensure_spark_connect_token()
     with open(args.log, "a") as log:
         server = spark_connect.start(port, env={**os.environ, **env}, log=log)
         try:
-            yield {**env, "SIS_SPARK_MASTER": f"sc://127.0.0.1:{port}"}
+            # localhost: PySpark sends a token without TLS to that host only.
+            yield {**env, "SIS_SPARK_MASTER": f"sc://localhost:{port}"}
         finally:
             # This process's own client first (--mode inprocess): at exit it would otherwise
             # retry its clean-up calls against the stopped server for minutes.
