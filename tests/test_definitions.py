@@ -18,6 +18,8 @@ LAKE_CHECKS = {
     "applied_at_most_once",
     "one_end_state_per_message",
     "model_references_hold",
+    "lake_lag_within_bounds",
+    "dead_letter_rate_below_threshold",
 }
 
 
