@@ -14,6 +14,7 @@ from typing import NamedTuple
 import dagster as dg
 
 from sis_platform import config
+from sis_platform.assets.freshness import freshness_policy, with_freshness
 from sis_platform.assets.lake_checks import lake_integrity
 from sis_platform.assets.masters import fold_masters
 from sis_platform.assets.message_log import hash_chain_intact, message_items, raw_messages
@@ -68,8 +69,15 @@ def build_definitions(
     by default the process environment), read once."""
     settings = config.settings_of(settings_or_env)
     intake = intake_definitions(settings)
+    checks = settings.checks
+    fresh = freshness_policy(checks.freshness_warn_seconds, checks.freshness_fail_seconds)
     return dg.Definitions(
-        assets=[raw_messages, message_items, fold_masters, interpreted_model, *intake.assets],
+        assets=[
+            raw_messages,
+            message_items,
+            *with_freshness([fold_masters, interpreted_model], fresh),
+            *intake.assets,
+        ],
         asset_checks=[hash_chain_intact, lake_integrity, *intake.asset_checks],
         jobs=[process_batch_job, replay_dead_letters_job, check_lake_job, *intake.jobs],
         schedules=[check_lake_schedule],

@@ -118,6 +118,28 @@ def test_a_threshold_that_cannot_work_fails_at_start(
         load_settings({"SIS_DATA_DIR": str(tmp_path), **variables})
 
 
+def test_the_masters_and_the_model_have_the_freshness_policy_of_the_settings(
+    tmp_path: Path,
+) -> None:
+    defs = build_definitions(
+        {
+            "SIS_DATA_DIR": str(tmp_path),
+            "SIS_FRESHNESS_WARN_SECONDS": "120",
+            "SIS_FRESHNESS_FAIL_SECONDS": "600",
+        }
+    )
+    graph = defs.get_repository_def().asset_graph
+    policies = {
+        key.to_user_string(): graph.get(key).freshness_policy for key in graph.get_all_asset_keys()
+    }
+    expected = dg.FreshnessPolicy.time_window(
+        fail_window=timedelta(minutes=10), warn_window=timedelta(minutes=2)
+    )
+    fresh = {name for name, policy in policies.items() if policy is not None}
+    assert fresh == {"master_documents", "events", "markets", "selections"}
+    assert all(policies[name] == expected for name in fresh)
+
+
 def test_each_job_evaluates_its_own_checks(tmp_path: Path) -> None:
     repository = build_definitions({"SIS_DATA_DIR": str(tmp_path)}).get_repository_def()
 
