@@ -53,6 +53,7 @@ from sis_platform.spark.checks import dead_letter_rate
 from sis_platform.spark.dead_letter_summary import dead_letter_summary
 from sis_platform.spark.fold import FoldStepResult, committed_step, fold_step
 from sis_platform.spark.items import ItemsSummary
+from sis_platform.spark.model import model_step
 from sis_platform.spark.replay import ReplayResult, replay_dead_letters
 
 FOLD_POOL = "sis_fold"
@@ -71,24 +72,28 @@ FOLD_SPECS = [
         "The current master document of every sports event (one row per master id: its "
         "latest version, the `event` XML, and whether it is stale or filtered)." + WHEN,
         deps=FOLD_INPUTS,
+        skippable=True,
     ),
     table_spec(
         MASTER_VERSIONS,
         "Every version of every master document, with the message and item position that "
         "produced it." + WHEN,
         deps=FOLD_INPUTS,
+        skippable=True,
     ),
     table_spec(
         DEAD_LETTERS,
         "Messages and items that could not be applied: original bytes, message id, master id, "
         "reason code, error detail and time, for inspection and replay." + WHEN,
         deps=FOLD_INPUTS,
+        skippable=True,
     ),
     table_spec(
         MESSAGE_OUTCOMES,
         "What became of every logged message and item: applied, duplicate, filtered or "
         "dead-lettered (the message log's accounting)." + WHEN,
         deps=FOLD_INPUTS,
+        skippable=True,
     ),
     table_spec(
         FOLD_STEPS,
@@ -96,6 +101,7 @@ FOLD_SPECS = [
         "version of every table it wrote (what recovery restores after an interrupted step) "
         "and the run that made it." + WHEN,
         deps=FOLD_INPUTS,
+        skippable=True,
     ),
     table_spec(
         FOLD_FAILURES,
@@ -104,6 +110,7 @@ FOLD_SPECS = [
         "SIS_QUARANTINE_AFTER failures the master is quarantined; a replay of its dead letters "
         "releases it." + WHEN,
         deps=FOLD_INPUTS,
+        skippable=True,
     ),
 ]
 
@@ -145,7 +152,7 @@ def fold_masters(
     processing: FeedProcessingResource,
     landing: LandingZoneResource,
     feed_checks: FeedChecksResource,
-) -> Iterator[dg.MaterializeResult | dg.AssetCheckResult]:
+) -> Iterator[dg.MaterializeResult | dg.AssetObservation | dg.AssetCheckResult]:
     processing.compiled_selector()  # a bad selector fails here, loudly, before any write
     lk = lake.lake(spark.spark_session)
     replayed: ReplayResult | None = None
@@ -167,7 +174,22 @@ def fold_masters(
     else:
         last = committed_step(lk)
         step, folded_through = last.fold_step, last.last_batch_seq
-    yield from step_results(lk, result, replayed, step)
+    if result.fold_step is not None or replayed is not None or model_step(lk) < step:
+        # A new step; or a step committed before whose model refresh never ran (its run
+        # ended between the two): announced again, so the model downstream catches up.
+        yield from step_results(lk, result, replayed, step, folded_through)
+    else:
+        # Nothing new (a backfill of batches already folded, a batch waiting for an earlier
+        # one): the tables are as their latest materialization says, so none is recorded and
+        # the model is skipped; an observation says where the fold stands.
+        yield dg.AssetObservation(
+            asset_key=MASTER_DOCUMENTS.name,
+            metadata={
+                "fold_step": identifier(step),
+                "last_batch": identifier(folded_through),
+                "waiting_for_batch": result.waiting_for,
+            },
+        )
     zone = landing.zone()
     yield lake_lag_result(backlog_after(zone, folded_through), datetime.now(UTC), feed_checks)
     rate = None
@@ -243,14 +265,20 @@ def log_step(context: dg.AssetExecutionContext, result: FoldStepResult) -> None:
 
 
 def step_results(
-    lake: Lake, result: FoldStepResult, replayed: ReplayResult | None, step: int
+    lake: Lake,
+    result: FoldStepResult,
+    replayed: ReplayResult | None,
+    step: int,
+    folded_through: int,
 ) -> Iterator[dg.MaterializeResult]:
-    """One materialization per fold table, each with the step's common metadata (`step`: the
-    last committed fold step, this one's if it folded)."""
+    """One materialization per fold table, each with the step's common metadata (`step` and
+    `folded_through`: the last committed fold step and its last batch, this one's if it folded;
+    `new_fold_step` says which, and the counts are this run's)."""
     common: dict[str, Any] = {
-        "fold_step": identifier(result.fold_step),
+        "fold_step": identifier(step),
+        "new_fold_step": result.fold_step is not None,
         "first_batch": identifier(result.first_batch_seq),
-        "last_batch": identifier(result.last_batch_seq),
+        "last_batch": identifier(folded_through),
         "waiting_for_batch": result.waiting_for,
         "rewound_masters": result.rewound_masters,
         "changed_batches": dg.MetadataValue.json(list(result.changed_batches)),

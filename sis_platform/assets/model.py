@@ -44,23 +44,27 @@ MODEL_INPUTS = (MASTER_DOCUMENTS.name, FOLD_STEPS.name)
             "One row per sports event: sport, country, course, name, start, status, going, "
             "current version and staleness." + WHEN,
             deps=MODEL_INPUTS,
+            skippable=True,
         ),
         table_spec(
             MARKETS,
             "One row per market of each event: type, status, places." + WHEN,
             deps=MODEL_INPUTS,
+            skippable=True,
         ),
         table_spec(
             SELECTIONS,
             "One row per selection (runner) of each market, with its current fractional and "
             "decimal price." + WHEN,
             deps=MODEL_INPUTS,
+            skippable=True,
         ),
         table_spec(
             MODEL_STEPS,
             "One row per model refresh: the fold step it reached and how many masters it "
             "rebuilt." + WHEN,
             deps=MODEL_INPUTS,
+            skippable=True,
         ),
         table_spec(
             MODEL_FAILURES,
@@ -68,6 +72,7 @@ MODEL_INPUTS = (MASTER_DOCUMENTS.name, FOLD_STEPS.name)
             "value does not fit its column) at a refresh: such a master has no rows in events, "
             "markets and selections until it folds again." + WHEN,
             deps=MODEL_INPUTS,
+            skippable=True,
         ),
     ],
     group_name="model",
@@ -82,6 +87,11 @@ def interpreted_model(
     the `masters_failed` metadata."""
     lk = lake.lake(spark.spark_session)
     r = refresh_model(lk)
+    if r.fold_step is None:
+        # The model already holds the fold's last step (it ran after a replay that folded
+        # nothing new): no new materialization, its latest one still says what it holds.
+        context.log.info("model already refreshed to the fold's last step: nothing to do")
+        return
     if r.upgraded:
         context.log.warning(
             f"model table(s) {', '.join(r.upgraded)} recreated with this version's schema: the "

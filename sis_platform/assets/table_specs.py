@@ -31,11 +31,16 @@ def column_schema(table: Table) -> dg.TableSchema:
     )
 
 
-def table_spec(table: Table, description: str, *, deps: Iterable[str] = ()) -> dg.AssetSpec:
-    """The asset of one Delta table, named as the table, with its columns."""
+def table_spec(
+    table: Table, description: str, *, deps: Iterable[str] = (), skippable: bool = False
+) -> dg.AssetSpec:
+    """The asset of one Delta table, named as the table, with its columns. `skippable`: a run
+    of its step may leave it unmaterialized (when there was nothing to write), which skips
+    what depends on it in that run."""
     return dg.AssetSpec(
         table.name,
         deps=list(deps),
+        skippable=skippable,
         description=description,
         kinds=KINDS,
         owners=OWNERS,

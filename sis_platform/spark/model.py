@@ -235,12 +235,19 @@ def _recreate(lake: Lake, table: Table) -> None:
     lake.retrying_conflicts(f"{table.name} schema upgrade", lambda: writer.save(lake.path(table)))
 
 
+def model_step(lake: Lake) -> int:
+    """The fold step the model has been refreshed to (0 before its first refresh)."""
+    if not lake.exists(MODEL_STEPS):
+        return 0
+    done = lake.read(MODEL_STEPS).agg(F.max("fold_step").alias("s")).first()
+    return int(done["s"]) if done and done["s"] is not None else 0
+
+
 def refresh_model(lake: Lake) -> ModelRefresh:
     lake.claim_writer(FOLD_WRITER)
     upgraded = _upgrade_schemas(lake)
     lake.ensure(*_OUTPUT_TABLES.values(), MODEL_STEPS)
-    done_row = lake.read(MODEL_STEPS).agg(F.max("fold_step").alias("s")).first()
-    done = int(done_row["s"]) if done_row and done_row["s"] is not None else 0
+    done = model_step(lake)
     target = committed_step(lake)
     if target.fold_step <= done:
         return ModelRefresh(None, upgraded=upgraded)

@@ -10,6 +10,7 @@ import pytest
 
 from sis_platform.lake.tables import EVENTS, MASTER_DOCUMENTS, SELECTIONS
 from sis_platform.queues.base import ReceivedMessage, new_message_id
+from sis_platform.spark.model import model_step
 from tests.domain.sportsdata_fixtures import (
     ASCOT_1430,
     ASCOT_1500,
@@ -20,10 +21,10 @@ from tests.domain.sportsdata_fixtures import (
     master,
     update,
 )
-from tests.harness import Harness, received
+from tests.harness import LOG_ASSETS, Harness, received
 from tests.reference import assert_lake_matches_reference, reference_for
 
-pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(420)]
+pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(480)]
 
 
 def _land(h: Harness, *batches: list[ReceivedMessage]) -> list[str]:
@@ -83,9 +84,13 @@ def test_fold_waits_for_a_missing_batch_catches_up_and_a_rerun_changes_nothing(t
         [received(update(ASCOT_1430, PRICE_7_TO_9))],
     )
     result = h.run(second)  # out of order: batch 1 not processed yet
-    meta = result.asset_materializations_for_node("fold_masters")
-    documents = next(m for m in meta if m.asset_key.path == ["master_documents"])
-    assert documents.metadata["waiting_for_batch"].value == 1
+    # Nothing folded: no materialization of the fold's tables or the model (their latest
+    # materializations keep saying what they hold), and an observation says what it waits for.
+    assert not result.asset_materializations_for_node("fold_masters")
+    assert not result.asset_materializations_for_node("interpreted_model")
+    (waiting,) = result.asset_observations_for_node("fold_masters")
+    assert waiting.asset_key.path == ["master_documents"]
+    assert waiting.metadata["waiting_for_batch"].value == 1
     lake = h.lake(spark)
     assert lake.read(MASTER_DOCUMENTS).count() == 0
 
@@ -94,7 +99,35 @@ def test_fold_waits_for_a_missing_batch_catches_up_and_a_rerun_changes_nothing(t
     assert lake.read(MASTER_DOCUMENTS).first()["version"] == 2
 
     # Rerunning a partition already logged and folded (its message log, the fold, the model)
-    # changes nothing.
-    h.run(first)
+    # changes nothing, and says so: the fold and the model record no new materialization.
+    rerun = h.run(first)
+    assert not rerun.asset_materializations_for_node("fold_masters")
+    assert not rerun.asset_materializations_for_node("interpreted_model")
     assert_lake_matches_reference(lake, reference_for(h.logged_messages()))
     assert lake.read(MASTER_DOCUMENTS).first()["version"] == 2
+
+
+def test_a_fold_step_the_model_missed_is_announced_again_so_the_model_catches_up(tmp_path, spark):
+    h = Harness(tmp_path / "data")
+    (key,) = _land(h, [received(master(event(ASCOT_1430)))])
+    # A run that ended after the fold's step and before the model's refresh.
+    h.materialize(key, *LOG_ASSETS, MASTER_DOCUMENTS.name)
+    lake = h.lake(spark)
+    assert model_step(lake) == 0
+
+    result = h.run(key)
+    (documents,) = [
+        m
+        for m in result.asset_materializations_for_node("fold_masters")
+        if m.asset_key.path == ["master_documents"]
+    ]
+    # The step it announces is the one already committed; this run folded nothing new.
+    assert documents.metadata["fold_step"].value == "1"
+    assert documents.metadata["new_fold_step"].value is False
+    assert documents.metadata["masters_changed"].value == 0
+    model = {
+        m.asset_key.path[-1]: m for m in result.asset_materializations_for_node("interpreted_model")
+    }
+    assert model["events"].metadata["fold_step"].value == "1"
+    assert model_step(lake) == 1
+    assert_lake_matches_reference(lake, reference_for(h.logged_messages()))
