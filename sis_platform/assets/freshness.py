@@ -1,10 +1,10 @@
 """The freshness policy of the tables Opportunity Management reads: master_documents and the model
-(events, markets, selections). Every batch run materializes them, so a table that has not been
-materialized within the window means the feed's runs have stopped (the daemon, a run that keeps
-failing, a queue that stopped landing); Dagster's freshness daemon shows it WARN after
-SIS_FRESHNESS_WARN_SECONDS and FAIL after SIS_FRESHNESS_FAIL_SECONDS. A fold that runs but
-cannot advance (a missing batch) keeps them fresh: the lake lag check (assets/feed_checks.py)
-catches that."""
+(events, markets, selections). A fold step that folds a new batch materializes them (a run that
+finds nothing new records an observation only: assets/masters.py), so a table not materialized
+within the window means no batch has been folded for that long: the feed is quiet, or its runs
+stopped or fail, or the fold waits for a missing batch (the lake lag check, assets/feed_checks.py,
+tells these apart). Dagster's freshness daemon shows it WARN after SIS_FRESHNESS_WARN_SECONDS and
+FAIL after SIS_FRESHNESS_FAIL_SECONDS."""
 
 from collections.abc import Sequence
 from datetime import timedelta

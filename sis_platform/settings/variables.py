@@ -79,8 +79,8 @@ DEFAULT_LAKE_LAG_FAIL_SECONDS = 900.0
 # A batch whose dead-lettered messages are more than this share of its messages is worth a look
 # (a healthy feed dead-letters a few orphan updates at most).
 DEFAULT_DEAD_LETTER_RATE_WARN = 0.05
-# Freshness of master_documents and the model: every batch run materializes them, a batch lands
-# every minute or two, so ten minutes without one is a warning and thirty a failure.
+# Freshness of master_documents and the model: each batch folded materializes them and a batch
+# lands every minute or two, so ten minutes without one is a warning and thirty a failure.
 DEFAULT_FRESHNESS_WARN_SECONDS = 600.0
 DEFAULT_FRESHNESS_FAIL_SECONDS = 1800.0
 # Three defaults are defined beside the code they bound and imported here: DEFAULT_LIMITS
