@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# Set up and run the full test suite: the environment, ActiveMQ for the broker tests, pytest.
+# Set up and run the full test suite: the environment, ActiveMQ for the broker tests, Chromium
+# for the browser test, pytest.
 # Extra arguments go to pytest (e.g. scripts/test.sh -m "not spark" -x).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 if [ -x scripts/activemq.sh ]; then
   ./scripts/activemq.sh install
+fi
+# Debian's chromium for the browser test (tests/e2e/test_ui.py).
+if [ -x scripts/chromium.sh ]; then
+  ./scripts/chromium.sh install
 fi
 # Lint and formatting first: a minute's check that fails fast before the long suite.
 .venv/bin/ruff check .
