@@ -45,7 +45,7 @@ from sis_platform.logchain import Anchor
 from sis_platform.queues.base import FencedOff, QueueSession, QueueSource, SourceUnavailable
 
 # How a batch that did not fill up ended, in an operator's words (a skip reason).
-_WHY_NOT_FULL = {
+_WHY_NOT_FULL: dict[ClosedBy | None, str] = {
     ClosedBy.SECONDS: "was sealed by age (SIS_BATCH_MAX_SECONDS) before it filled",
     ClosedBy.DRAINED: "was sealed when the queue ran dry",
 }

@@ -289,9 +289,9 @@ class LiveService:
             arrived = session.get_available(room - len(group), config.batch_max_bytes - size)
             if arrived or session.knows_available or config.group_wait_seconds <= 0:
                 continue
-            message = session.get(wait_seconds=config.group_wait_seconds)
-            if message is not None:
-                arrived.append(message)
+            waited = session.get(wait_seconds=config.group_wait_seconds)
+            if waited is not None:
+                arrived.append(waited)
         return group
 
     def _commit_queue(self, session: QueueSession) -> None:
