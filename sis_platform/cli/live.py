@@ -41,7 +41,6 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigurationError as error:
         print(f"sis-live: {error}", file=sys.stderr)
         return 2
-    private_folder(settings.data_dir, create=True)
     if settings.intake == "sensor":
         print(
             "sis-live: SIS_INTAKE=sensor: the queue sensor is this deployment's consumer, and "
@@ -50,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    private_folder(settings.data_dir, create=True)  # only once it will run: a refusal makes nothing
     # Imported once the arguments are parsed: the service's modules (pyarrow, lxml, the store)
     # take 0.36 s to import (measured with -X importtime), which `sis-live --help` need not pay.
     from sis_platform.live.process import build_service, run_until_signalled
