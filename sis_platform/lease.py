@@ -170,6 +170,7 @@ class ConsumerLease:
         self._clock = clock
         self.path = self.root / LEASE_FILE
         self.lock_path = self.root / LOCK_FILE
+        self._own_thread_lock: threading.Lock | None = None
 
     def now(self) -> datetime:
         # Looked up at call time, so tests can replace the module's clock for a whole sensor.
@@ -253,14 +254,15 @@ class ConsumerLease:
     @contextmanager
     def locked(self) -> Iterator[None]:
         """The lease lock: this process's threads first, then other processes and hosts."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        key = self.lock_path.resolve()
-        with _THREAD_LOCKS_GUARD:
-            thread_lock = _THREAD_LOCKS.setdefault(key, threading.Lock())
+        thread_lock = self._thread_lock()
         if not thread_lock.acquire(timeout=self.lock_timeout):
             raise LeaseError(f"{self.lock_path} busy in this process for {self.lock_timeout}s")
         try:
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            except FileNotFoundError:
+                self.root.mkdir(parents=True, exist_ok=True)
+                fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 self._lock_file(fd)
                 yield
@@ -270,6 +272,16 @@ class ConsumerLease:
                 os.close(fd)
         finally:
             thread_lock.release()
+
+    def _thread_lock(self) -> threading.Lock:
+        """This process's lock for the lock file, shared by every ConsumerLease on it (found
+        once per instance: the live path takes the lock for every group it lands)."""
+        if self._own_thread_lock is None:
+            self.root.mkdir(parents=True, exist_ok=True)
+            key = self.lock_path.resolve()
+            with _THREAD_LOCKS_GUARD:
+                self._own_thread_lock = _THREAD_LOCKS.setdefault(key, threading.Lock())
+        return self._own_thread_lock
 
     def _lock_file(self, fd: int) -> None:
         # Non-blocking attempts with a deadline: a blocking lockf() would hang the sensor for
