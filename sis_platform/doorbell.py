@@ -25,6 +25,8 @@ import stat
 from pathlib import Path
 from types import TracebackType
 
+from sis_platform.private import make_private_folder
+
 log = logging.getLogger(__name__)
 
 SUFFIX = ".bell"
@@ -42,7 +44,7 @@ class Doorbell:
 
     def __init__(self, folder: Path | str) -> None:
         self.folder = Path(folder)
-        _make_folder(self.folder)
+        make_private_folder(self.folder)
 
     def waiter(self) -> Waiter:
         """A new waiter with its own socket in the folder; close it when done."""
@@ -158,14 +160,3 @@ def _address(folder: Path, dir_fd: int, name: str) -> str:
     if len(os.fsencode(path)) <= _MAX_SOCKET_PATH:
         return path
     return f"/proc/self/fd/{dir_fd}/{name}"
-
-
-def _make_folder(folder: Path) -> None:
-    """The folder (0700), and its missing parents (with the umask's mode)."""
-    try:
-        folder.mkdir(mode=0o700, parents=True)
-    except FileExistsError:
-        if not folder.is_dir():
-            raise
-        return
-    os.chmod(folder, 0o700)  # mkdir's mode is masked by the umask

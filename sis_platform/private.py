@@ -34,3 +34,16 @@ def private_folder(path: Path, *, create: bool) -> None:
         return
     if status.st_uid == os.getuid() and status.st_mode & 0o077:
         path.chmod(status.st_mode & 0o700)
+
+
+def make_private_folder(path: Path) -> None:
+    """Create the folder `path` mode 0700 (its missing parents with the umask's mode); an
+    existing folder is left as it is (it may be an operator's, shared on purpose).
+    FileExistsError if `path` is something else."""
+    try:
+        path.mkdir(mode=0o700, parents=True)
+    except FileExistsError:
+        if not path.is_dir():
+            raise
+        return
+    os.chmod(path, 0o700)  # mkdir's mode is masked by the umask

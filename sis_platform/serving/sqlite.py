@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from sis_platform.doorbell import Doorbell, ring
+from sis_platform.private import make_private_folder
 from sis_platform.serving.store import ServingStore, as_utc
 from sis_platform.walcheckpoint import WalCheckpointer
 
@@ -70,7 +71,7 @@ class SqliteStore(ServingStore):
         self._conn: sqlite3.Connection | None = None
         # Started at the first commit (a reader never commits): checkpoints off the commit path.
         self._checkpointer: WalCheckpointer | None = None
-        _private_folder(self.path.parent)
+        make_private_folder(self.path.parent)
         _private_file(self.path)
         Doorbell(self.doorbell)
         self._run(self._prepare)
@@ -180,15 +181,6 @@ class SqliteStore(ServingStore):
             checkpointer, self._checkpointer = self._checkpointer, None
         if checkpointer is not None:
             checkpointer.close()
-
-
-def _private_folder(folder: Path) -> None:
-    """`folder` created 0700 if missing (its missing parents with the umask's mode)."""
-    try:
-        folder.mkdir(mode=0o700, parents=True)
-    except FileExistsError:
-        return
-    os.chmod(folder, 0o700)  # mkdir's mode is masked by the umask
 
 
 def _private_file(path: Path) -> None:

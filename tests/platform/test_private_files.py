@@ -10,6 +10,8 @@ import textwrap
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # In a child process: each script's main, asked for --help, with umask 022 before it.
@@ -42,3 +44,29 @@ def test_every_console_script_creates_files_without_group_or_other_access():
     assert done.returncode == 0, done.stderr[-4000:]
     umasks = dict(x.split()[1:] for x in done.stdout.splitlines() if x.startswith("UMASK "))
     assert umasks == {name: "0o77" for name in scripts}
+
+
+def test_a_private_folder_is_made_0700_under_any_umask_and_an_existing_one_is_left_alone(
+    tmp_path,
+):
+    """`make_private_folder` (the serving store's folder, the doorbells): a new folder is 0700
+    although the umask would allow more; an operator's existing folder keeps its mode; a file
+    in its place is refused."""
+    import os
+
+    from sis_platform.private import make_private_folder
+
+    before = os.umask(0o022)
+    try:
+        made = tmp_path / "new" / "store"
+        make_private_folder(made)
+        assert made.stat().st_mode & 0o777 == 0o700
+        shared = tmp_path / "shared"
+        shared.mkdir(mode=0o755)
+        make_private_folder(shared)
+        assert shared.stat().st_mode & 0o777 == 0o755
+        (tmp_path / "file").write_text("")
+        with pytest.raises(FileExistsError):
+            make_private_folder(tmp_path / "file")
+    finally:
+        os.umask(before)
