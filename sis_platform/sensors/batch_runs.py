@@ -4,7 +4,8 @@ A landed batch becomes a `batches` dynamic partition and one run request of the 
 requested once (`run_key` `batch-<key>`) and tagged with its anchored chain head and message
 count, so Dagster's own database keeps a copy of every anchor (sis_platform/logchain.py). The
 sensor's cursor is the number of the last batch handed on. Runs in flight are counted here too:
-both sensors hold back while enough batch runs wait or run.
+both sensors hold back while enough of the feed's batch runs wait or run (a backfill's runs do
+not count: they wait behind the feed's in the run queue).
 """
 
 from __future__ import annotations
@@ -33,9 +34,13 @@ IN_FLIGHT = [
 
 
 def runs_in_flight(instance: dg.DagsterInstance, limit: int) -> int:
-    """Batch runs queued or running, counted up to `limit` (all backpressure needs)."""
+    """The feed's batch runs queued or running, counted up to `limit` (all backpressure
+    needs). Only runs at the feed's priority count: a backfill or replay of old batches (the
+    default priority) must not hold back the feed's next run, which the run queue then starts
+    ahead of the backfill's queued runs."""
     records = instance.get_run_records(
-        dg.RunsFilter(job_name=process_batch_job.name, statuses=IN_FLIGHT), limit=max(limit, 1)
+        dg.RunsFilter(job_name=process_batch_job.name, statuses=IN_FLIGHT, tags=FEED_PRIORITY),
+        limit=max(limit, 1),
     )
     return len(records)
 

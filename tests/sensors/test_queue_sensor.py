@@ -16,6 +16,7 @@ from sis_platform.definitions import build_definitions
 from sis_platform.landing import ClosedBy
 from sis_platform.queues.base import ReceivedMessage, new_message_id
 from sis_platform.queues.embedded import EmbeddedQueue
+from sis_platform.sensors.batch_runs import BATCH_TAG, FEED_PRIORITY
 from sis_platform.sensors.queue_sensor import build_queue_sensor
 from tests.harness import SENSOR, Harness, received
 
@@ -149,7 +150,16 @@ def _run_in_flight(h: Harness, partition_key: str) -> dg.DagsterRun:
     """The requested run in progress, as the daemon would have launched it."""
     return h.instance.create_run_for_job(
         h.defs.resolve_job_def("process_batch"),
-        tags={"dagster/partition": partition_key},
+        tags={"dagster/partition": partition_key, BATCH_TAG: partition_key, **FEED_PRIORITY},
+        status=dg.DagsterRunStatus.STARTED,
+    )
+
+
+def _backfill_run_in_flight(h: Harness, partition_key: str) -> dg.DagsterRun:
+    """A backfill's run of an old batch in progress (the default priority)."""
+    return h.instance.create_run_for_job(
+        h.defs.resolve_job_def("process_batch"),
+        tags={"dagster/partition": partition_key, "dagster/backfill": "abcdefgh"},
         status=dg.DagsterRunStatus.STARTED,
     )
 
@@ -213,6 +223,24 @@ def test_backpressure_leaves_messages_on_the_queue_while_runs_are_in_flight(tmp_
     assert _queue(h).depth() == 3
     h.instance.report_run_canceled(run)  # the run ended
     assert isinstance(h.tick(), dg.SensorResult)
+    assert _queue(h).depth() == 0
+
+
+def test_a_backfill_in_flight_does_not_hold_the_feed_back(tmp_path):
+    """A backfill of old batches fills the run queue at the default priority; the feed's next
+    batch is still landed and its run requested (the queue starts it ahead of them)."""
+    h = Harness(tmp_path)  # SIS_MAX_RUNS_IN_FLIGHT: 2
+    _put(h, 2)
+    first = h.tick()
+    assert isinstance(first, dg.SensorResult)
+    old = first.run_requests[0].partition_key
+    h.instance.report_run_canceled(_run_in_flight(h, old))  # its run ended long ago
+    for _ in range(3):
+        _backfill_run_in_flight(h, old)
+    _put(h, 3)
+    second = h.tick()
+    assert isinstance(second, dg.SensorResult)
+    assert second.run_requests[0].tags["dagster/priority"] == "10"
     assert _queue(h).depth() == 0
 
 
