@@ -4,7 +4,10 @@
 so it is not a step of every batch run: at most every CHECK_INTERVAL_SECONDS this sensor reads
 the lake's fold position from Dagster's event log (the `last_batch` of master_documents' latest
 materialization, which every fold step records) and, when it is past the position last checked,
-requests one run of `check_live_matches_lake` (run key per position: requested once). It reads
+requests one run of `check_live_matches_lake` (run key per position: requested once). While
+such a run is still queued or running it requests none: that run checks the lake as it is when
+it runs, and the check's runs (the default priority) wait behind the feed's batch runs, so while
+the lake catches up they would otherwise pile up in the run queue, one per position. It reads
 neither the lake nor the store itself.
 """
 
@@ -14,6 +17,7 @@ import dagster as dg
 
 from sis_platform.jobs import live_matches_lake_job
 from sis_platform.lake.tables import MASTER_DOCUMENTS
+from sis_platform.sensors.batch_runs import IN_FLIGHT
 
 LIVE_CHECK_SENSOR_NAME = "live_matches_lake_sensor"
 CHECK_INTERVAL_SECONDS = 300
@@ -44,6 +48,11 @@ def build_live_check_sensor(
             return dg.SensorResult(
                 skip_reason=f"the lake's fold position (batch {folded}) is checked already"
             )
+        if check_in_flight(context.instance):
+            return dg.SensorResult(
+                skip_reason=f"the lake has folded to batch {folded}; a check run is already "
+                "queued or running and checks the lake as it is then"
+            )
         return dg.SensorResult(
             run_requests=[
                 dg.RunRequest(
@@ -68,3 +77,12 @@ def lake_fold_position(instance: dg.DagsterInstance) -> int | None:
     if isinstance(folded, str) and folded.isdigit():
         return int(folded)
     return int(folded) if isinstance(folded, int) else None
+
+
+def check_in_flight(instance: dg.DagsterInstance) -> bool:
+    """Whether a run of the check's job is queued or running."""
+    return bool(
+        instance.get_run_records(
+            dg.RunsFilter(job_name=live_matches_lake_job.name, statuses=IN_FLIGHT), limit=1
+        )
+    )
