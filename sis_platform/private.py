@@ -27,7 +27,7 @@ def private_folder(path: Path, *, create: bool) -> None:
     """Make the folder `path` accessible to its user only: created mode 0700 if missing (when
     `create`), and group and other access taken off if it exists and is this user's."""
     if create:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        make_private_folder(path)
     try:
         status = path.stat()
     except FileNotFoundError:

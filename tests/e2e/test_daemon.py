@@ -258,7 +258,7 @@ def _backfill_while_the_feed_goes_on(
     created = feed.create_timestamp.timestamp()
     runs = backfill_runs()
     waiting = [r for r in runs if r.start_time is None or r.start_time > created]
-    running = [r for r in runs if r not in waiting and (r.end_time or created + 1) > created]
+    running = [r for r in runs if r not in waiting and (r.end_time is None or r.end_time > created)]
     # The case in question: the feed's run requested behind a backfill run in flight and one
     # queued (the sensor's backpressure counts only the feed's own runs).
     assert waiting and running, [
