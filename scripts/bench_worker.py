@@ -510,7 +510,8 @@ def _inprocess_with_spark(data: Path, env: Mapping[str, str]) -> InProcessPlatfo
     python_workers_use_this_interpreter()
     platform = InProcessPlatform(data, env)
     builder = SparkSession.builder
-    for key, value in platform.resources["spark"].spark_config.items():
+    master = platform.resources["spark"].spark_config["spark.master"]
+    for key, value in config.spark_config(platform.settings.spark, master, long_lived=True).items():
         builder = builder.config(key, value)
     builder.getOrCreate().range(1).count()
     return platform

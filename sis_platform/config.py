@@ -150,9 +150,10 @@ def queue_resource(source: SourceSettings) -> QueueSourceResource:
     )
 
 
-def spark_config(spark: SparkSettings, master: str) -> dict[str, str]:
+def spark_config(spark: SparkSettings, master: str, *, long_lived: bool = False) -> dict[str, str]:
     """The Spark settings for a driver (or Spark Connect client) at `master`: the platform's
-    runs, and the local Spark Connect server (cli/spark_connect.py)."""
+    runs, and (`long_lived`) the local Spark Connect server (cli/spark_connect.py) or a
+    process that runs batch after batch on one driver."""
     try:
         class_archive = configured_archive(spark.class_archive)
     except ValueError as error:
@@ -165,6 +166,7 @@ def spark_config(spark: SparkSettings, master: str) -> dict[str, str]:
         # An operator's folder, else the one sis-spark-jars resolved (else Spark's resolver).
         jars_dir=spark.jars_dir or resolved_jars_dir(),
         class_archive=class_archive,
+        long_lived=long_lived,
         extra=dict(spark.extra_conf),
     )
 

@@ -56,7 +56,7 @@ def server_command(host: str, port: int, env: Mapping[str, str]) -> list[str]:
 
     from sis_platform.config import spark_config
 
-    conf = spark_config(spark_settings(env), "local[*]")
+    conf = spark_config(spark_settings(env), "local[*]", long_lived=True)
     conf.update(
         {
             "spark.app.name": "sis-platform Spark Connect",

@@ -61,6 +61,15 @@ def test_only_a_local_driver_gets_java_options():
     )
 
 
+def test_a_long_lived_driver_keeps_the_full_jit():
+    # A run's driver stops at C1 (it lives for one run); a driver that serves run after run
+    # repays C2's compile time.
+    local = delta_spark_config(master="local[2]", class_archive=None, long_lived=True)
+    assert local["spark.driver.extraJavaOptions"] == "-XX:ReservedCodeCacheSize=240m"
+    remote = delta_spark_config(master="sc://spark:15002", long_lived=True)
+    assert "spark.driver.extraJavaOptions" not in remote
+
+
 def test_a_c1_only_local_driver_keeps_a_code_cache_the_size_of_a_tiered_jvms():
     # Alone, TieredStopAtLevel=1 shrinks the code cache to 48 MB, which Spark and Delta fill
     # within a run: the JIT is then disabled, and the driver can die ("Out of space in
@@ -167,3 +176,5 @@ def test_the_spark_connect_server_runs_a_local_delta_driver_on_the_platforms_set
     assert conf["spark.connect.grpc.binding.port"] == "15099"
     assert conf["spark.x.y"] == "z"
     assert "spark.remote" not in conf
+    # The server is a long-lived driver: the full JIT, not a run's C1 only.
+    assert "TieredStopAtLevel" not in conf["spark.driver.extraJavaOptions"]
