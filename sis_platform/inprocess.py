@@ -247,10 +247,8 @@ class InProcessPlatform:
         with every table it writes (e.g. LOG_ASSETS: logged and parsed, as if the rest of the
         run had failed)."""
         keys = {k for a in assets for k in self.defs.resolve_assets_def(a).keys}
-        result = self.defs.resolve_job_def(BATCH_JOB).execute_in_process(
-            partition_key=partition_key,
-            instance=self.instance,
-            asset_selection=sorted(keys),
+        result = job_subset(self.defs.resolve_job_def(BATCH_JOB), keys).execute_in_process(
+            partition_key=partition_key, instance=self.instance
         )
         if not result.success:
             raise RunFailed(f"the run of {', '.join(assets)} for batch {partition_key} failed")
@@ -366,6 +364,16 @@ class _WatchedSession(QueueSession):
     def close(self) -> None:
         self.unit = 0
         self.inner.close()
+
+
+def job_subset(job: dg.JobDefinition, keys: Iterable[dg.AssetKey]) -> dg.JobDefinition:
+    """`job` for the assets `keys` only, with the job's own checks on them. Selecting the
+    assets alone (`execute_in_process(asset_selection=...)`) would add every check that targets
+    them, the lake's integrity checks included, which the batch job leaves to their own job
+    (jobs.py): seconds of Spark queries on every fold step."""
+    selected = set(keys)
+    checks = {k for k in job.asset_layer.asset_graph.asset_check_keys if k.asset_key in selected}
+    return job.get_subset(asset_selection=selected, asset_check_selection=checks)
 
 
 def logged_messages(zone: LandingZone, limits: Limits = DEFAULT_LIMITS) -> list[LoggedMessage]:
