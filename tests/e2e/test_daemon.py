@@ -1,9 +1,8 @@
 """The platform under a real Dagster daemon: sensor ticks and queued runs in their own
 processes, on a persistent SQLite instance, exactly as `scripts/run.sh` runs it, in both
 intake modes: the queue sensor consuming, or the real `sis-live` process consuming beside the
-daemon (its serving store then equals the reference and the lake). In live mode a backfill of
-early batches is run while the feed goes on: the feed's run goes ahead of the backfill's queued
-run, and both converge."""
+daemon (its serving store then equals the reference and the lake). A backfill while the feed
+goes on is tested through the UI (test_ui.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +20,6 @@ import psutil
 import pytest
 
 from sis_platform.queues.embedded import EmbeddedQueue
-from sis_platform.sensors.batch_runs import IN_FLIGHT
 from sis_platform.simulator.generator import generate_feed
 from tests.harness import Harness
 from tests.modes import INTAKES, assert_live_path, harness
@@ -184,15 +182,6 @@ def test_daemon_lands_batches_runs_them_and_masters_match_the_reference(
             return {r.dagster_run.tags.get("dagster/partition") for r in done} >= set(keys)
 
         _wait_for(all_batches_processed, 600, "every landed batch to be processed", processes)
-        if intake == "live":
-            _backfill_while_the_feed_goes_on(h, instance, queue, env, processes)
-
-            def nothing_in_flight() -> bool:
-                return all_batches_processed() and not instance.get_run_records(
-                    dg.RunsFilter(job_name="process_batch", statuses=IN_FLIGHT), limit=1
-                )
-
-            _wait_for(nothing_in_flight, 600, "the backfill's runs and the feed's", processes)
     finally:
         codes = _stop_all(processes)
     if intake == "live":
@@ -202,70 +191,3 @@ def test_daemon_lands_batches_runs_them_and_masters_match_the_reference(
     ref = reference_for(h.logged_messages())
     assert_lake_matches_reference(h.lake(spark), ref)
     assert_live_path(h, ref)
-
-
-def _backfill_while_the_feed_goes_on(
-    h: Harness,
-    instance: dg.DagsterInstance,
-    queue: EmbeddedQueue,
-    env: dict[str, str],
-    processes: list[Process],
-) -> None:
-    """Issue 23: a backfill of the first two batches (`dagster job backfill`, runs at the
-    default priority) is queued; once one of its runs is in flight and the other waits, the
-    feed goes on and its next batch's run (`dagster/priority` 10) must start as soon as the
-    run in flight ends, ahead of the backfill's waiting run. Both then converge (the caller
-    waits for every run and compares the lake with the reference)."""
-    first_two = h.zone.keys()[:2]
-    subprocess.run(
-        [str(BIN / "dagster"), "job", "backfill", "-w", str(REPO / "workspace.yaml")]
-        + ["-j", "process_batch", "--partitions", ",".join(first_two), "--noprompt"],
-        cwd=REPO,
-        env=env,
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-
-    def backfill_runs() -> list[dg.RunRecord]:
-        records = instance.get_run_records(dg.RunsFilter(job_name="process_batch"))
-        return [r for r in records if "dagster/backfill" in r.dagster_run.tags]
-
-    def one_runs_one_waits() -> bool:
-        statuses = [r.dagster_run.status for r in backfill_runs()]
-        queued = statuses.count(dg.DagsterRunStatus.QUEUED)
-        return len(statuses) == 2 and queued == 1
-
-    _wait_for(one_runs_one_waits, 300, "a backfill run in flight and one queued", processes)
-    landed = set(h.zone.keys())
-    with queue.producer() as producer:
-        for m in generate_feed(seed=6, messages=60, duplicates=0.0):
-            producer.put(m.body, message_id=m.message_id)
-
-    def feed_run() -> dg.RunRecord | None:
-        for key in set(h.zone.keys()) - landed:
-            records = instance.get_run_records(
-                dg.RunsFilter(job_name="process_batch", tags={"sis/batch": key})
-            )
-            started = [r for r in records if r.start_time is not None]
-            if started:
-                return started[0]
-        return None
-
-    _wait_for(lambda: feed_run() is not None, 600, "the feed's next batch run to start", processes)
-    feed = feed_run()
-    assert feed is not None and feed.dagster_run.tags.get("dagster/priority") == "10"
-    created = feed.create_timestamp.timestamp()
-    runs = backfill_runs()
-    waiting = [r for r in runs if r.start_time is None or r.start_time > created]
-    running = [r for r in runs if r not in waiting and (r.end_time is None or r.end_time > created)]
-    # The case in question: the feed's run requested behind a backfill run in flight and one
-    # queued (the sensor's backpressure counts only the feed's own runs).
-    assert waiting and running, [
-        (r.dagster_run.run_id, r.start_time, r.end_time, created) for r in runs
-    ]
-    # None of the backfill runs queued before it started first: it waited only for the run
-    # that was in flight.
-    assert all(r.start_time is None or r.start_time > feed.start_time for r in waiting), [
-        (r.dagster_run.run_id, r.start_time, r.dagster_run.status) for r in backfill_runs()
-    ]
