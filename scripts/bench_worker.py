@@ -510,8 +510,10 @@ def _inprocess_with_spark(data: Path, env: Mapping[str, str]) -> InProcessPlatfo
     python_workers_use_this_interpreter()
     platform = InProcessPlatform(data, env)
     builder = SparkSession.builder
-    master = platform.resources["spark"].spark_config["spark.master"]
-    for key, value in config.spark_config(platform.settings.spark, master, long_lived=True).items():
+    conf = platform.resources["spark"].spark_config
+    if "spark.master" in conf:  # a local driver (not Spark Connect): it serves every run
+        conf = config.spark_config(platform.settings.spark, conf["spark.master"], long_lived=True)
+    for key, value in conf.items():
         builder = builder.config(key, value)
     builder.getOrCreate().range(1).count()
     return platform

@@ -95,7 +95,8 @@ def delta_spark_config(
         # in use is resident.
         # A long-lived driver keeps C2: it repays its compile time within a few runs
         # (measured, one process running 40-message batches back to back on 2 cores: from
-        # the third run on 25-28 s a run with C2, 40 s with C1 only; the same CPU in all).
+        # the third run on 25-28 s a run with C2, 40 s with C1 only; about the same CPU
+        # over the first six runs, so the saving grows with every run after them).
         options = ["-XX:ReservedCodeCacheSize=240m"]
         if not long_lived:
             options.insert(0, "-XX:TieredStopAtLevel=1")
