@@ -19,8 +19,6 @@ def spark() -> Iterator[SparkSession]:
 
     The platform's LazyPySparkResource calls getOrCreate() with the same configuration, so
     every Dagster run inside the test process reuses this session instead of starting a JVM.
-    It lives for the worker's whole share of the suite, so its JVM is a long-lived driver's
-    (full JIT), as a Spark Connect server's is.
     """
     import os
     import sys
@@ -40,7 +38,6 @@ def spark() -> Iterator[SparkSession]:
         ui_enabled=False,
         jars_dir=os.environ.get("SIS_SPARK_JARS_DIR") or resolved_jars_dir(),
         class_archive=configured_archive(os.environ.get("SIS_SPARK_CLASS_ARCHIVE") or None),
-        long_lived=True,
     ).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

@@ -1,8 +1,7 @@
 """The platform under a real Dagster daemon: sensor ticks and queued runs in their own
 processes, on a persistent SQLite instance, exactly as `scripts/run.sh` runs it, in both
 intake modes: the queue sensor consuming, or the real `sis-live` process consuming beside the
-daemon (its serving store then equals the reference and the lake). A backfill while the feed
-goes on is tested through the UI (test_ui.py)."""
+daemon (its serving store then equals the reference and the lake)."""
 
 from __future__ import annotations
 

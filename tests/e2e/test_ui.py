@@ -3,8 +3,7 @@ the platform started as `scripts/run.sh` starts it: the asset graph draws every 
 feed's `raw_messages` partitions appear, a batch run succeeds, each asset's checks are listed
 with their status, a backfill of two existing batches launched from the UI succeeds and
 converges (the serving store and the lake equal the reference fold) without leaving a null
-fold step as the fold's latest metadata, the feed's run that lands meanwhile goes ahead of the
-backfill's queued run, and SIGTERM leaves no process running.
+fold step as the fold's latest metadata, and SIGTERM leaves no process running.
 
 Screenshots of each stage go to test-artifacts/ui/ (git-ignored); their paths are printed."""
 
@@ -20,7 +19,6 @@ import dagster as dg
 import pytest
 
 from sis_platform.lake.tables import Table
-from sis_platform.simulator.generator import generate_feed
 from tests.e2e.sis_run import REPO, RunningPlatform, assert_sigterm_stops_everything
 from tests.e2e.sis_run import running_platform as start_platform
 from tests.harness import Harness
@@ -179,54 +177,6 @@ def every_batch_processed(h: Harness, instance: dg.DagsterInstance) -> bool:
     return len(keys) >= 2 and set(keys) <= done and caught_up
 
 
-def feed_goes_first(h: Harness, instance: dg.DagsterInstance, backfill_id: str) -> None:
-    """Once one of the backfill's two runs is in flight and the other waits in the run queue
-    (deploy/dagster.yaml runs one at a time), one more batch of the feed lands; its run
-    (`dagster/priority` 10) must start as soon as the run in flight ends, ahead of the
-    backfill's waiting run (the landed-batches sensor's backpressure counts only the feed's
-    own runs)."""
-
-    def one_runs_one_waits() -> bool:
-        statuses = [
-            r.dagster_run.status for r in batch_runs(instance, **{"dagster/backfill": backfill_id})
-        ]
-        # STARTED, not STARTING: a run's start time is set once it has started.
-        running = statuses.count(dg.DagsterRunStatus.STARTED)
-        return running == 1 and statuses.count(dg.DagsterRunStatus.QUEUED) == 1
-
-    wait_for(one_runs_one_waits, RUNS_SECONDS, "a backfill run in flight and one queued")
-    landed = set(h.zone.keys())
-    with h.resources["queue"].open().producer() as producer:
-        for m in generate_feed(
-            seed=6, messages=int(SETTINGS["SIS_BATCH_MAX_MESSAGES"]), duplicates=0.0
-        ):
-            producer.put(m.body, message_id=m.message_id)
-
-    def feed_run() -> dg.RunRecord | None:
-        for key in set(h.zone.keys()) - landed:
-            started = [r for r in batch_runs(instance, **{"sis/batch": key}) if r.start_time]
-            if started:
-                return started[0]
-        return None
-
-    wait_for(lambda: feed_run() is not None, RUNS_SECONDS, "the feed's next batch run to start")
-    feed = feed_run()
-    assert feed is not None and feed.dagster_run.tags.get("dagster/priority") == "10"
-    created = feed.create_timestamp.timestamp()
-    runs = batch_runs(instance, **{"dagster/backfill": backfill_id})
-    waiting = [r for r in runs if r.start_time is None or r.start_time > created]
-    running = [r for r in runs if r not in waiting and (r.end_time is None or r.end_time > created)]
-    # The case in question: the feed's run requested behind a backfill run in flight and one
-    # queued.
-    assert waiting and running, [
-        (r.dagster_run.run_id, r.start_time, r.end_time, created) for r in runs
-    ]
-    # No backfill run queued before it started first: it waited only for the run in flight.
-    assert all(r.start_time is None or r.start_time > feed.start_time for r in waiting), [
-        (r.dagster_run.run_id, r.start_time, r.dagster_run.status) for r in runs
-    ]
-
-
 def test_ui_shows_the_platform_and_a_backfill_from_it_converges(platform, page, monkeypatch):
     from playwright.sync_api import expect
 
@@ -298,9 +248,6 @@ def test_ui_shows_the_platform_and_a_backfill_from_it_converges(platform, page, 
     toast = page.get_by_text(re.compile(r"Created backfill \w+"))
     expect(toast).to_be_visible()
     backfill_id = re.search(r"Created backfill (\w+)", toast.inner_text()).group(1)
-
-    # The feed goes on meanwhile: its next batch's run goes ahead of the backfill's queued run.
-    feed_goes_first(h, instance, backfill_id)
 
     def backfill_done() -> bool:
         runs = batch_runs(instance, **{"dagster/backfill": backfill_id})
