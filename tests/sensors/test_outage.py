@@ -143,12 +143,13 @@ def test_broker_outage_fails_ticks_visibly_and_the_sensor_recovers_losing_nothin
 
     broker.start()
     _tick_until_drained(h, published)
-    landed = Counter(_landed(h))
+    order = _landed(h)
+    landed = Counter(order)
     assert sorted(landed) == sorted(published)
     assert set(landed.values()) == {1}  # nothing was in doubt: no copy landed twice
     # The five messages of the lost unit came back, in order (the flag: see BATCH above).
     lost = published[2 * BATCH : 2 * BATCH + 5]
-    assert [i for i in _landed(h) if i in lost] == lost
+    assert [i for i in order if i in lost] == lost
     ref = ReferencePipeline()
     ref.process(h.logged_messages())
     assert ref.outcome_counts()[Outcome.DUPLICATE] == 0
