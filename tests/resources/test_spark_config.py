@@ -10,7 +10,7 @@ import pytest
 from sis_platform.cli import spark_archive
 from sis_platform.config import ConfigurationError, resources
 from sis_platform.resources import jvm_archive
-from sis_platform.resources.spark import delta_spark_config
+from sis_platform.resources.spark import SHORT_LIVED_SQL, delta_spark_config
 
 
 def _java_options(env: dict[str, str]) -> str:
@@ -68,6 +68,36 @@ def test_a_long_lived_driver_keeps_the_full_jit():
     assert local["spark.driver.extraJavaOptions"] == "-XX:ReservedCodeCacheSize=240m"
     remote = delta_spark_config(master="sc://spark:15002", long_lived=True)
     assert "spark.driver.extraJavaOptions" not in remote
+
+
+def test_a_runs_driver_evaluates_its_plans_without_compiling_them():
+    # Code generation costs a run's driver more than it saves on batch-sized data; a long-lived
+    # driver and a Spark Connect client keep Spark's defaults, and an operator's SIS_SPARK_CONF
+    # has the last word.
+    local = delta_spark_config(master="local[2]", class_archive=None)
+    assert (
+        {k: local[k] for k in SHORT_LIVED_SQL}
+        == SHORT_LIVED_SQL
+        == {
+            "spark.sql.codegen.wholeStage": "false",
+            "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+        }
+    )
+    long_lived = delta_spark_config(master="local[2]", class_archive=None, long_lived=True)
+    remote = delta_spark_config(master="sc://spark:15002")
+    for conf in (long_lived, remote):
+        assert not set(SHORT_LIVED_SQL) & set(conf)
+    overridden = delta_spark_config(
+        master="local[2]", class_archive=None, extra={"spark.sql.codegen.wholeStage": "true"}
+    )
+    assert overridden["spark.sql.codegen.wholeStage"] == "true"
+
+
+@pytest.mark.spark
+def test_the_test_session_runs_without_code_generation(spark):
+    # The suite's session is a run's driver too: every Spark test runs the plans this way.
+    for key, value in SHORT_LIVED_SQL.items():
+        assert spark.conf.get(key) == value
 
 
 def test_a_c1_only_local_driver_keeps_a_code_cache_the_size_of_a_tiered_jvms():
