@@ -23,6 +23,7 @@ import pytest
 
 from sis_platform.cli import spark_connect
 from sis_platform.lake.tables import MODEL_STEPS
+from sis_platform.resources.spark import SHORT_LIVED_SQL
 from sis_platform.settings import SPARK_CONNECT_TOKEN_VARIABLE
 
 pytestmark = [pytest.mark.spark, pytest.mark.connect, pytest.mark.cost(150)]
@@ -39,7 +40,16 @@ def server(tmp_path_factory) -> Iterator[str]:
         port = s.getsockname()[1]
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(SPARK_CONNECT_TOKEN_VARIABLE, secrets.token_urlsafe(24))
-        env = {**os.environ, "SIS_SPARK_SHUFFLE_PARTITIONS": "2"}
+        env = {
+            **os.environ,
+            "SIS_SPARK_SHUFFLE_PARTITIONS": "2",
+            # This server lives for one test module, not for a deployment's runs: it gets what
+            # a run's driver gets (C1 only, no code generation; resources/spark.py): with C2 this
+            # module took 320 s in CI, against 170 s before. The long-lived settings the CLI
+            # gives a production server are checked in tests/resources/test_spark_config.py.
+            "JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1",
+            "SIS_SPARK_CONF": " ".join(f"{k}={v}" for k, v in SHORT_LIVED_SQL.items()),
+        }
         proc = spark_connect.start(port, env=env)
         try:
             # localhost: PySpark sends a token without TLS to that host only.
