@@ -40,7 +40,7 @@ def _publish(h: Harness, messages: int, seed: int) -> list:
 @pytest.mark.parametrize("intake", INTAKES)
 def test_simulated_feed_through_the_platform_equals_the_reference_fold(tmp_path, spark, intake):
     h = harness(tmp_path / "data", intake, {"SIS_BATCH_MAX_MESSAGES": "700"})
-    feed = _publish(h, 2100, seed=7)
+    feed = _publish(h, 1400, seed=7)
     kinds = Counter(m.kind.split(":")[0] for m in feed)
     assert kinds["duplicate"] > 0 and kinds["invalid"] > 0
     assert any(
@@ -49,7 +49,7 @@ def test_simulated_feed_through_the_platform_equals_the_reference_fold(tmp_path,
         if m.kind == "update"
     )  # multi-id updates are in the feed
 
-    assert h.drain() == 3
+    assert h.drain() == 2
     assert h.requested == h.zone.keys()
     h.run_requested()
 
@@ -62,15 +62,16 @@ def test_simulated_feed_through_the_platform_equals_the_reference_fold(tmp_path,
 
     outcomes = Counter(r["outcome"] for r in lake.read(MESSAGE_OUTCOMES).collect())
     assert outcomes["duplicate"] == kinds["duplicate"]
-    assert outcomes["dead-lettered"] > 0 and outcomes["applied"] > 1900
+    assert outcomes["dead-lettered"] > 0 and outcomes["applied"] > 1250
     live = lake.read(MASTER_DOCUMENTS).where("document IS NOT NULL AND NOT filtered").count()
     assert lake.read(EVENTS).count() == live
     assert lake.read(SELECTIONS).where("price_num IS NOT NULL").count() > 0
 
 
-@pytest.mark.parametrize("intake", INTAKES)
-def test_partitions_materialized_in_any_order_converge_to_the_reference(tmp_path, spark, intake):
-    h = harness(tmp_path / "data", intake, {"SIS_BATCH_MAX_MESSAGES": "150"})
+def test_partitions_materialized_in_any_order_converge_to_the_reference(tmp_path, spark):
+    # One intake mode, the default: the order the lake folds its partitions in does not depend
+    # on which process registered them (the test above runs both modes).
+    h = harness(tmp_path / "data", "live", {"SIS_BATCH_MAX_MESSAGES": "150"})
     _publish(h, 450, seed=11)
     h.drain()
     order = list(h.requested)
