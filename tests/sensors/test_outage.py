@@ -29,7 +29,7 @@ from sis_platform.queues.base import (
 )
 from sis_platform.simulator.generator import generate_feed
 from tests.harness import Harness
-from tests.modes import INTAKES, assert_live_path
+from tests.modes import assert_live_path
 from tests.queues.broker import Broker, activemq, activemq_outage
 from tests.reference import assert_lake_matches_reference, reference_for
 
@@ -297,17 +297,16 @@ def _live_outage_between_landing_and_commit(
 @pytest.mark.spark
 @pytest.mark.dagster
 @pytest.mark.cost(250)
-@pytest.mark.parametrize("intake", INTAKES)
 def test_after_a_broker_outage_the_lake_equals_the_reference(
-    tmp_path, activemq_outage: Broker, spark, intake: str
+    tmp_path, activemq_outage: Broker, spark
 ) -> None:
+    # Under sis-live, the default intake. The queue sensor's side of the same outage is the
+    # test above: the same ids land again, in order, with the same bytes, and the reference
+    # records the copies as duplicates; the lake's fold of such a log is the one below.
     # Two batches and the redelivered copies: three runs keep the Spark part short.
-    outage = (
-        _live_outage_between_landing_and_commit
-        if intake == "live"
-        else _outage_between_landing_and_commit
+    h, published, in_doubt = _live_outage_between_landing_and_commit(
+        tmp_path / "data", activemq_outage, messages=2 * BATCH
     )
-    h, published, in_doubt = outage(tmp_path / "data", activemq_outage, messages=2 * BATCH)
     landed = Counter(_landed(h))
     assert sorted(set(landed)) == sorted(published)  # nothing lost
     assert {i for i, n in landed.items() if n > 1} == set(in_doubt)
