@@ -157,13 +157,13 @@ def test_broker_outage_fails_ticks_visibly_and_the_sensor_recovers_losing_nothin
 
 
 def _outage_between_landing_and_commit(
-    tmp_path, broker: Broker, messages: int = 80
+    tmp_path, broker: Broker
 ) -> tuple[Harness, list[str], list[str]]:
     """Publish, land one batch, lose the broker between landing the second and its commit,
     restart it and tick until drained. Returns the harness, the published ids and the ids
     whose unit of work was in doubt."""
     h = _harness(tmp_path, broker)
-    published = _publish(h, messages, seed=55)
+    published = _publish(h, 80, seed=55)
     assert isinstance(h.tick(), dg.SensorResult)
 
     # The consumer lands a batch under the lease exactly as a tick does, then the broker
