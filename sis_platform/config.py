@@ -143,6 +143,7 @@ def queue_resource(source: SourceSettings) -> QueueSourceResource:
         cipher_spec=source.cipher_spec,
         key_repository=source.key_repository,
         certificate_label=source.certificate_label,
+        ssl_peer_name=source.ssl_peer_name,
         client_reconnect=source.client_reconnect,
         backout_threshold=source.backout.threshold,
         backout_queue=source.backout.queue,

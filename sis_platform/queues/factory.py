@@ -7,7 +7,7 @@
         &cert_file=/abs/client.pem&key_file=/abs/client.key
         &allow_plaintext_credentials=true]
     ibmmq://[user@]host[:port][,host2[:port2]...]/QMGR/QUEUE?channel=CHANNEL
-        [&cipher_spec=..&key_repository=..&certificate_label=..]
+        [&cipher_spec=..&key_repository=..&certificate_label=..&ssl_peer_name=..]
     ibmmq:                      (everything from the settings' IBM MQ record, `ibmmq=`)
 
 `backout_threshold` defaults to DEFAULT_BACKOUT_THRESHOLD (10) on every source; 0 turns it off.
@@ -267,6 +267,7 @@ def _ibmmq(url: str, given: _Given) -> QueueSource:
             "cipher_spec": _name,
             "key_repository": _name,
             "certificate_label": _name,
+            "ssl_peer_name": _name,
         },
     )
     if "channel" not in params:
@@ -310,6 +311,7 @@ def _ibmmq_from_settings(given: _Given) -> QueueSource:
         cipher_spec=ibmmq.cipher_spec,
         key_repository=ibmmq.key_repository,
         certificate_label=ibmmq.certificate_label,
+        ssl_peer_name=ibmmq.ssl_peer_name,
         client_reconnect=ibmmq.client_reconnect,
         **options,
     )

@@ -187,6 +187,11 @@ class IbmMqQueueResource(QueueSourceResource):
     certificate_label: str | None = Field(
         default=None, description="Client certificate label in the key repository (mutual TLS)."
     )
+    ssl_peer_name: str | None = Field(
+        default=None,
+        description="The channel's SSLPEER: the queue manager certificate's distinguished "
+        "name must match it (e.g. 'CN=QM1,O=SIS,C=GB'); needs cipher_spec.",
+    )
     client_reconnect: Literal["disabled", "as_def", "any", "qmgr"] = Field(
         default=DEFAULT_IBMMQ_RECONNECT,
         description="MQ client auto-reconnect. 'disabled' leaves reconnecting to the source "
@@ -221,6 +226,7 @@ class IbmMqQueueResource(QueueSourceResource):
             cipher_spec=self.cipher_spec,
             key_repository=self.key_repository,
             certificate_label=self.certificate_label,
+            ssl_peer_name=self.ssl_peer_name,
             client_reconnect=self.client_reconnect,
             backout_threshold=self.backout_threshold,
             backout_queue=self.backout_queue,

@@ -10,6 +10,7 @@ from typing import Any, cast
 from urllib.parse import urlsplit
 
 from sis_platform.domain.limits import Limits
+from sis_platform.queues.ibmmq.source import check_ssl_peer_name
 from sis_platform.queues.transport import TlsFiles, is_loopback
 from sis_platform.settings.environment import Reader, is_secret_spark_key, variables_in_effect
 from sis_platform.settings.records import (
@@ -299,11 +300,16 @@ def _ibmmq(read: Reader, needed_by: str, limits: Limits, backout: Backout) -> Ib
         cipher_spec=read.optional("SIS_IBMMQ_CIPHER_SPEC"),
         key_repository=read.optional("SIS_IBMMQ_KEY_REPOSITORY"),
         certificate_label=read.optional("SIS_IBMMQ_CERT_LABEL"),
+        ssl_peer_name=read.optional("SIS_IBMMQ_SSL_PEER"),
         client_reconnect=cast(IbmMqReconnect, read.choice("SIS_IBMMQ_RECONNECT", IBMMQ_RECONNECT)),
         backout=backout,
         max_get_bytes=max_get_bytes,
     )
     _require_other_queue(backout, settings.queue)
+    try:
+        check_ssl_peer_name(settings.ssl_peer_name, settings.cipher_spec)
+    except ValueError as e:
+        raise ConfigurationError(f"SIS_IBMMQ_SSL_PEER: {e}") from None
     return settings
 
 

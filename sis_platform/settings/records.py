@@ -98,6 +98,7 @@ class IbmMqSourceSettings:
     cipher_spec: str | None = None
     key_repository: str | None = None
     certificate_label: str | None = None
+    ssl_peer_name: str | None = None
     client_reconnect: IbmMqReconnect = DEFAULT_IBMMQ_RECONNECT
     backout: Backout = field(default_factory=Backout)
 

@@ -22,6 +22,11 @@ PYIFError) and models, in memory, the queue manager behaviour the source relies 
   thread's put, commit or backout (the conformance suite needs that);
 - client connection checks: queue manager name, channel, conn name list, channel type and
   transport, TLS cipher spec and key repository, user/password (MQCSP), reconnect options;
+  the SSLPEER the MQCD points at (read through its pointer and length, as the MQ client
+  does) against the queue manager certificate's subject (`certificate_subject`): every
+  attribute it names must be in the subject with that value, a value may end in `*`, names
+  and values compare case-insensitively; a mismatch is 2398 MQRC_SSL_PEER_NAME_MISMATCH and a
+  name that is not attribute=value pairs 2399 MQRC_SSL_PEER_NAME_ERROR;
 - the channel's negotiated maximum message length (the lower of the MQCD's MaxMsgLength and
   the server-connection channel's MAXMSGL, 4 MiB by default): an MQGET or MQPUT whose buffer
   exceeds it fails with 2010 MQRC_DATA_LENGTH_ERROR, as for an MQ client; an MQGET with a
@@ -48,6 +53,7 @@ long a real MQGET waits, or MQ's exact reason code for each failure. The conform
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import struct
 import threading
@@ -94,6 +100,8 @@ class CMQC:
     MQRC_BACKOUT_THRESHOLD_REACHED = 2362
     MQRC_KEY_REPOSITORY_ERROR = 2381
     MQRC_SSL_INITIALIZATION_ERROR = 2393
+    MQRC_SSL_PEER_NAME_MISMATCH = 2398
+    MQRC_SSL_PEER_NAME_ERROR = 2399
     MQRC_CHANNEL_NOT_AVAILABLE = 2537
     MQRC_HOST_NOT_AVAILABLE = 2538
     MQRC_UNKNOWN_CHANNEL_NAME = 2540
@@ -423,6 +431,41 @@ def _blank_padded(value: str, length: int) -> bytes:
     return value.encode("ascii").ljust(length, b" ")
 
 
+def _peer_name(cd: CD) -> str | None:
+    """The SSLPEER an MQCD points at, read from memory as the MQ client library reads it."""
+    if not cd.SSLPeerNamePtr:
+        return None
+    if cd.SSLPeerNameLength <= 0:
+        raise _fail(CMQC.MQRC_CD_ERROR)
+    return ctypes.string_at(cd.SSLPeerNamePtr, cd.SSLPeerNameLength).decode("utf-8")
+
+
+def _distinguished_name(text: str) -> dict[str, str] | None:
+    """ "CN=QM1, O=SIS" as {"CN": "QM1", "O": "SIS"} (names upper-cased); None: malformed."""
+    attributes = {}
+    for part in text.split(","):
+        name, equals, value = part.partition("=")
+        if not equals or not name.strip() or not value.strip():
+            return None
+        attributes[name.strip().upper()] = value.strip()
+    return attributes
+
+
+def _check_peer(peer_name: str, subject: str | None) -> None:
+    pattern = _distinguished_name(peer_name)
+    if pattern is None:
+        raise _fail(CMQC.MQRC_SSL_PEER_NAME_ERROR)
+    if subject is None:
+        return
+    actual = _distinguished_name(subject) or {}
+    for name, wanted in pattern.items():
+        value = actual.get(name, "").upper()
+        wanted = wanted.upper()
+        matches = value.startswith(wanted[:-1]) if wanted.endswith("*") else value == wanted
+        if not matches:
+            raise _fail(CMQC.MQRC_SSL_PEER_NAME_MISMATCH)
+
+
 # -- the queue manager ------------------------------------------------------------------
 
 
@@ -474,6 +517,7 @@ class ConnectRecord:
     cipher_spec: str
     key_repository: str
     certificate_label: str
+    peer_name: str | None  # the SSLPEER the MQCD pointed at
     options: int
     user: str | None
     password: str | None
@@ -522,6 +566,7 @@ class FakeQueueManagerServer:
         dead_letter_queue: str = "",
         users: dict[str, str] | None = None,
         cipher_spec: str | None = None,
+        certificate_subject: str | None = None,
         blocking_waits: bool = False,
         now: Callable[[], datetime] | None = None,
         channel_max_message_length: int = 4 * 1024 * 1024,
@@ -537,6 +582,9 @@ class FakeQueueManagerServer:
         self.dead_letter_queue = dead_letter_queue
         self.users = users
         self.cipher_spec = cipher_spec
+        # The distinguished name of the queue manager's certificate, which a client's SSLPEER
+        # must match (None: any peer name is accepted).
+        self.certificate_subject = certificate_subject
         self.available = True
         self.queues: dict[str, FakeQueue] = {}
         self.connects: list[ConnectRecord] = []
@@ -633,6 +681,7 @@ class FakeQueueManagerServer:
         cd.check_packable()
         sco.check_packable()
         conn_name = _text(cd.ConnectionName)
+        peer_name = _peer_name(cd)
         self.connects.append(
             ConnectRecord(
                 queue_manager=name,
@@ -643,6 +692,7 @@ class FakeQueueManagerServer:
                 cipher_spec=_text(cd.SSLCipherSpec),
                 key_repository=_text(sco.KeyRepository),
                 certificate_label=_text(sco.CertificateLabel),
+                peer_name=peer_name,
                 options=options,
                 user=user,
                 password=password,
@@ -667,6 +717,8 @@ class FakeQueueManagerServer:
             raise _fail(CMQC.MQRC_Q_MGR_NOT_AVAILABLE)
         if self.cipher_spec and not _text(sco.KeyRepository):
             raise _fail(CMQC.MQRC_KEY_REPOSITORY_ERROR)
+        if peer_name is not None:
+            _check_peer(peer_name, self.certificate_subject)
         if name and name != self.name:
             raise _fail(CMQC.MQRC_Q_MGR_NAME_ERROR)
         if self.users is not None and (user is None or self.users.get(user) != password):

@@ -95,6 +95,15 @@ def test_an_ibmmq_url_without_a_queue_manager_is_the_sis_ibmmq_settings() -> Non
         "DEV.QUEUE.1",
     )
     assert (source.user, source.client_reconnect, source.reconnect_attempts) == ("app", "qmgr", 2)
+    pinned = open_source_from_environment(
+        "ibmmq:",
+        {
+            **IBMMQ_ENV,
+            "SIS_IBMMQ_CIPHER_SPEC": "ANY_TLS12_OR_HIGHER",
+            "SIS_IBMMQ_SSL_PEER": "CN=QM1,O=SIS",
+        },
+    )
+    assert isinstance(pinned, IbmMqQueue) and pinned.ssl_peer_name == "CN=QM1,O=SIS"
     assert source._password is not None and source._password.reveal() == "mq-pw"
     no_user = open_source_from_environment("ibmmq://", {**IBMMQ_ENV, "SIS_IBMMQ_USER": ""})
     assert isinstance(no_user, IbmMqQueue)
@@ -123,10 +132,12 @@ def test_extra_keywords_reach_the_constructor() -> None:
 def test_ibmmq_url_maps_to_the_ibm_mq_source() -> None:
     source = open_source(
         "ibmmq://app@mq1:1414,mq2/QM1/DEV.QUEUE.1?channel=DEV.APP.SVRCONN"
-        "&cipher_spec=ANY_TLS12_OR_HIGHER&key_repository=/var/mqm/key",
+        "&cipher_spec=ANY_TLS12_OR_HIGHER&key_repository=/var/mqm/key"
+        "&ssl_peer_name=CN%3DQM1%2CO%3DSIS",
         password="pw",
     )
     assert isinstance(source, IbmMqQueue)
+    assert source.ssl_peer_name == "CN=QM1,O=SIS"
     assert (source.queue_manager, source.queue, source.channel) == (
         "QM1",
         "DEV.QUEUE.1",

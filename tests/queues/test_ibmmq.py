@@ -656,6 +656,71 @@ def test_tls_channel_without_a_key_repository_fails_with_2381(
         make_source(server, cipher_spec="ANY_TLS12_OR_HIGHER").connect()
 
 
+QM_SUBJECT = "CN=QM1,OU=Feeds,O=SIS,C=GB"
+
+
+def tls_source(server: FakeQueueManagerServer, sleeps: Sleeps, **overrides: object) -> IbmMqQueue:
+    server.cipher_spec = "ANY_TLS12_OR_HIGHER"
+    server.certificate_subject = QM_SUBJECT
+    settings: dict[str, object] = {
+        "cipher_spec": "ANY_TLS12_OR_HIGHER",
+        "key_repository": "/var/mqm/ssl/client",
+    }
+    return make_source(server, sleeps, **{**settings, **overrides})
+
+
+@pytest.mark.parametrize("peer", ["CN=QM1,O=SIS", "cn=qm1, o=sis, c=gb", "CN=QM*,OU=Feeds"])
+def test_ssl_peer_name_reaches_the_channel_and_a_matching_certificate_connects(
+    server: FakeQueueManagerServer, sleeps: Sleeps, peer: str
+) -> None:
+    source = tls_source(server, sleeps, ssl_peer_name=peer)
+    source.connect().close()
+    (record,) = server.connects
+    assert record.peer_name == peer  # read through the MQCD's pointer, as MQ's client does
+    assert f"peer {peer}" in source.description
+
+
+@pytest.mark.parametrize("peer", ["CN=QM2,O=SIS", "CN=QM1,O=Other", "CN=QM1,L=London"])
+def test_a_certificate_that_does_not_match_the_ssl_peer_name_is_refused_without_retrying(
+    server: FakeQueueManagerServer, sleeps: Sleeps, peer: str
+) -> None:
+    with pytest.raises(IbmMqError) as raised:
+        tls_source(server, sleeps, ssl_peer_name=peer).connect()
+    assert raised.value.reason == CMQC.MQRC_SSL_PEER_NAME_MISMATCH
+    assert "MQRC_SSL_PEER_NAME_MISMATCH (2398)" in str(raised.value)
+    assert sleeps == [] and len(server.connects) == 1 and server.live_connections == 0
+
+
+def test_without_an_ssl_peer_name_the_mqcd_points_at_none(
+    server: FakeQueueManagerServer, sleeps: Sleeps
+) -> None:
+    tls_source(server, sleeps).connect().close()
+    assert server.connects[0].peer_name is None
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"ssl_peer_name": "CN=QM1"}, "needs a cipher spec"),
+        (
+            {"ssl_peer_name": "CN=" + "x" * 1022, "cipher_spec": "ANY_TLS12_OR_HIGHER"},
+            "longer than MQ's 1024 bytes",
+        ),
+        ({"ssl_peer_name": "QM1", "cipher_spec": "ANY_TLS12_OR_HIGHER"}, "not a distinguished"),
+        (
+            {"ssl_peer_name": "CN=QM1\nO=SIS", "cipher_spec": "ANY_TLS12_OR_HIGHER"},
+            "not a distinguished",
+        ),
+    ],
+)
+def test_a_bad_ssl_peer_name_is_refused_before_connecting(
+    server: FakeQueueManagerServer, settings: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        make_source(server, **settings)
+    assert server.connects == []
+
+
 # -- reconnecting -----------------------------------------------------------------------
 
 

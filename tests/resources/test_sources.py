@@ -150,6 +150,11 @@ def test_the_default_backout_threshold_follows_a_raised_redelivery_limit(tmp_pat
         ),
         ({**IBMMQ, "SIS_BACKOUT_QUEUE": "SPORTSDATA.IN"}, "is the queue itself"),
         ({"SIS_PROFILE": "activemq", "SIS_STOMP_PREFETCH": "0"}, "SIS_STOMP_PREFETCH=0 must be"),
+        ({**IBMMQ, "SIS_IBMMQ_SSL_PEER": "CN=QM1"}, "SIS_IBMMQ_SSL_PEER: .* needs a cipher spec"),
+        (
+            {**IBMMQ, "SIS_IBMMQ_SSL_PEER": "QM1", "SIS_IBMMQ_CIPHER_SPEC": "ANY_TLS12_OR_HIGHER"},
+            "SIS_IBMMQ_SSL_PEER: the SSL peer name 'QM1' is not a distinguished name",
+        ),
     ],
 )
 def test_bad_source_settings_fail_at_start_naming_the_variable(tmp_path, settings, message):
@@ -157,22 +162,25 @@ def test_bad_source_settings_fail_at_start_naming_the_variable(tmp_path, setting
         config.resources({"SIS_DATA_DIR": str(tmp_path), **settings})
 
 
-def test_ibmmq_certificate_label_and_reconnect_reach_the_source(tmp_path):
+def test_ibmmq_certificate_label_peer_name_and_reconnect_reach_the_source(tmp_path):
     env = {
         "SIS_DATA_DIR": str(tmp_path),
         **IBMMQ,
         "SIS_IBMMQ_CIPHER_SPEC": "ANY_TLS12_OR_HIGHER",
         "SIS_IBMMQ_KEY_REPOSITORY": "/var/mqm/ssl/client",
         "SIS_IBMMQ_CERT_LABEL": "ibmwebspheremqapp",
+        "SIS_IBMMQ_SSL_PEER": "CN=QM1,O=SIS",
         "SIS_IBMMQ_RECONNECT": "qmgr",
     }
     source = config.resources(env)["queue"].build()
     assert isinstance(source, IbmMqQueue)
     assert source.certificate_label == "ibmwebspheremqapp"
+    assert source.ssl_peer_name == "CN=QM1,O=SIS"
     assert source.client_reconnect == "qmgr"
     plain = config.resources({"SIS_DATA_DIR": str(tmp_path), **IBMMQ})["queue"].build()
     assert isinstance(plain, IbmMqQueue)
     assert (plain.certificate_label, plain.client_reconnect) == (None, "disabled")
+    assert plain.ssl_peer_name is None
     assert (plain.backout_threshold, plain.backout_queue) == (10, None)
     assert plain.max_get_bytes == DEFAULT_MAX_GET_BYTES == 8 * 1024 * 1024
     with pytest.raises(config.ConfigurationError, match="SIS_IBMMQ_RECONNECT='always'"):

@@ -8,6 +8,7 @@ session's; moving a message aside is moves.py's. This class is the MQI calls the
 
 from __future__ import annotations
 
+import ctypes
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -38,10 +39,15 @@ class ChannelDefinition(NamedTuple):
     sco: Any  # pymqi.SCO: key repository and certificate label
     options: int  # MQCNO reconnect option
     credentials: dict[str, str]  # user and password for the MQCSP, or empty
+    # The SSLPEER bytes the MQCD's SSLPeerNamePtr points at (None: no peer name). Both
+    # bindings hand the packed MQCD to MQCONNX as it is, and the client copies the name
+    # there, so this buffer must stay referenced until MQCONNX returns.
+    peer_name: ctypes.Array[ctypes.c_char] | None
 
 
 def channel_definition(source: IbmMqQueue) -> ChannelDefinition:
-    """The client channel, TLS and authentication settings of `source` as pymqi structures."""
+    """The client channel, TLS and authentication settings of `source` as pymqi structures;
+    keep the result referenced until MQCONNX has returned (`peer_name`)."""
     pymqi = source.pymqi
     cmqc = pymqi.CMQC
     cd = pymqi.CD()
@@ -57,6 +63,14 @@ def channel_definition(source: IbmMqQueue) -> ChannelDefinition:
         sco.KeyRepository = source.key_repository.encode("utf-8")
     if source.certificate_label:
         sco.CertificateLabel = source.certificate_label.encode("utf-8")
+    peer_name = None
+    if source.ssl_peer_name:
+        # Neither binding takes the peer name as a field of its own: the MQCD holds a pointer
+        # and a length, which point at this buffer.
+        encoded = source.ssl_peer_name.encode("utf-8")
+        peer_name = ctypes.create_string_buffer(encoded, len(encoded))
+        cd.SSLPeerNamePtr = ctypes.addressof(peer_name)
+        cd.SSLPeerNameLength = len(encoded)
     options = {
         "disabled": cmqc.MQCNO_RECONNECT_DISABLED,
         "as_def": cmqc.MQCNO_RECONNECT_AS_DEF,
@@ -68,7 +82,7 @@ def channel_definition(source: IbmMqQueue) -> ChannelDefinition:
     if source.user and password is not None:
         credentials = {"user": source.user, "password": password}
         _warn_if_in_clear(source)
-    return ChannelDefinition(cd, sco, options, credentials)
+    return ChannelDefinition(cd, sco, options, credentials, peer_name)
 
 
 # The channels already warned about (a source connects again and again; one warning each).

@@ -60,12 +60,38 @@ class _Secret:
     __str__ = __repr__
 
 
+# MQ_SSL_PEER_NAME_LENGTH: the longest SSLPEER a channel takes.
+MAX_SSL_PEER_NAME_LENGTH = 1024
+
+
+def check_ssl_peer_name(peer_name: str | None, cipher_spec: str | None) -> None:
+    """An SSLPEER is a distinguished-name pattern ("CN=QM1,O=SIS"), only meaningful on a TLS
+    channel; a bad one is refused here (ValueError) rather than by the MQ client library at
+    the first connect."""
+    if not peer_name:
+        return
+    if not cipher_spec:
+        raise ValueError(
+            "an SSL peer name (SSLPEER) pins the queue manager's TLS certificate and needs a "
+            "cipher spec (SIS_IBMMQ_CIPHER_SPEC)"
+        )
+    if len(peer_name.encode("utf-8")) > MAX_SSL_PEER_NAME_LENGTH:
+        raise ValueError(f"the SSL peer name is longer than MQ's {MAX_SSL_PEER_NAME_LENGTH} bytes")
+    if any(ord(c) < 0x20 for c in peer_name) or "=" not in peer_name:
+        raise ValueError(
+            f"the SSL peer name {peer_name!r} is not a distinguished name such as "
+            "'CN=QM1,O=SIS,C=GB'"
+        )
+
+
 class IbmMqQueue(QueueSource):
     """One queue on an IBM MQ queue manager, reached as an MQ client over TCP.
 
     `conn_name` is the MQ connection name, "host(port)" or a comma-separated list of them for
     a multi-instance queue manager. `cipher_spec` (e.g. "ANY_TLS12_OR_HIGHER") turns on TLS and
-    then `key_repository` names the client key database stem (without ".kdb"). `user` and
+    then `key_repository` names the client key database stem (without ".kdb");
+    `ssl_peer_name` (the channel's SSLPEER, e.g. "CN=QM1,O=SIS,C=GB") pins the queue manager's
+    certificate: a certificate whose distinguished name does not match is refused. `user` and
     `password` go to the queue manager in an MQCSP (connection authentication).
 
     `client_reconnect` sets the MQCNO reconnect option. The default "disabled" leaves
@@ -94,6 +120,7 @@ class IbmMqQueue(QueueSource):
         cipher_spec: str | None = None,
         key_repository: str | None = None,
         certificate_label: str | None = None,
+        ssl_peer_name: str | None = None,
         *,
         max_wait_ms: int = 60_000,
         max_get_bytes: int = DEFAULT_MAX_GET_BYTES,
@@ -118,6 +145,7 @@ class IbmMqQueue(QueueSource):
                 raise ValueError(f"IbmMqQueue needs a {label}")
         if user and password is None:
             raise ValueError("IbmMqQueue: a user needs a password (connection authentication)")
+        check_ssl_peer_name(ssl_peer_name, cipher_spec)
         if reconnect_attempts < 1:
             raise ValueError("reconnect_attempts must be at least 1")
         if max_wait_ms < 0:
@@ -137,6 +165,7 @@ class IbmMqQueue(QueueSource):
         self.cipher_spec = cipher_spec or None
         self.key_repository = key_repository or None
         self.certificate_label = certificate_label or None
+        self.ssl_peer_name = ssl_peer_name or None
         self.max_wait_ms = max_wait_ms
         self.max_get_bytes = max_get_bytes
         self.backout_threshold = backout_threshold
@@ -155,6 +184,8 @@ class IbmMqQueue(QueueSource):
         parts = [f"channel {self.channel}", f"conn {self.conn_name}"]
         if self.cipher_spec:
             parts.append(f"TLS {self.cipher_spec}")
+        if self.ssl_peer_name:
+            parts.append(f"peer {self.ssl_peer_name}")
         if self.user:
             parts.append(f"user {self.user}")
         return (
