@@ -1,6 +1,8 @@
 """`sis-spark-archive`: build the Spark driver's class-data archive (see resources/jvm_archive.py).
 
 sis-spark-archive [--if-missing] [--print-path]
+
+Either way (built or already there) it then removes the cache's stale archives (prune).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import sys
 import time
 
 from sis_platform.private import private_files
-from sis_platform.resources.jvm_archive import archive_path, build
+from sis_platform.resources.jvm_archive import UNUSED_DAYS, archive_path, build, prune
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,15 +28,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.print_path:
         print(path)
         return 0
-    if args.if_missing and path.is_file():
-        return 0
-    print(f"building the Spark driver's class-data archive {path} (a few minutes, once)")
-    started = time.monotonic()
-    build(path)
-    print(
-        f"built {path} ({path.stat().st_size / 2**20:.0f} MiB in "
-        f"{time.monotonic() - started:.0f} s)"
-    )
+    if not (args.if_missing and path.is_file()):
+        print(f"building the Spark driver's class-data archive {path} (a few minutes, once)")
+        started = time.monotonic()
+        build(path)
+        print(
+            f"built {path} ({path.stat().st_size / 2**20:.0f} MiB in "
+            f"{time.monotonic() - started:.0f} s)"
+        )
+    for old in prune(path):
+        if old.name.endswith(".partial"):
+            print(f"removed {old}: a build that did not finish")
+        else:
+            print(f"removed {old}: no Spark driver has used it for {UNUSED_DAYS} days")
     return 0
 
 

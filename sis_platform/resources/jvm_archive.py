@@ -13,7 +13,10 @@ as usual.
 The archive lives in the user's cache, never in the repository (it is ~200 MB and specific to
 this machine's JDK, virtualenv and jars); its file name carries a key of all three (the jars:
 where Delta's come from, see spark_jars.py), so an upgrade builds a new one instead of using a
-stale one.
+stale one. So the old ones do not pile up (one per clone, virtualenv or upgrade, ~200 MB each),
+every driver start that uses the default archive marks it used (its modification time), and
+`sis-spark-archive` removes the others once unused for `UNUSED_DAYS`, and any build a crash
+left half written.
 """
 
 from __future__ import annotations
@@ -23,11 +26,18 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from importlib.metadata import version
 from pathlib import Path
 
 from sis_platform.resources.spark_jars import resolved_jars_dir
 from sis_platform.settings import cache_home
+
+# An archive no driver has started with for this long belongs to a clone, virtualenv or
+# version that is gone (or idle: it is rebuilt by the next setup, a few minutes).
+UNUSED_DAYS = 14
+# A partial archive older than this is a build that died (a build takes minutes).
+_PARTIAL_HOURS = 6
 
 
 def cache_dir() -> Path:
@@ -60,7 +70,36 @@ def configured_archive(setting: str | None) -> str | None:
             raise ValueError(f"SIS_SPARK_CLASS_ARCHIVE={setting!r} is not a file")
         return setting
     default = archive_path()
-    return str(default) if default.is_file() else None
+    if not default.is_file():
+        return None
+    _mark_used(default)
+    return str(default)
+
+
+def _mark_used(path: Path) -> None:
+    """The archive's modification time is when a driver last chose it (the JVM checks the
+    class path's jars, not the archive's own times); `prune` goes by it."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass  # another user's cache or a read-only one: pruning just sees it as older
+
+
+def prune(keep: Path, now: float | None = None) -> list[Path]:
+    """Remove the archives other than `keep` unused for UNUSED_DAYS and the partial builds
+    older than a few hours; the paths removed."""
+    now = time.time() if now is None else now
+    removed = []
+    for path in sorted(keep.parent.glob("*.jsa")) + sorted(keep.parent.glob(".*.partial")):
+        limit = _PARTIAL_HOURS * 3600 if path.name.endswith(".partial") else UNUSED_DAYS * 86400
+        try:
+            if path == keep or now - path.stat().st_mtime < limit:
+                continue
+            path.unlink()
+        except FileNotFoundError:
+            continue  # removed by a concurrent prune
+        removed.append(path)
+    return removed
 
 
 def build(path: Path | None = None) -> Path:

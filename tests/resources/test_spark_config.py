@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -125,6 +127,36 @@ def test_if_missing_builds_nothing_when_the_archive_exists(cache, monkeypatch):
     built.write_bytes(b"archive")
     monkeypatch.setattr(spark_archive, "build", lambda path=None: pytest.fail("rebuilt"))
     assert spark_archive.main(["--if-missing"]) == 0
+
+
+def test_old_archives_and_dead_builds_are_pruned_and_a_used_one_is_kept(cache, capsys):
+    current = jvm_archive.archive_path()
+    current.parent.mkdir(parents=True)
+    now = time.time()
+    days = 86400
+
+    def made(name: str, age: float) -> Path:
+        path = current.parent / name
+        path.write_bytes(b"archive")
+        os.utime(path, (now - age, now - age))
+        return path
+
+    made(current.name, 30 * days)
+    unused = made("spark-driver-0000000000000000.jsa", 15 * days)
+    recent = made("spark-driver-1111111111111111.jsa", 13 * days)
+    dead_build = made(".spark-driver-2222222222222222.jsa.41.partial", 7 * 3600)
+    building = made(".spark-driver-3333333333333333.jsa.42.partial", 60)
+    # A driver choosing the current archive marks it used, however old its build.
+    assert jvm_archive.configured_archive(None) == str(current)
+    assert now - current.stat().st_mtime < 60
+
+    assert spark_archive.main(["--if-missing"]) == 0
+    assert sorted(p.name for p in current.parent.iterdir()) == sorted(
+        [current.name, recent.name, building.name]
+    )
+    printed = capsys.readouterr().out
+    assert f"removed {unused}: no Spark driver has used it for 14 days" in printed
+    assert f"removed {dead_build}: a build that did not finish" in printed
 
 
 def test_further_spark_settings_override_the_platforms(tmp_path):
