@@ -3,7 +3,8 @@ the platform started as `scripts/run.sh` starts it: the asset graph draws every 
 feed's `raw_messages` partitions appear, a batch run succeeds, each asset's checks are listed
 with their status, a backfill of two existing batches launched from the UI succeeds and
 converges (the serving store and the lake equal the reference fold) without leaving a null
-fold step as the fold's latest metadata, and SIGTERM leaves no process running.
+fold step as the fold's latest metadata, a batch of the feed that arrives while the backfill's
+runs are queued runs ahead of them, and SIGTERM leaves no process running.
 
 Screenshots of each stage go to test-artifacts/ui/ (git-ignored); their paths are printed."""
 
@@ -19,6 +20,8 @@ import dagster as dg
 import pytest
 
 from sis_platform.lake.tables import Table
+from sis_platform.sensors.batch_runs import FEED_PRIORITY
+from sis_platform.simulator.generator import generate_feed
 from tests.e2e.sis_run import REPO, RunningPlatform, assert_sigterm_stops_everything
 from tests.e2e.sis_run import running_platform as start_platform
 from tests.harness import Harness
@@ -40,6 +43,8 @@ JOB_PAGE = "/locations/sis_platform.definitions/jobs/process_batch"
 # simulator publishes at once land as batches 1 and 2 within seconds (a short tail, if any, is
 # sealed by age). Each batch is one run, and every run starts its own Spark driver.
 MESSAGES = 40
+# Published while the backfill's runs are queued: one more batch of the feed.
+LATE_MESSAGES = 20
 SETTINGS = {"SIS_BATCH_MAX_MESSAGES": "20", "SIS_LIVE_BATCH_SECONDS": "30"}
 # Runs start a Spark driver each, one at a time (deploy/dagster.yaml): generous bounds, for a
 # 2-core machine that the rest of the suite loads too.
@@ -253,14 +258,49 @@ def test_ui_shows_the_platform_and_a_backfill_from_it_converges(platform, page, 
     backfill_id = re.search(r"Created backfill (\w+)", toast.inner_text()).group(1)
     page.goto("about:blank")  # while its runs are awaited in the instance
 
+    def backfill_runs() -> list[dg.RunRecord]:
+        return batch_runs(instance, **{"dagster/backfill": backfill_id})
+
+    # The feed goes on meanwhile: its next batch must not wait behind the whole backfill.
+    landed = set(h.zone.keys())
+    with h.resources["queue"].open().producer() as producer:
+        for m in generate_feed(seed=3, messages=LATE_MESSAGES):
+            producer.put(m.body, message_id=m.message_id)
+    wait_for(lambda: bool(set(h.zone.keys()) - landed), RUNS_SECONDS, "the late batch to land")
+    (late_batch,) = set(h.zone.keys()) - landed
+    wait_for(
+        lambda: batch_runs(instance, **{"dagster/partition": late_batch}),
+        RUNS_SECONDS,
+        f"batch {late_batch}'s run to be requested",
+    )
+    started = [r for r in backfill_runs() if r.start_time is not None]
+    assert len(started) < len(first_two), (
+        "the test's premise failed: every backfill run had started before the late batch's "
+        "run was requested, so the queue's order cannot be seen"
+    )
+
     def backfill_done() -> bool:
-        runs = batch_runs(instance, **{"dagster/backfill": backfill_id})
+        runs = backfill_runs()
         return len(runs) == len(first_two) and all(r.dagster_run.is_finished for r in runs)
 
     wait_for(backfill_done, RUNS_SECONDS, f"backfill {backfill_id}'s runs")
-    runs = batch_runs(instance, **{"dagster/backfill": backfill_id})
+    runs = backfill_runs()
     assert sorted(r.dagster_run.tags["dagster/partition"] for r in runs) == first_two
     assert {r.dagster_run.status for r in runs} == {dg.DagsterRunStatus.SUCCESS}
+    # The run queue started the feed's run (at its priority) before the backfill's last run.
+    wait_for(
+        lambda: all(
+            r.start_time is not None
+            for r in batch_runs(instance, **{"dagster/partition": late_batch})
+        ),
+        RUNS_SECONDS,
+        f"batch {late_batch}'s run to start",
+    )
+    (late_run,) = batch_runs(instance, **{"dagster/partition": late_batch})
+    assert late_run.dagster_run.tags.items() >= FEED_PRIORITY.items()
+    assert late_run.start_time < max(r.start_time for r in runs), (
+        f"batch {late_batch}'s run waited behind every run of backfill {backfill_id}"
+    )
     # The backfill's page says so: its two partitions targeted, none in progress, two
     # succeeded, none failed.
     until_shown(
