@@ -54,6 +54,9 @@ def standalone_cluster(
         # Every listener, the web UIs included, on loopback.
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_LOG_DIR": str(folder / "logs"),
+        # No REST submission server: it takes a fixed port (6066) and accepts applications
+        # without authentication.
+        "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
     }
     launcher = str(SPARK_HOME / "bin" / "spark-class")
     port, ui_port = _free_port(), _free_port()
@@ -114,8 +117,10 @@ def _await_workers(cluster: StandaloneCluster, workers: int, folder: Path) -> No
             alive = [w for w in cluster.status().get("workers", []) if w.get("state") == "ALIVE"]
             if len(alive) == workers:
                 return
-        except OSError:
-            pass  # the master's web UI is not up yet
+        except (OSError, ValueError):
+            # The master's web UI is not up yet, or only partly: while it starts, /json/ can
+            # answer with the HTML status page.
+            pass
         if time.monotonic() > deadline:
             raise AssertionError(f"{workers} workers not ALIVE after {START_SECONDS}s: {folder}")
         time.sleep(0.5)

@@ -1,5 +1,5 @@
 """The platform's batch runs on a Spark standalone cluster (a master and two workers started from
-the pyspark distribution, docs/deployment.md, "A Spark cluster"): the runs' driver submits to
+the pyspark distribution; docs/deployment.md, "Spark"): the runs' driver submits to
 `spark://`, the fold executes on the workers' executors, and the lake equals the reference fold.
 Every listener of the cluster is on loopback."""
 
