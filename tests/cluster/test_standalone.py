@@ -18,7 +18,7 @@ import pytest
 
 from tests.cluster.standalone import StandaloneCluster, standalone_cluster
 
-pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.cost(300)]
+pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.cost(450)]
 
 ROOT = Path(__file__).resolve().parents[2]
 
