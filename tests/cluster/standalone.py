@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 import urllib.request
@@ -21,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pyspark
+
+from tests.ports import free_port
 
 SPARK_HOME = Path(pyspark.__file__).parent
 START_SECONDS = 180
@@ -35,12 +36,6 @@ class StandaloneCluster:
     def status(self) -> dict[str, Any]:
         with urllib.request.urlopen(self.status_url, timeout=5) as answer:
             return json.load(answer)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager
@@ -59,7 +54,7 @@ def standalone_cluster(
         "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
     }
     launcher = str(SPARK_HOME / "bin" / "spark-class")
-    port, ui_port = _free_port(), _free_port()
+    port, ui_port = free_port(), free_port()
     commands = [
         [
             launcher,
@@ -76,7 +71,7 @@ def standalone_cluster(
             "--host", "127.0.0.1",
             "--cores", "1",
             "--memory", worker_memory,
-            "--webui-port", str(_free_port()),
+            "--webui-port", str(free_port()),
             "--work-dir", str(folder / f"worker-{n}"),
         ]
         for n in range(workers)

@@ -6,7 +6,6 @@ Every listener of the cluster is on loopback."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -35,7 +34,6 @@ def report(cluster: StandaloneCluster, tmp_path_factory: pytest.TempPathFactory)
     done = subprocess.run(
         [sys.executable, "-m", "tests.cluster.batch_on_cluster", cluster.url, str(data)],
         cwd=ROOT,
-        env={**os.environ, "SIS_SPARK_MASTER": cluster.url},
         capture_output=True,
         text=True,
         timeout=1200,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -25,6 +24,7 @@ from sis_platform.cli import spark_connect
 from sis_platform.lake.tables import MODEL_STEPS
 from sis_platform.resources.spark import SHORT_LIVED_SQL
 from sis_platform.settings import SPARK_CONNECT_TOKEN_VARIABLE
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.spark, pytest.mark.connect, pytest.mark.cost(150)]
 
@@ -35,9 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def server(tmp_path_factory) -> Iterator[str]:
     """A Spark Connect server on a free loopback port, requiring a token that this process's
     environment holds for the scenarios (its clients); its URL once it says it listens."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(SPARK_CONNECT_TOKEN_VARIABLE, secrets.token_urlsafe(24))
         env = {

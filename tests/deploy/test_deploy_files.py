@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import socket
 import tempfile
 import tomllib
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ import yaml
 
 from sis_platform.settings.variables import SECRET_VARIABLES
 from tests.pg import USER, PgCluster, _server_account, pg_bin
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -287,12 +287,6 @@ def test_the_values_instance_settings_load_in_dagster(tmp_path: Path) -> None:
         assert concurrency.pool_config.default_pool_limit == 1
     finally:
         instance.dispose()
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import psutil
 
+from tests.ports import free_port
 from tests.supervised import SupervisedProcess
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,12 +32,6 @@ class RunningPlatform:
     data: Path
     home: Path
     env: Mapping[str, str]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def command(proc: psutil.Process) -> str:

@@ -268,11 +268,11 @@ def test_ui_shows_the_platform_and_a_backfill_from_it_converges(platform, page, 
             producer.put(m.body, message_id=m.message_id)
     wait_for(lambda: bool(set(h.zone.keys()) - landed), RUNS_SECONDS, "the late batch to land")
     (late_batch,) = set(h.zone.keys()) - landed
-    wait_for(
-        lambda: batch_runs(instance, **{"dagster/partition": late_batch}),
-        RUNS_SECONDS,
-        f"batch {late_batch}'s run to be requested",
-    )
+
+    def late_runs() -> list[dg.RunRecord]:
+        return batch_runs(instance, **{"dagster/partition": late_batch})
+
+    wait_for(lambda: bool(late_runs()), RUNS_SECONDS, f"batch {late_batch}'s run to be requested")
     started = [r for r in backfill_runs() if r.start_time is not None]
     assert len(started) < len(first_two), (
         "the test's premise failed: every backfill run had started before the late batch's "
@@ -289,14 +289,11 @@ def test_ui_shows_the_platform_and_a_backfill_from_it_converges(platform, page, 
     assert {r.dagster_run.status for r in runs} == {dg.DagsterRunStatus.SUCCESS}
     # The run queue started the feed's run (at its priority) before the backfill's last run.
     wait_for(
-        lambda: all(
-            r.start_time is not None
-            for r in batch_runs(instance, **{"dagster/partition": late_batch})
-        ),
+        lambda: all(r.start_time is not None for r in late_runs()),
         RUNS_SECONDS,
         f"batch {late_batch}'s run to start",
     )
-    (late_run,) = batch_runs(instance, **{"dagster/partition": late_batch})
+    (late_run,) = late_runs()
     assert late_run.dagster_run.tags.items() >= FEED_PRIORITY.items()
     assert late_run.start_time < max(r.start_time for r in runs), (
         f"batch {late_batch}'s run waited behind every run of backfill {backfill_id}"

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import socket
 import sys
 import textwrap
 import urllib.request
@@ -18,6 +17,7 @@ import pytest
 from sis_platform.cli.run import RunOptions, platform_programs
 from sis_platform.live.supervisor import MAX_LINE_BYTES, Backoff
 from sis_platform.settings import load_settings
+from tests.ports import free_port
 from tests.supervised import SupervisedProcess
 
 DRIVER = textwrap.dedent(
@@ -176,12 +176,6 @@ def test_programs_after_a_gate_start_once_it_is_ready(cleanup):
     assert lines.index("[gate] READY") < lines.index("[supervisor] gate is up") < later_started
     sup.proc.send_signal(signal.SIGTERM)
     assert sup.finish(30) == 0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_ready_means_the_line_was_seen_and_the_port_answers(cleanup):

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.ports import free_port
 from tests.queues.pki import Pki, make_pki
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,12 +34,6 @@ NOT_INSTALLED = (
     "ActiveMQ is not installed (no /usr/share/activemq/bin/activemq.jar). Broker tests need a "
     "real broker: run `sudo scripts/activemq.sh install` (Debian package activemq), then rerun."
 )
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
 
 
 def port_accepts(port: int, host: str = HOST) -> bool:
@@ -130,8 +125,8 @@ def activemq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     require_activemq()
     broker = Broker(
         directory=tmp_path_factory.mktemp("activemq"),
-        stomp_port=_free_port(),
-        openwire_port=_free_port(),
+        stomp_port=free_port(),
+        openwire_port=free_port(),
     )
     broker.start()
     try:
@@ -148,9 +143,9 @@ def activemq_tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     require_activemq()
     broker = Broker(
         directory=tmp_path_factory.mktemp("activemq-tls"),
-        stomp_port=_free_port(),
-        openwire_port=_free_port(),
-        ssl_port=_free_port(),
+        stomp_port=free_port(),
+        openwire_port=free_port(),
+        ssl_port=free_port(),
         pki=make_pki(tmp_path_factory.mktemp("pki")),
     )
     broker.start()

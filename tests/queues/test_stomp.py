@@ -7,7 +7,6 @@ import multiprocessing
 import os
 import queue as stdlib_queue
 import signal
-import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from sis_platform.queues.stomp import (
     ID_PROPERTY,
     StompQueue,
 )
+from tests.ports import free_port
 from tests.queues.broker import Broker
 
 WAIT = 10.0
@@ -268,16 +268,10 @@ def test_message_id_is_the_producers_sis_id_or_else_the_brokers(
     assert mine.message_id == ours and ID_PROPERTY not in mine.properties
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])  # nobody listens once the socket is closed
-
-
 def test_unreachable_broker_is_a_source_outage_after_bounded_retries() -> None:
     src = StompQueue(
         "127.0.0.1",
-        _closed_port(),
+        free_port(),  # nobody listens on it
         "SPORTSDATA",
         user="feed",
         password="s3cret-pw",
