@@ -1,7 +1,8 @@
 """A throwaway PostgreSQL cluster for the tests, started with the distribution's binaries.
 
 `PgCluster` runs `initdb` and `pg_ctl` (Debian's /usr/lib/postgresql/<version>/bin) in a fresh
-folder under /tmp, listening only on a Unix socket in that folder (no TCP port), with password
+folder under /tmp, listening on a Unix socket in that folder and, only when given a port, on
+that loopback TCP port (dagster-postgres connects by host and port), with password
 authentication (scram-sha-256) for the user `sis`. initdb refuses to run as root: as root the
 cluster runs as the `postgres` user (or `nobody`), through `runuser`, in a folder that user owns;
 as anyone else it runs as that user. `pg_ctl stop -m fast` stops it; `cluster()` is a context
@@ -57,6 +58,7 @@ class PgCluster:
     folder: Path
     bin: Path
     run_as: str | None  # the account the server runs as; None: this process's user
+    port: int | None = None  # a loopback TCP port to listen on as well; None: the socket only
     password: str = field(default_factory=lambda: secrets.token_hex(16), repr=False)
     _databases: int = 0
 
@@ -104,9 +106,10 @@ class PgCluster:
         pwfile.unlink()
 
     def start(self) -> None:
-        # No TCP listener; the socket in the cluster's own folder. fsync off: a test cluster
-        # need not survive a power cut, and it makes commits cheap for the suite.
-        options = f"-c listen_addresses='' -k {self.socket_dir} -c fsync=off"
+        # The socket in the cluster's own folder, TCP on loopback only if asked. fsync off: a
+        # test cluster need not survive a power cut, and it makes commits cheap for the suite.
+        tcp = f"127.0.0.1 -p {self.port}" if self.port else "''"
+        options = f"-c listen_addresses={tcp} -k {self.socket_dir} -c fsync=off"
         self._run(
             str(self.bin / "pg_ctl"),
             "start",
@@ -139,7 +142,20 @@ class PgCluster:
 
     def url(self, database: str) -> str:
         """A password-free URL of `database` over the cluster's socket."""
-        return f"postgresql://{USER}@/{database}?host={self.socket_dir}"
+        # The socket's name carries the port the server listens on (5432 unless given one).
+        port = f"&port={self.port}" if self.port else ""
+        return f"postgresql://{USER}@/{database}?host={self.socket_dir}{port}"
+
+    def dagster_env(self, database: str) -> dict[str, str]:
+        """The variables deploy/dagster-postgres.yaml reads, for `database` over TCP."""
+        assert self.port, "dagster-postgres connects over TCP: start the cluster with a port"
+        return {
+            "DAGSTER_PG_HOST": "127.0.0.1",
+            "DAGSTER_PG_PORT": str(self.port),
+            "DAGSTER_PG_DB": database,
+            "DAGSTER_PG_USER": USER,
+            "DAGSTER_PG_PASSWORD": self.password,
+        }
 
     def admin(self) -> psycopg.Connection:
         return psycopg.connect(self.url("postgres"), password=self.password, autocommit=True)
@@ -171,12 +187,13 @@ def _server_account() -> str | None:
 
 
 @contextmanager
-def cluster() -> Iterator[PgCluster]:
-    """A started cluster, stopped and removed on exit whatever happened meanwhile."""
+def cluster(port: int | None = None) -> Iterator[PgCluster]:
+    """A started cluster (also on loopback TCP `port` if given), stopped and removed on exit
+    whatever happened meanwhile."""
     # Directly under /tmp (not pytest's tmp_path, whose parents are private to this user): the
     # server's account must reach its folder; the socket path stays short (sun_path is 108).
     folder = Path(tempfile.mkdtemp(prefix="sis-pg-"))
-    pg = PgCluster(folder, pg_bin(), _server_account())
+    pg = PgCluster(folder, pg_bin(), _server_account(), port)
     try:
         pg._own(folder)
         pg.init()

@@ -1,6 +1,9 @@
 """`sis-spark-jars`: resolve Delta's jars once into the user's cache (resources/spark_jars.py).
 
-sis-spark-jars [--if-missing] [--print-path]
+sis-spark-jars [--if-missing] [--print-path] [--s3a] [--package COORDINATES ...]
+
+With --s3a or --package the jars go to a folder of their own (Delta's and the others), printed
+at the end: point SIS_SPARK_JARS_DIR at it.
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ import argparse
 import sys
 
 from sis_platform.private import private_files
-from sis_platform.resources.spark_jars import jars_dir, resolve, resolved_jars_dir
+from sis_platform.resources.spark_jars import COMPLETE, jars_dir, packages, resolve, s3a_package
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,15 +24,32 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--if-missing", action="store_true", help="do nothing if resolved")
     parser.add_argument("--print-path", action="store_true", help="only print where they go")
+    parser.add_argument(
+        "--s3a",
+        action="store_true",
+        help="add the S3A connector (hadoop-aws at pyspark's Hadoop version) for a lake on s3a://",
+    )
+    parser.add_argument(
+        "--package",
+        action="append",
+        default=[],
+        metavar="GROUP:ARTIFACT:VERSION",
+        help="add another package (Maven coordinates); repeatable",
+    )
     args = parser.parse_args(argv)
+    extra = ([s3a_package()] if args.s3a else []) + args.package
+    package = packages(extra)
+    folder = jars_dir(package)
     if args.print_path:
-        print(jars_dir())
+        print(folder)
         return 0
-    if args.if_missing and resolved_jars_dir() is not None:
+    if args.if_missing and (folder / COMPLETE).is_file():
         return 0
-    print(f"resolving Delta's jars into {jars_dir()} (once)")
-    folder = resolve()
+    print(f"resolving {package} into {folder} (once)")
+    folder = resolve(folder, package)
     print(f"kept {len(list(folder.glob('*.jar')))} jars in {folder}")
+    if extra:
+        print(f"use them with SIS_SPARK_JARS_DIR={folder}")
     return 0
 
 

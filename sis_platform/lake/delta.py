@@ -185,7 +185,11 @@ class Lake:
             jvm = self.spark._jvm
             assert jvm is not None  # a local or cluster driver: py4j
             log = jvm.org.apache.hadoop.fs.Path(self.path(table) + "/_delta_log")
-            fs = log.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
+            # The session's Hadoop configuration, as Delta's own reads use: it holds the
+            # settings set on the session once it runs (an object store's keys, from
+            # SIS_SPARK_SECRET_CONF), which the SparkContext's configuration does not.
+            hadoop_conf = self.spark._jsparkSession.sessionState().newHadoopConf()
+            fs = log.getFileSystem(hadoop_conf)
             if not fs.exists(log):
                 return []
             return _commit_versions(status.getPath().getName() for status in fs.listStatus(log))

@@ -11,6 +11,10 @@ no driver resolves anything. Without the folder (setup not run), drivers resolve
 
 The folder is complete only with its `COMPLETE` marker, written last: an interrupted copy is
 never used, and the next run of `sis-spark-jars` starts it again.
+
+An object store's connector is resolved the same way, beside Delta, into a folder of its own
+that an operator names with SIS_SPARK_JARS_DIR: `sis-spark-jars --s3a` adds hadoop-aws at the
+version of the Hadoop that pyspark ships (the two must match), and with it the AWS SDK bundle.
 """
 
 from __future__ import annotations
@@ -28,9 +32,32 @@ COMPLETE = "COMPLETE"
 
 
 def jars_dir(package: str | None = None) -> Path:
-    """Where the jars of `package` (default: the installed delta-spark's) are kept."""
+    """Where the jars of `package` (Maven coordinates, comma-separated; default: the installed
+    delta-spark's) are kept."""
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", package or delta_package())
     return cache_home() / "sis-platform" / "spark-jars" / name
+
+
+def hadoop_version() -> str:
+    """The version of the Hadoop client inside the installed pyspark (its jars folder holds
+    hadoop-client-api-<version>.jar). A connector (hadoop-aws, hadoop-azure) must match it."""
+    import pyspark
+
+    found = sorted(Path(pyspark.__file__).parent.glob("jars/hadoop-client-api-*.jar"))
+    if not found:
+        raise RuntimeError("the installed pyspark ships no hadoop-client-api jar")
+    return found[-1].name.removeprefix("hadoop-client-api-").removesuffix(".jar")
+
+
+def s3a_package() -> str:
+    """The S3A connector's coordinates for the installed pyspark: hadoop-aws at its Hadoop's
+    version (which brings the AWS SDK bundle it was built with)."""
+    return f"org.apache.hadoop:hadoop-aws:{hadoop_version()}"
+
+
+def packages(extra: list[str] | tuple[str, ...] = ()) -> str:
+    """Delta's package and `extra` ones, as one `spark.jars.packages` value."""
+    return ",".join([delta_package(), *extra])
 
 
 def resolved_jars_dir() -> str | None:
@@ -72,12 +99,13 @@ def keep(jars: list[Path], folder: Path) -> Path:
     return folder
 
 
-def resolve(folder: Path | None = None) -> Path:
-    """Resolve the installed delta-spark's package with Spark's own resolver (one small local
-    driver, started and stopped here) and keep its jars in `folder` (default `jars_dir()`)."""
+def resolve(folder: Path | None = None, package: str | None = None) -> Path:
+    """Resolve `package` (default: the installed delta-spark's; several comma-separated) with
+    Spark's own resolver (one small local driver, started and stopped here) and keep its jars
+    in `folder` (default `jars_dir(package)`)."""
     from pyspark.sql import SparkSession
 
-    package = delta_package()
+    package = package or delta_package()
     spark = (
         SparkSession.builder.master("local[1]")
         .appName("sis-spark-jars")

@@ -1,19 +1,24 @@
 """The child process of tests/cluster/test_standalone.py: the platform's batch runs with their
-Spark driver on a standalone cluster, then the lake compared with the reference fold.
+Spark driver on a standalone cluster and their Delta tables on S3 (s3a://), then the lake
+compared with the reference fold.
 
-    python -m tests.cluster.batch_on_cluster SPARK_URL DATA_DIR
+    python -m tests.cluster.batch_on_cluster
 
-A child, because a process has one Spark driver and the suite's own is local. Prints
-`REPORT {json}`: the batches run, the application's master and the executors it ran on.
+Its settings are the SIS_* variables of its environment (the master's URL, the lake's path,
+the S3A connector's jars and settings), its object store's keys in SIS_SPARK_SECRET_CONF as
+a deployment gives them. A child, because a process has one Spark driver and the suite's own
+is local. Prints `REPORT {json}`: the batches run, the application's master and the executors
+it ran on, and the Delta log store the lake's tables used.
 """
 
 from __future__ import annotations
 
 import json
-import sys
+import os
 from pathlib import Path
 
 from sis_platform.inprocess import InProcessPlatform
+from sis_platform.lake.tables import MASTER_DOCUMENTS
 from sis_platform.simulator.generator import generate_feed
 from tests.reference import assert_lake_matches_reference, reference_for
 
@@ -21,16 +26,12 @@ MESSAGES = 120
 BATCH = "60"
 
 
-def main(url: str, data: Path) -> None:
+def main() -> None:
+    settings = {k: v for k, v in os.environ.items() if k.startswith("SIS_")}
+    settings.pop("SIS_SPARK_SECRET_CONF", None)  # read from the environment by the resource
     h = InProcessPlatform(
-        data,
-        overrides={
-            "SIS_SPARK_MASTER": url,
-            # The executors connect back to the driver: on loopback, as the cluster listens.
-            "SIS_SPARK_CONF": "spark.driver.host=127.0.0.1 spark.driver.bindAddress=127.0.0.1 "
-            "spark.executor.memory=1g spark.executor.cores=1",
-            "SIS_BATCH_MAX_MESSAGES": BATCH,
-        },
+        Path(settings.pop("SIS_DATA_DIR")),
+        overrides={**settings, "SIS_BATCH_MAX_MESSAGES": BATCH},
     )
     with h.resources["queue"].open().producer() as producer:
         for m in generate_feed(seed=5, messages=MESSAGES, duplicates=0.02):
@@ -38,8 +39,18 @@ def main(url: str, data: Path) -> None:
     h.drain()
     h.run_requested()
     spark = h.resources["spark"].spark_session
-    assert_lake_matches_reference(h.lake(spark), reference_for(h.logged_messages()))
+    lake = h.lake(spark)
+    assert_lake_matches_reference(lake, reference_for(h.logged_messages()))
     context = spark.sparkContext
+    jvm = spark._jvm
+    # The log store Delta chose for the lake's scheme (S3SingleDriverLogStore for s3a): its
+    # DeltaLog's store delegates by scheme, to a Java log store in an adaptor.
+    table = lake.path(MASTER_DOCUMENTS)
+    store = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, table).store()
+    if store.getClass().getSimpleName() == "DelegatingLogStore":
+        store = store.getDelegate(jvm.org.apache.hadoop.fs.Path(table))
+    if store.getClass().getSimpleName() == "LogStoreAdaptor":
+        store = store.logStoreImpl()
     # Every block manager: the driver's and one per executor.
     managers = context._jsc.sc().getExecutorMemoryStatus().size()
     report = {
@@ -47,10 +58,12 @@ def main(url: str, data: Path) -> None:
         "master": context.master,
         "application": context.applicationId,
         "executors": managers - 1,
+        "lake": lake.base_path,
+        "log_store": store.getClass().getName(),
     }
     print("REPORT " + json.dumps(report), flush=True)
     spark.stop()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], Path(sys.argv[2]))
+    main()

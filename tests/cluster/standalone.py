@@ -32,6 +32,7 @@ class StandaloneCluster:
     url: str  # spark://127.0.0.1:PORT
     status_url: str  # the master's JSON status page
     processes: tuple[subprocess.Popen[bytes], ...]
+    folder: Path  # its logs and the workers' work folders
 
     def status(self) -> dict[str, Any]:
         with urllib.request.urlopen(self.status_url, timeout=5) as answer:
@@ -87,6 +88,7 @@ def standalone_cluster(
             url=f"spark://127.0.0.1:{port}",
             status_url=f"http://127.0.0.1:{ui_port}/json/",
             processes=tuple(processes),
+            folder=folder,
         )
         _await_workers(cluster, workers, folder)
         yield cluster

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import tempfile
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +23,7 @@ import pytest
 import yaml
 
 from sis_platform.settings.variables import SECRET_VARIABLES
-from tests.pg import USER, PgCluster, _server_account, pg_bin
+from tests.pg import USER, PgCluster, cluster
 from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -247,7 +246,15 @@ def test_no_secret_is_written_in_any_deploy_file() -> None:
 def test_instance_file_takes_every_connection_setting_from_the_environment() -> None:
     postgres_db = load(INSTANCE)["storage"]["postgres"]["postgres_db"]
     assert postgres_db["password"] == {"env": "DAGSTER_PG_PASSWORD"}
-    assert all(set(value) == {"env"} for value in postgres_db.values())
+    connection = {k: v for k, v in postgres_db.items() if k != "scheme"}
+    assert all(set(value) == {"env"} for value in connection.values())
+
+
+def test_instances_on_postgresql_name_dagster_postgres_driver() -> None:
+    """dagster-postgres binds NOTIFY's parameter on the client, as psycopg2 does; SQLAlchemy
+    2.1 takes psycopg 3 for a bare postgresql:// (tests/e2e/test_daemon.py found it)."""
+    assert load(INSTANCE)["storage"]["postgres"]["postgres_db"]["scheme"] == "postgresql+psycopg2"
+    assert load(VALUES)["postgresql"]["postgresqlScheme"] == "postgresql+psycopg2"
 
 
 @pytest.mark.dagster
@@ -290,50 +297,22 @@ def test_the_values_instance_settings_load_in_dagster(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def pg_on_loopback(tmp_path: Path) -> Iterator[tuple[PgCluster, int]]:
-    """A throwaway cluster (tests/pg.py) that also listens on a loopback TCP port, since
-    dagster-postgres connects by host name and port."""
-    folder = Path(tempfile.mkdtemp(prefix="sis-pg-"))
-    pg = PgCluster(folder, pg_bin(), _server_account())
-    port = free_port()
-    try:
-        pg._own(folder)
-        pg.init()
-        pg._run(
-            str(pg.bin / "pg_ctl"),
-            "start",
-            "-D",
-            str(pg.data),
-            "-l",
-            str(folder / "server.log"),
-            "-w",
-            "-o",
-            f"-c listen_addresses=127.0.0.1 -p {port} -k {folder} -c fsync=off",
-        )
-        yield pg, port
-    finally:
-        try:
-            if pg.running():
-                pg._run(str(pg.bin / "pg_ctl"), "stop", "-D", str(pg.data), "-m", "fast", "-w")
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
+def pg_on_loopback() -> Iterator[PgCluster]:
+    """A throwaway cluster (tests/pg.py) on a loopback TCP port: dagster-postgres connects by
+    host name and port."""
+    with cluster(port=free_port()) as running:
+        yield running
 
 
 @pytest.mark.dagster
 def test_postgres_instance_file_loads_as_a_dagster_instance(
-    pg_on_loopback: tuple[PgCluster, int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    pg_on_loopback: PgCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pg, port = pg_on_loopback
-    admin = f"postgresql://{USER}@127.0.0.1:{port}/postgres"
+    pg = pg_on_loopback
+    admin = f"postgresql://{USER}@127.0.0.1:{pg.port}/postgres"
     with psycopg.connect(admin, password=pg.password, autocommit=True) as conn:
         conn.execute("CREATE DATABASE dagster")
-    for name, value in {
-        "DAGSTER_PG_HOST": "127.0.0.1",
-        "DAGSTER_PG_PORT": str(port),
-        "DAGSTER_PG_DB": "dagster",
-        "DAGSTER_PG_USER": USER,
-        "DAGSTER_PG_PASSWORD": pg.password,
-    }.items():
+    for name, value in pg.dagster_env("dagster").items():
         monkeypatch.setenv(name, value)
     shutil.copy(INSTANCE, tmp_path / "dagster.yaml")
 
@@ -350,6 +329,9 @@ def test_postgres_instance_file_loads_as_a_dagster_instance(
             "PostgresScheduleStorage",
         ]
         assert instance.get_runs() == []
+        # An event stored and read back (storing one NOTIFYs listeners: the driver matters).
+        instance.report_runless_asset_event(dg.AssetMaterialization("smoke"))
+        assert instance.get_latest_materialization_event(dg.AssetKey("smoke")) is not None
         concurrency = instance.get_concurrency_config()
         assert concurrency.run_queue_config is not None
         assert concurrency.run_queue_config.max_concurrent_runs == 1

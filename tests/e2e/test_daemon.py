@@ -1,17 +1,24 @@
 """The platform under a real Dagster daemon: sensor ticks and queued runs in their own
-processes, on a persistent SQLite instance, exactly as `scripts/run.sh` runs it, in both
-intake modes: the queue sensor consuming, or the real `sis-live` process consuming beside the
-daemon (its serving store then equals the reference and the lake)."""
+processes, exactly as `scripts/run.sh` runs it, in both intake modes: the queue sensor
+consuming, or the real `sis-live` process consuming beside the daemon (its serving store then
+equals the reference and the lake).
+
+The Dagster instance is the local one (deploy/dagster.yaml, SQLite) with the queue sensor, and
+a service's (deploy/dagster-postgres.yaml: runs, event logs, schedule and sensor state on
+PostgreSQL) with sis-live. On PostgreSQL the webserver runs beside the daemon too, and answers
+with the runs the daemon launched."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import dagster as dg
@@ -22,6 +29,8 @@ from sis_platform.queues.embedded import EmbeddedQueue
 from sis_platform.simulator.generator import generate_feed
 from tests.harness import Harness
 from tests.modes import INTAKES, assert_live_path, harness
+from tests.pg import PgCluster, cluster
+from tests.ports import free_port
 from tests.reference import assert_lake_matches_reference, reference_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.e2e, pytest.mark.cost(250)]
@@ -124,13 +133,58 @@ def _store_caught_up(h: Harness) -> bool:
         store.close()
 
 
-@pytest.mark.parametrize("intake", INTAKES)
+# The Dagster instance each intake mode runs on: its file under deploy/.
+INSTANCE_FILES = {"sensor": "dagster.yaml", "live": "dagster-postgres.yaml"}
+assert set(INSTANCE_FILES) == set(INTAKES)
+POSTGRES_INTAKES = {i for i, name in INSTANCE_FILES.items() if name == "dagster-postgres.yaml"}
+
+RUNS_QUERY = """
+query { runsOrError(filter: {pipelineName: "process_batch", statuses: [SUCCESS]}) {
+  ... on Runs { results { runId tags { key value } } } } }
+"""
+
+
+@pytest.fixture
+def dagster_pg(intake: str) -> Iterator[PgCluster | None]:
+    """A PostgreSQL cluster on loopback for the instance on PostgreSQL, else None."""
+    if intake not in POSTGRES_INTAKES:
+        yield None
+        return
+    with cluster(port=free_port()) as running:
+        yield running
+
+
+def _webserver_runs(port: int) -> set[str]:
+    """The ids of the successful process_batch runs, as the webserver's GraphQL API lists them."""
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/graphql",
+        data=json.dumps({"query": RUNS_QUERY}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        runs = json.load(answer)["data"]["runsOrError"]["results"]
+    return {run["runId"] for run in runs}
+
+
+@pytest.mark.parametrize(
+    "intake",
+    [
+        # On PostgreSQL: part of the production deployment's smoke test (scripts/smoke-cluster.sh).
+        pytest.param(i, marks=[pytest.mark.cluster] if i in POSTGRES_INTAKES else [])
+        for i in INTAKES
+    ],
+)
 def test_daemon_lands_batches_runs_them_and_masters_match_the_reference(
-    tmp_path, spark, monkeypatch, intake
+    tmp_path, spark, monkeypatch, intake, dagster_pg: PgCluster | None
 ):
     home = tmp_path / "dagster"
     home.mkdir()
-    shutil.copy(REPO / "deploy" / "dagster.yaml", home / "dagster.yaml")
+    shutil.copy(REPO / "deploy" / INSTANCE_FILES[intake], home / "dagster.yaml")
+    instance_env: dict[str, str] = {}
+    if dagster_pg is not None:
+        with dagster_pg.admin() as conn:
+            conn.execute("CREATE DATABASE dagster")
+        instance_env = dagster_pg.dagster_env("dagster")
     settings = {
         "SIS_INTAKE": intake,
         "SIS_BATCH_MAX_MESSAGES": "200",
@@ -144,6 +198,7 @@ def test_daemon_lands_batches_runs_them_and_masters_match_the_reference(
         "SIS_SPARK_MASTER": "local[2]",
         "SIS_SPARK_SHUFFLE_PARTITIONS": "2",
         **settings,
+        **instance_env,
     }
     h = harness(tmp_path / "data", intake, settings)
     queue: EmbeddedQueue = h.resources["queue"].open()
@@ -153,6 +208,8 @@ def test_daemon_lands_batches_runs_them_and_masters_match_the_reference(
             producer.put(m.body, message_id=m.message_id)
 
     monkeypatch.setenv("DAGSTER_HOME", str(home))
+    for name, value in instance_env.items():
+        monkeypatch.setenv(name, value)
     instance = dg.DagsterInstance.get()
     workspace = str(REPO / "workspace.yaml")
     processes = [
@@ -165,6 +222,18 @@ def test_daemon_lands_batches_runs_them_and_masters_match_the_reference(
     ]
     if intake == "live":
         processes.append(Process("sis-live", [str(BIN / "sis-live")], env, tmp_path / "live.log"))
+    web_port = free_port() if dagster_pg is not None else None
+    if web_port is not None:
+        processes.append(
+            Process(
+                "dagster-webserver",
+                [str(BIN / "dagster-webserver"), "-h", "127.0.0.1", "-p", str(web_port)]
+                + ["-w", workspace],
+                env,
+                tmp_path / "webserver.log",
+            )
+        )
+    webserver_runs: set[str] = set()
     try:
 
         def all_batches_processed() -> bool:
@@ -181,12 +250,33 @@ def test_daemon_lands_batches_runs_them_and_masters_match_the_reference(
             return {r.dagster_run.tags.get("dagster/partition") for r in done} >= set(keys)
 
         _wait_for(all_batches_processed, 600, "every landed batch to be processed", processes)
+        if web_port is not None:
+
+            def webserver_answers() -> bool:
+                try:
+                    webserver_runs.update(_webserver_runs(web_port))
+                except OSError:  # not listening yet
+                    return False
+                return True
+
+            _wait_for(webserver_answers, 120, "the webserver to answer", processes)
     finally:
         codes = _stop_all(processes)
     if intake == "live":
         assert codes["sis-live"] == 0, (tmp_path / "live.log").read_text(errors="replace")[-3000:]
 
     assert len(h.zone.keys()) >= 2
+    if dagster_pg is not None:
+        # Every run is in PostgreSQL, and the webserver shows the runs the daemon launched.
+        assert type(instance.run_storage).__name__ == "PostgresRunStorage"
+        launched = {
+            r.dagster_run.run_id
+            for r in instance.get_run_records(
+                dg.RunsFilter(job_name="process_batch", statuses=[dg.DagsterRunStatus.SUCCESS])
+            )
+        }
+        assert launched and webserver_runs == launched
+        assert not (home / "history").exists()  # no SQLite run storage beside it
     ref = reference_for(h.logged_messages())
     assert_lake_matches_reference(h.lake(spark), ref)
     assert_live_path(h, ref)

@@ -11,13 +11,17 @@ from pathlib import Path
 
 import pytest
 
+from sis_platform.cli import spark_jars as spark_jars_cli
 from sis_platform.config import spark_config
 from sis_platform.resources.spark_jars import (
     COMPLETE,
+    hadoop_version,
     jar_paths,
     jars_dir,
     keep,
+    packages,
     resolved_jars_dir,
+    s3a_package,
 )
 from sis_platform.settings.records import SparkSettings
 
@@ -89,3 +93,25 @@ def test_an_interrupted_copy_leaves_the_previous_folder_and_nothing_half_made(
     assert [p.name for p in folder.glob("*.jar")] == ["000-old.jar"]
     assert [p.name for p in folder.parent.iterdir()] == [folder.name]
     assert (folder / COMPLETE).read_text() == "000-old.jar\n"
+
+
+def test_the_s3a_connector_matches_the_hadoop_inside_pyspark() -> None:
+    import pyspark
+
+    version = hadoop_version()
+    jars = Path(pyspark.__file__).parent / "jars"
+    assert (jars / f"hadoop-client-api-{version}.jar").is_file()
+    assert s3a_package() == f"org.apache.hadoop:hadoop-aws:{version}"
+
+
+def test_extra_packages_get_a_folder_of_their_own_beside_deltas(
+    cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert spark_jars_cli.main(["--s3a", "--print-path"]) == 0
+    folder = Path(capsys.readouterr().out.strip())
+    assert folder == jars_dir(packages([s3a_package()]))
+    assert folder != jars_dir()
+    assert folder.parent == jars_dir().parent
+    assert "hadoop-aws" in folder.name and "delta-spark" in folder.name
+    assert spark_jars_cli.main(["--package", "org.example:extra:1.0", "--print-path"]) == 0
+    assert capsys.readouterr().out.strip().endswith("org.example_extra_1.0")
