@@ -425,11 +425,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--spark",
-        choices=["local", "connect"],
+        choices=["local", "connect", "standalone"],
         default="local",
         help="backlog and latency: local: the runs' own local Spark drivers "
         "(the default); connect: one long-lived sis-spark-connect server that "
-        "every run uses (SIS_SPARK_MASTER=sc://...)",
+        "every run uses (SIS_SPARK_MASTER=sc://...); standalone: the runs' drivers "
+        "submit to a standalone cluster started on this machine (a master and two "
+        "1-core workers, as tests/cluster starts them; SIS_SPARK_MASTER=spark://...)",
     )
     parser.add_argument("--drain-timeout", type=float, default=900.0)
     parser.add_argument("--seed", type=int, default=1)

@@ -346,7 +346,21 @@ def run_daemon(data: Path, env: Mapping[str, str], log: Path) -> int:
 @contextmanager
 def spark_for(args: argparse.Namespace, env: dict[str, str]) -> Iterator[dict[str, str]]:
     """The measurement's environment. `--spark connect`: with a sis-spark-connect server of its
-    own (a child of this process, so its memory is counted) that the platform's runs use."""
+    own (a child of this process, so its memory is counted) that the platform's runs use.
+    `--spark standalone`: with a standalone cluster of its own on this machine (a master and
+    two workers of one core each, started as tests/cluster starts them; children of this
+    process, so counted too) that the runs' drivers submit to."""
+    if args.spark == "standalone":
+        sys.path.insert(0, str(REPO))  # the test suite's cluster launcher
+        from tests.cluster.standalone import standalone_cluster
+
+        folder = Path(tempfile.mkdtemp(prefix="sis-bench-cluster-"))
+        try:
+            with standalone_cluster(folder) as cluster:
+                yield {**env, "SIS_SPARK_MASTER": cluster.url, "SIS_SPARK_CONF": CLUSTER_CONF}
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        return
     if args.spark != "connect":
         yield env
         return
@@ -369,13 +383,22 @@ def spark_for(args: argparse.Namespace, env: dict[str, str]) -> Iterator[dict[st
             server.wait(timeout=120)
 
 
+# A driver on a standalone cluster: the executors connect back to it on loopback, as the
+# cluster listens; one core and 1 GB each (a worker's whole share).
+CLUSTER_CONF = (
+    "spark.driver.host=127.0.0.1 spark.driver.bindAddress=127.0.0.1 "
+    "spark.executor.memory=1g spark.executor.cores=1"
+)
+
+
 def backlog_mode(args: argparse.Namespace) -> str:
     serial = args.mode == "inprocess" and args.landing == "serial"
     return f"{args.mode}, serial landing" if serial else args.mode
 
 
 def mode_label(args: argparse.Namespace, mode: str) -> str:
-    return f"{mode}, Spark Connect" if args.spark == "connect" else mode
+    labels = {"connect": f"{mode}, Spark Connect", "standalone": f"{mode}, standalone cluster"}
+    return labels.get(args.spark, mode)
 
 
 def batch_env(args: argparse.Namespace) -> dict[str, str]:
@@ -659,7 +682,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--mode", choices=["inprocess", "daemon"], default="inprocess")
     parser.add_argument("--landing", choices=["overlap", "serial"], default="overlap")
     parser.add_argument("--batch", type=int, default=None)
-    parser.add_argument("--spark", choices=["local", "connect"], default="local")
+    parser.add_argument("--spark", choices=["local", "connect", "standalone"], default="local")
     parser.add_argument("--rate", type=float)
     parser.add_argument("--seconds", type=float)
     parser.add_argument("--drain-timeout", type=float, default=900.0)

@@ -111,19 +111,20 @@ def outcome(
     )
     # The command lines while the application runs: the child's driver JVM, and the executors
     # the workers launch for it (gone once it ends), looked at as each line of output comes
-    # until the executors are among them.
-    command_lines: list[str] = []
+    # until both executors have been seen.
+    command_lines: dict[str, None] = {}  # in the order first seen
     output: list[str] = []
     assert child.stdout is not None
     for line in child.stdout:
         output.append(line)
-        if not any(EXECUTOR in seen for seen in command_lines):
-            command_lines = _command_lines([child.pid, *(p.pid for p in cluster.processes)])
+        if sum(EXECUTOR in seen for seen in command_lines) < 2:
+            roots = [child.pid, *(p.pid for p in cluster.processes)]
+            command_lines.update(dict.fromkeys(_command_lines(roots)))
     code = child.wait(timeout=1200)
     text = "".join(output)
     assert code == 0, text[-8000:]
     line = next(x for x in text.splitlines() if x.startswith("REPORT "))
-    return Outcome(json.loads(line.removeprefix("REPORT ")), data, text, command_lines)
+    return Outcome(json.loads(line.removeprefix("REPORT ")), data, text, list(command_lines))
 
 
 def test_batches_run_on_the_cluster_and_the_lake_on_s3_equals_the_reference(
