@@ -1,17 +1,22 @@
 """The two intake modes the end-to-end and broker tests run in (SIS_INTAKE), and what live mode
 adds to their checks: the serving store sis-live kept equals the reference over the landed log,
-and the live_matches_lake check passes where the lake has folded."""
+and the live_matches_lake check passes where the lake has folded (the store on SQLite or
+PostgreSQL)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
+import psycopg
+
 from sis_platform.domain.pipeline import ReferencePipeline
 from sis_platform.serving.location import SqliteLocation, parse_location
 from tests.harness import Harness
-from tests.live.store_view import assert_store_matches_reference
+from tests.live.store_view import assert_rows_match_reference, assert_store_matches_reference
+from tests.pg import PASSWORD_VARIABLE
 
 INTAKES: Final = ("live", "sensor")
 
@@ -34,7 +39,13 @@ def assert_live_path(h: Harness, ref: ReferencePipeline, *, lake_folded: bool = 
     keeps no serving store."""
     if h.intake != "live":
         return
-    assert_store_matches_reference(serving_db(h), ref)
+    location = parse_location(h.serving_url)
+    if isinstance(location, SqliteLocation):
+        assert_store_matches_reference(location.path, ref)
+    else:
+        # PostgreSQL: the password as the platform reads it, from the environment.
+        with psycopg.connect(location.url, password=os.environ[PASSWORD_VARIABLE]) as conn:
+            assert_rows_match_reference(conn, ref)
     if lake_folded:
         evaluation = h.check_live_matches_lake()
         assert evaluation.passed, evaluation.description

@@ -5,8 +5,9 @@ equals the reference and the lake).
 
 The Dagster instance is the local one (deploy/dagster.yaml, SQLite) with the queue sensor, and
 a service's (deploy/dagster-postgres.yaml: runs, event logs, schedule and sensor state on
-PostgreSQL) with sis-live. On PostgreSQL the webserver runs beside the daemon too, and answers
-with the runs the daemon launched."""
+PostgreSQL) with sis-live, whose serving store is then on PostgreSQL too (another database of
+the same server). On PostgreSQL the webserver runs beside the daemon too, and answers with the
+runs the daemon launched."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from sis_platform.queues.embedded import EmbeddedQueue
 from sis_platform.simulator.generator import generate_feed
 from tests.harness import Harness
 from tests.modes import INTAKES, assert_live_path, harness
-from tests.pg import PgCluster, cluster
+from tests.pg import PASSWORD_VARIABLE, USER, PgCluster, cluster
 from tests.ports import free_port
 from tests.reference import assert_lake_matches_reference, reference_for
 
@@ -181,15 +182,22 @@ def test_daemon_lands_batches_runs_them_and_masters_match_the_reference(
     home.mkdir()
     shutil.copy(REPO / "deploy" / INSTANCE_FILES[intake], home / "dagster.yaml")
     instance_env: dict[str, str] = {}
+    serving: dict[str, str] = {}
     if dagster_pg is not None:
         with dagster_pg.admin() as conn:
             conn.execute("CREATE DATABASE dagster")
-        instance_env = dagster_pg.dagster_env("dagster")
+        instance_env = {
+            **dagster_pg.dagster_env("dagster"),
+            PASSWORD_VARIABLE: dagster_pg.password,
+        }
+        database = dagster_pg.new_database()
+        serving = {"SIS_SERVING_URL": f"postgresql://{USER}@127.0.0.1:{dagster_pg.port}/{database}"}
     settings = {
         "SIS_INTAKE": intake,
         "SIS_BATCH_MAX_MESSAGES": "200",
         # sis-live seals an open batch this old even with no new message, so the lake gets it.
         "SIS_LIVE_BATCH_SECONDS": "2",
+        **serving,
     }
     env = {
         **os.environ,
