@@ -352,12 +352,13 @@ def spark_for(args: argparse.Namespace, env: dict[str, str]) -> Iterator[dict[st
     process, so counted too) that the runs' drivers submit to."""
     if args.spark == "standalone":
         sys.path.insert(0, str(REPO))  # the test suite's cluster launcher
-        from tests.cluster.standalone import standalone_cluster
+        from tests.cluster.standalone import DRIVER_CONF, standalone_cluster
 
+        conf = " ".join(f"{key}={value}" for key, value in DRIVER_CONF.items())
         folder = Path(tempfile.mkdtemp(prefix="sis-bench-cluster-"))
         try:
             with standalone_cluster(folder) as cluster:
-                yield {**env, "SIS_SPARK_MASTER": cluster.url, "SIS_SPARK_CONF": CLUSTER_CONF}
+                yield {**env, "SIS_SPARK_MASTER": cluster.url, "SIS_SPARK_CONF": conf}
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         return
@@ -381,14 +382,6 @@ def spark_for(args: argparse.Namespace, env: dict[str, str]) -> Iterator[dict[st
                 session.stop()
             os.killpg(server.pid, signal.SIGTERM)
             server.wait(timeout=120)
-
-
-# A driver on a standalone cluster: the executors connect back to it on loopback, as the
-# cluster listens; one core and 1 GB each (a worker's whole share).
-CLUSTER_CONF = (
-    "spark.driver.host=127.0.0.1 spark.driver.bindAddress=127.0.0.1 "
-    "spark.executor.memory=1g spark.executor.cores=1"
-)
 
 
 def backlog_mode(args: argparse.Namespace) -> str:

@@ -25,6 +25,14 @@ from tests.ports import free_port
 
 SPARK_HOME = Path(pyspark.__file__).parent
 START_SECONDS = 180
+# The Spark settings of a driver that submits to this cluster: the executors connect back to
+# it on loopback, as the cluster listens; one executor per worker, with its whole share.
+DRIVER_CONF = {
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.executor.memory": "1g",
+    "spark.executor.cores": "1",
+}
 
 
 @dataclass(frozen=True)

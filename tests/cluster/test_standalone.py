@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from tests.cluster.s3 import S3Server, s3_server
-from tests.cluster.standalone import StandaloneCluster, standalone_cluster
+from tests.cluster.standalone import DRIVER_CONF, StandaloneCluster, standalone_cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.cost(520)]
 
@@ -84,11 +84,7 @@ def outcome(
 ) -> Outcome:
     data = tmp_path_factory.mktemp("on-cluster") / "data"
     conf = {
-        # The executors connect back to the driver: on loopback, as the cluster listens.
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
-        "spark.executor.memory": "1g",
-        "spark.executor.cores": "1",
+        **DRIVER_CONF,
         **{f"spark.hadoop.{key}": value for key, value in s3.hadoop_settings().items()},
     }
     secrets = " ".join(f"{key}={value}" for key, value in s3.secret_settings().items())
