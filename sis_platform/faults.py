@@ -81,7 +81,9 @@ LIVE_POINTS = (
     "live.after_queue_commit",  # queue committed, the group not folded into the store
     "live.store_commit",  # inside the store's transaction: written, not committed
 )
-CRASH_POINTS = CONSUMER_POINTS + MATERIALIZER_POINTS + REWIND_POINTS + LIVE_POINTS
+# Reached only with SIS_PRIORITY: a stretch's priority part committed, the rest not.
+PRIORITY_POINTS = ("live.between_parts",)
+CRASH_POINTS = CONSUMER_POINTS + MATERIALIZER_POINTS + REWIND_POINTS + LIVE_POINTS + PRIORITY_POINTS
 
 _reached: dict[str, int] = {}
 

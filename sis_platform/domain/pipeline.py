@@ -201,6 +201,18 @@ class ClassifiedStretch:
     index_of: dict[str, int]  # message id -> index in the stretch (first copies only)
     bodies: dict[str, bytes]  # message id -> body (first copies only)
 
+    def part(self, master_ids: Iterable[str], *, whole_messages: bool) -> ClassifiedStretch:
+        """The stretch with only the items of `master_ids`, and with what was decided per
+        message as a whole only if `whole_messages`: folded part by part, the parts give
+        what folding the whole gives (masters fold independently)."""
+        return ClassifiedStretch(
+            {master_id: self.groups[master_id] for master_id in master_ids},
+            self.results if whole_messages else [],
+            self.dead_letters if whole_messages else [],
+            self.index_of,
+            self.bodies,
+        )
+
 
 @dataclass(frozen=True)
 class FoldedStretch:

@@ -8,6 +8,13 @@ in chunks, each committed with its position. So a crash anywhere leaves the stor
 it committed whole, and the next start refolds exactly what follows it (docs/design.md,
 invariants 2 and 7).
 
+With a priority (`SIS_PRIORITY`, sis_platform/domain/priority.py) a stretch is committed in parts:
+the masters of each priority class ahead of the rest (`LiveFold.parts`), the store recording
+them as ahead of its position until the stretch's last part moves it. A stretch cut short by a
+crash between parts is refolded whole without the masters already ahead. While the queue has a
+backlog (groups arrive full), landed groups are left to the catch-up until `priority_window`
+messages wait, so that priority masters go ahead across that many messages, not one group.
+
 A store outage (`ServingUnavailable`) never stops intake: the applier logs it once, drops the
 connection and its master cache (a commit whose acknowledgement was lost may have happened),
 retries with growing delays, and catches up when the store is back.
@@ -17,10 +24,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
-from itertools import islice
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from sis_platform.faults import crash_point
 from sis_platform.landing import LandedMessage, LandingZone, LogPosition
 from sis_platform.live.budget import BudgetConfig, LiveBudget
 from sis_platform.live.config import LiveConfig, Retry
@@ -31,6 +38,9 @@ if TYPE_CHECKING:
     from sis_platform.serving import ServingStore
 
 log = logging.getLogger(__name__)
+
+# Crash point between the parts of a stretch committed in parts (SIS_PRIORITY).
+CRASH_BETWEEN_PARTS = "live.between_parts"
 
 
 class Applier:
@@ -59,6 +69,10 @@ class Applier:
         self._retry = Retry(config.retry_first_seconds, config.retry_last_seconds)
         # The store's position as last read or committed by this process (None: not known).
         self.applied: LogPosition | None = None
+        # Masters the store holds as committed ahead of its position, and to where.
+        self._ahead: dict[str, LogPosition] = {}
+        # Messages landed in a backlog and left for the catch-up (SIS_PRIORITY's window).
+        self.deferred = 0
         self._heartbeat_due = 0.0
         self.messages = 0  # messages committed to the store by this process
 
@@ -73,10 +87,23 @@ class Applier:
             return self._retry.due
         return self._heartbeat_due if self._store is not None else 0.0
 
-    def apply(self, messages: Sequence[LandedMessage], before: LogPosition) -> None:
+    def behind(self, landed: LogPosition) -> bool:
+        """Whether the store must catch up to `landed` before the next group (not when the
+        messages after it are left to a backlog's catch-up)."""
+        return self._store is None or (self.applied != landed and not self.deferred)
+
+    def apply(
+        self, messages: Sequence[LandedMessage], before: LogPosition, *, backlog: bool = False
+    ) -> None:
         """`messages` were just landed right after `before`: fold and commit them, or catch up
-        when the store is not at `before`."""
-        if self._store is None or self._fold is None or self.applied != before:
+        when the store is not at `before`. `backlog`: more messages are waiting on the queue
+        (with a priority, the group is left for the catch-up while the window has room)."""
+        window = self.config.priority_window
+        if self.config.fold.priority is not None and backlog and self._store is not None:
+            if self.deferred + len(messages) < window and self.applied is not None:
+                self.deferred += len(messages)
+                return
+        if self._store is None or self._fold is None or self.applied != before or self._ahead:
             self.catch_up(messages[-1].position)
             return
         try:
@@ -102,9 +129,14 @@ class Applier:
                     f"message {landed}: the store belongs to another landing zone"
                 )
             caught_up = 0
-            for chunk in _chunks(
+            self.deferred = 0
+            size = self.config.group_max_messages
+            if self.config.fold.priority is not None:
+                size = max(size, self.config.priority_window)
+            for chunk in _stretches(
                 self.zone.landed_after(position, self.config.message_limits),
-                self.config.group_max_messages,
+                size,
+                self._ahead.values(),
             ):
                 self._commit_stretch(chunk)
                 caught_up += len(chunk)
@@ -150,16 +182,29 @@ class Applier:
             store = self._open_store()
             self._store, self._fold = store, LiveFold(store, self.config.fold, self._budget)
             self.applied = None
+            self._ahead = store.ahead()
+            if self._ahead:
+                log.warning(
+                    "%d master(s) were committed ahead of the store's position by an "
+                    "interrupted stretch; refolding it without them",
+                    len(self._ahead),
+                )
         return self._store, self._fold
 
     def _commit_stretch(self, messages: Sequence[LandedMessage]) -> None:
         """Fold `messages` (the log right after the store's position) and commit them; raises
         ServingUnavailable, after which the connection is dropped (`_unavailable`)."""
         store, fold = self._connected()
-        group = fold.fold(messages)
-        store.commit(group)
-        fold.committed(group)
-        self.applied = group.position
+        end = messages[-1].position
+        ahead = [master_id for master_id, to in self._ahead.items() if to >= end]
+        for part in fold.parts(messages, ahead):
+            store.commit(part)
+            fold.committed(part)
+            if part.ahead:
+                self._ahead.update(dict.fromkeys(part.ahead, end))
+                crash_point(CRASH_BETWEEN_PARTS)
+        self._ahead = {master_id: to for master_id, to in self._ahead.items() if to > end}
+        self.applied = end
         self.messages += len(messages)
         self._heartbeat_due = self._clock() + self.config.heartbeat_seconds
 
@@ -202,6 +247,17 @@ class Applier:
                 pass  # already broken: nothing of it is needed any more
 
 
-def _chunks(messages: Iterator[LandedMessage], size: int) -> Iterator[list[LandedMessage]]:
-    while chunk := list(islice(messages, size)):
+def _stretches(
+    messages: Iterator[LandedMessage], size: int, ends: Iterable[LogPosition] = ()
+) -> Iterator[list[LandedMessage]]:
+    """`messages` in stretches of at most `size`, none running across one of `ends` (where a
+    stretch committed in parts ended: the masters ahead are skipped up to there only)."""
+    stops = set(ends)
+    chunk: list[LandedMessage] = []
+    for message in messages:
+        chunk.append(message)
+        if len(chunk) >= size or message.position in stops:
+            yield chunk
+            chunk = []
+    if chunk:
         yield chunk

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
+from sis_platform.domain.priority import Priority
 from sis_platform.domain.selector import Selector
 from sis_platform.live.fold import FoldOptions
 from sis_platform.settings import (
@@ -14,6 +15,7 @@ from sis_platform.settings import (
     DEFAULT_BATCH_MAX_SECONDS,
     DEFAULT_LIVE_GROUP_MAX_MESSAGES,
     DEFAULT_LIVE_GROUP_WAIT_MS,
+    DEFAULT_LIVE_PRIORITY_WINDOW,
     Settings,
 )
 
@@ -40,6 +42,8 @@ class LiveConfig:
     batch_max_seconds: float = DEFAULT_BATCH_MAX_SECONDS
     message_limits: Limits = DEFAULT_LIMITS
     fold: FoldOptions = field(default_factory=FoldOptions)
+    # With a priority (fold.priority), the most messages of a backlog folded as one stretch.
+    priority_window: int = DEFAULT_LIVE_PRIORITY_WINDOW
     idle_wait_seconds: float = IDLE_WAIT_SECONDS
     heartbeat_seconds: float = HEARTBEAT_SECONDS
     progress_seconds: float = PROGRESS_SECONDS
@@ -47,7 +51,8 @@ class LiveConfig:
     retry_last_seconds: float = RETRY_LAST_SECONDS
 
     def __post_init__(self) -> None:
-        if self.group_max_messages < 1 or self.batch_max_messages < 1 or self.batch_max_bytes < 1:
+        bounds = (self.group_max_messages, self.batch_max_messages, self.batch_max_bytes)
+        if min(*bounds, self.priority_window) < 1:
             raise ValueError(f"group and batch bounds must be positive: {self}")
         if self.batch_max_seconds <= 0 or self.group_wait_seconds < 0:
             raise ValueError(f"batch seconds must be positive, the group wait not negative: {self}")
@@ -68,7 +73,9 @@ class LiveConfig:
                 limits=settings.limits,
                 redelivery_limit=processing.redelivery_limit,
                 max_masters=settings.live.max_masters_in_memory,
+                priority=Priority.compile(processing.priority) if processing.priority else None,
             ),
+            priority_window=settings.live.priority_window,
         )
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -33,12 +33,14 @@ from sis_platform.domain.interpret import Interpretation, interpret
 from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
 from sis_platform.domain.pipeline import (
     DEFAULT_REDELIVERY_LIMIT,
+    ClassifiedStretch,
     Classifier,
     FoldedStretch,
     MasterFolder,
     classify_stretch,
     fold_stretch,
 )
+from sis_platform.domain.priority import Priority
 from sis_platform.landing import LandedMessage
 from sis_platform.serving.records import (
     ChangeRow,
@@ -71,6 +73,7 @@ class FoldOptions:
     limits: Limits = DEFAULT_LIMITS
     redelivery_limit: int = DEFAULT_REDELIVERY_LIMIT
     max_masters: int = DEFAULT_LIVE_MAX_MASTERS
+    priority: Priority | None = None
 
     def __post_init__(self) -> None:
         if self.max_masters < 1:
@@ -107,8 +110,34 @@ class LiveFold:
 
     def fold(self, messages: Sequence[LandedMessage]) -> GroupCommit:
         """The commit for `messages`, the log's next stretch after the store's position (in log
-        order, at least one). The cache is not changed: call `committed` once the store has
-        committed the result, or nothing if it has not."""
+        order, at least one), in one part. The cache is not changed: call `committed` once the
+        store has committed the result, or nothing if it has not."""
+        return self._part(self._classified(messages, frozenset()), messages, last=True)
+
+    def parts(
+        self, messages: Sequence[LandedMessage], ahead: Iterable[str] = ()
+    ) -> Iterator[GroupCommit]:
+        """The commits for `messages` (as `fold`), in parts when a priority is set: one `ahead`
+        part per priority class that has masters in the stretch, earliest first, then the rest
+        with the messages as a whole, which moves the position. `ahead`: masters whose items
+        in the stretch an interrupted earlier try already committed (skipped). Commit each part
+        and call `committed` before taking the next, which folds onto the cache."""
+        classified = self._classified(messages, frozenset(ahead))
+        priority = self.options.priority
+        if priority is None:
+            yield self._part(classified, messages, last=True)
+            return
+        before = self._states(classified.groups.keys())
+        *first, rest = priority.order(classified.groups, lambda i: _document(before.get(i)))
+        for master_ids in first:
+            if master_ids:
+                yield self._part(classified.part(master_ids, whole_messages=False), messages)
+        last = classified.part(rest, whole_messages=True)
+        yield self._part(last, messages, last=True, completes=len(messages))
+
+    def _classified(
+        self, messages: Sequence[LandedMessage], ahead: frozenset[str]
+    ) -> ClassifiedStretch:
         if not messages:
             raise ValueError("nothing to fold: a stretch has at least one message")
         options = self.options
@@ -121,6 +150,21 @@ class LiveFold:
             redelivery_limit=options.redelivery_limit,
             classify=self._classify,
         )
+        if not ahead:
+            return classified
+        return classified.part(
+            [i for i in classified.groups if i not in ahead], whole_messages=True
+        )
+
+    def _part(
+        self,
+        classified: ClassifiedStretch,
+        messages: Sequence[LandedMessage],
+        *,
+        last: bool = False,
+        completes: int | None = None,
+    ) -> GroupCommit:
+        options = self.options
         before = self._states(classified.groups.keys())
         folded = fold_stretch(
             classified,
@@ -138,6 +182,8 @@ class LiveFold:
             changes=_changes(folded, messages),
             dead_letters=_dead_letters(folded, messages),
             outcomes=_outcomes(folded, messages),
+            ahead=() if last else tuple(classified.groups),
+            completes=completes,
         )
 
     def committed(self, group: GroupCommit) -> None:
@@ -178,6 +224,10 @@ class LiveFold:
     def _evict(self, keep: int = 0) -> None:
         while len(self._cache) > max(self.options.max_masters, keep):
             self._cache.popitem(last=False)
+
+
+def _document(state: MasterState | None) -> bytes | None:
+    return state.document if state is not None else None
 
 
 def _changed_masters(

@@ -225,7 +225,7 @@ class LiveService:
 
     def _step(self, writer: GroupWriter) -> None:
         """One group, or one wait for one."""
-        if not self.applier.available or self.applier.applied != self._landed_to:
+        if self.applier.behind(self._landed_to):
             self.applier.catch_up(self._landed_to, self._keep_catching_up)
         session = self._connected()
         if session is None or not self._landing_ready():
@@ -255,7 +255,9 @@ class LiveService:
         crash_point("live.after_queue_commit")
         before, self._landed_to = self._landed_to, landed.last_position
         self.landed_messages += len(group)
-        self.applier.apply(_landed_messages(landed, group), before)
+        # A full group says more is waiting: a backlog (SIS_PRIORITY folds it in windows).
+        backlog = len(group) >= self.config.group_max_messages
+        self.applier.apply(_landed_messages(landed, group), before, backlog=backlog)
         self._seal_if_bound(writer)
         self._progress.group(len(group), self._landed_to, self.applier, self._clock())
 
@@ -307,6 +309,8 @@ class LiveService:
         deadline = self._seal_deadline(writer)
         if deadline is not None and self._clock() >= deadline:
             self._seal(writer, ClosedBy.DRAINED)
+        if self.applier.deferred:
+            self.applier.catch_up(self._landed_to, self._keep_catching_up)
         self.applier.idle()
 
     def _seal_if_bound(self, writer: GroupWriter) -> None:

@@ -67,11 +67,11 @@ class PostgresStore(ServingStore):
         row = conn.execute("SELECT to_regclass('position')").fetchone()
         if row is None or row[0] is None:
             with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK_KEY,))
+                self._lock_schema(conn)
                 self._create_schema(conn)
         found = conn.execute("SELECT schema_version FROM position WHERE id = 1").fetchone()
         assert found is not None  # created with the schema
-        self._check_schema(int(found[0]))
+        self._settle_schema(conn, int(found[0]))
 
     # -- the backend's part --------------------------------------------------------------------
 
@@ -98,6 +98,9 @@ class PostgresStore(ServingStore):
                 # One snapshot for every statement of a read (status: position and last seq).
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             yield
+
+    def _lock_schema(self, conn: Any) -> None:
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK_KEY,))
 
     def _position_for_update(self) -> str:
         return "SELECT batch_seq, msg_seq FROM position WHERE id = 1 FOR UPDATE"

@@ -149,9 +149,20 @@ class GroupCommit:
     changes: list[ChangeRow]
     dead_letters: list[DeadLetterRow]
     outcomes: list[OutcomeRow]
+    # Masters folded ahead of the rest of the stretch (SIS_PRIORITY): their rows and item
+    # outcomes through `position` are committed, the store's position is not moved. Empty: the
+    # stretch's last commit, which moves the position and completes every message up to it.
+    ahead: tuple[str, ...] = ()
+    # Messages this commit completes; None: counted from its outcome rows.
+    completes: int | None = None
 
     @property
     def messages(self) -> int:
         """Messages the group applied: every message of the log ends with at least one outcome
-        row (invariant 4), so the distinct log positions among the outcomes."""
+        row (invariant 4), so the distinct log positions among the outcomes, unless the
+        stretch was committed in parts (`completes`)."""
+        if self.ahead:
+            return 0
+        if self.completes is not None:
+            return self.completes
         return len({(o.batch_seq, o.msg_seq) for o in self.outcomes})

@@ -12,8 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-# Bumped when a table changes; a store of another version is refused rather than misread.
-SCHEMA_VERSION = 1
+# Bumped when a table changes; a store of another version is refused rather than misread,
+# except an older one `UPGRADES` brings up to date (tables are only ever added).
+SCHEMA_VERSION = 2
+UPGRADES = (1,)  # version 2 added `ahead`
 
 Kind = Literal["text", "bytes", "int", "bool", "timestamp", "decimal"]
 
@@ -212,7 +214,26 @@ POSITION = TableDef(
     primary_key=("id",),
 )
 
-TABLES = (MASTERS, EVENTS, MARKETS, SELECTIONS, DEAD_LETTERS, MESSAGE_OUTCOMES, CHANGES, POSITION)
+# The masters committed ahead of the position (SIS_PRIORITY, sis_platform/live/fold.py): each
+# one's items up to (batch_seq, msg_seq) are applied although the position is before it. Empty
+# but between the parts of one stretch's commit; the stretch's last part clears it.
+AHEAD = TableDef(
+    "ahead",
+    (_c("master_id", "text", False), _c("batch_seq", "int", False), _c("msg_seq", "int", False)),
+    primary_key=("master_id",),
+)
+
+TABLES = (
+    MASTERS,
+    EVENTS,
+    MARKETS,
+    SELECTIONS,
+    DEAD_LETTERS,
+    MESSAGE_OUTCOMES,
+    CHANGES,
+    POSITION,
+    AHEAD,
+)
 MODEL_TABLES = (EVENTS, MARKETS, SELECTIONS)
 
 

@@ -82,7 +82,7 @@ class SqliteStore(ServingStore):
             with self._transaction(conn, write=True):
                 self._create_schema(conn)
         row = conn.execute("SELECT schema_version FROM position WHERE id = 1").fetchone()
-        self._check_schema(int(row[0]))
+        self._settle_schema(conn, int(row[0]))
 
     # -- the backend's part --------------------------------------------------------------------
 
@@ -135,6 +135,9 @@ class SqliteStore(ServingStore):
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+
+    def _lock_schema(self, conn: sqlite3.Connection) -> None:
+        """Nothing more: the write transaction (IMMEDIATE) holds the database's write lock."""
 
     def _ids(self, column: str, ids: Sequence[str]) -> tuple[str, Any]:
         # One parameter whatever the count (SQLite bounds the number of parameters).

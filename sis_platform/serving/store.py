@@ -35,12 +35,14 @@ from sis_platform.serving.records import (
     StoreStatus,
 )
 from sis_platform.serving.schema import (
+    AHEAD,
     CHANGES,
     DEAD_LETTERS,
     MASTERS,
     MESSAGE_OUTCOMES,
     MODEL_TABLES,
     SCHEMA_VERSION,
+    UPGRADES,
     TableDef,
     create_statements,
 )
@@ -193,7 +195,23 @@ class ServingStore(ABC):
             (SCHEMA_VERSION,),
         )
 
-    def _check_schema(self, version: int) -> None:
+    @abstractmethod
+    def _lock_schema(self, conn: Any) -> None:
+        """Inside a schema change's transaction: keep other processes' changes out."""
+
+    def _settle_schema(self, conn: Any, version: int) -> None:
+        """Bring a store of an older version this code can upgrade up to date (its missing
+        tables created), or refuse one of another version."""
+        if version in UPGRADES:
+            with self._transaction(conn, write=True):
+                self._lock_schema(conn)
+                for statement in create_statements(self.dialect):
+                    conn.execute(statement)
+                conn.execute(
+                    self._sql("UPDATE position SET schema_version = ? WHERE id = 1"),
+                    (SCHEMA_VERSION,),
+                )
+            return
         if version != SCHEMA_VERSION:
             raise RuntimeError(
                 f"serving store {self.shown} has schema version {version}; this code reads "
@@ -319,18 +337,30 @@ class ServingStore(ABC):
         }
 
     def seen(self, message_ids: Iterable[str]) -> set[str]:
-        """Those of `message_ids` that have an outcome (were applied in an earlier group)."""
+        """Those of `message_ids` that have an outcome at or before the store's position (were
+        applied in an earlier group; an item committed ahead of the position does not count)."""
         wanted = sorted(set(message_ids))
         if not wanted:
             return set()
-        condition, param = self._ids("message_id", wanted)
-        query = f"SELECT DISTINCT message_id FROM message_outcomes WHERE {condition}"
+        condition, param = self._ids("o.message_id", wanted)
+        query = (
+            "SELECT DISTINCT o.message_id FROM message_outcomes o, position p WHERE p.id = 1 "
+            f"AND {condition} AND (o.batch_seq < p.batch_seq OR "
+            "(o.batch_seq = p.batch_seq AND o.msg_seq <= p.msg_seq))"
+        )
         return {r[0] for r in self._run(lambda c: self._all(c, query, (param,)))}
+
+    def ahead(self) -> dict[str, LogPosition]:
+        """The masters committed ahead of the position, each with the position its items are
+        applied to (empty unless a stretch committed in parts was interrupted)."""
+        found = self._run(lambda c: self._all(c, "SELECT master_id, batch_seq, msg_seq FROM ahead"))
+        return {r[0]: LogPosition(int(r[1]), int(r[2])) for r in found}
 
     def commit(self, group: GroupCommit) -> None:
         """Everything of `group` and its position in one transaction; `PositionConflict` if the
         position is not after the stored one, `ServingUnavailable` on an outage (then nothing
-        of the group is stored)."""
+        of the group is stored). A part committed `ahead` records its masters as ahead instead
+        of moving the position; the part that moves it clears them."""
         last_seq = self._run(lambda conn: self._commit(conn, group))
         self._after_commit(last_seq)
 
@@ -345,13 +375,28 @@ class ServingStore(ABC):
             now = self._timestamp_in(utc_now())
             self._write_group(conn, group, now)
             last_seq = self._last_seq(conn)
-            conn.execute(
-                self._sql(
-                    "UPDATE position SET batch_seq = ?, msg_seq = ?, committed_at = ?, "
-                    "messages = messages + ? WHERE id = 1"
-                ),
-                (group.position.batch_seq, group.position.msg_seq, now, group.messages),
-            )
+            batch_seq, msg_seq = group.position
+            if group.ahead:
+                self._many(
+                    conn,
+                    AHEAD.insert() + " ON CONFLICT (master_id) DO UPDATE SET "
+                    "batch_seq = excluded.batch_seq, msg_seq = excluded.msg_seq",
+                    [(master_id, batch_seq, msg_seq) for master_id in group.ahead],
+                )
+            else:
+                conn.execute(
+                    self._sql(
+                        "UPDATE position SET batch_seq = ?, msg_seq = ?, committed_at = ?, "
+                        "messages = messages + ? WHERE id = 1"
+                    ),
+                    (batch_seq, msg_seq, now, group.messages),
+                )
+                conn.execute(
+                    self._sql(
+                        "DELETE FROM ahead WHERE batch_seq < ? OR (batch_seq = ? AND msg_seq <= ?)"
+                    ),
+                    (batch_seq, batch_seq, msg_seq),
+                )
             self._before_commit(conn, last_seq)
             crash_point(CRASH_POINT)
         return last_seq

@@ -48,6 +48,7 @@ from sis_platform.settings.variables import (
     DEFAULT_LIVE_GROUP_WAIT_MS,
     DEFAULT_LIVE_MAX_LAG_SECONDS,
     DEFAULT_LIVE_MAX_MASTERS,
+    DEFAULT_LIVE_PRIORITY_WINDOW,
     DEFAULT_LIVE_REPORT_SECONDS,
     DEFAULT_MAX_RUNS_IN_FLIGHT,
     DEFAULT_PROFILE,
@@ -85,6 +86,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         redelivery_limit=read.whole("SIS_REDELIVERY_LIMIT", DEFAULT_REDELIVERY_LIMIT),
         quarantine_after=read.at_least("SIS_QUARANTINE_AFTER", DEFAULT_QUARANTINE_AFTER, 1),
         selector=read.optional("SIS_SELECTOR"),
+        priority=_priority(read),
     )
     spark = _spark(read)
     if profile == "cluster" and spark.master.startswith("local"):
@@ -454,7 +456,25 @@ def _live(read: Reader) -> LiveSettings:
         batch_seconds=read.at_least_number(
             "SIS_LIVE_BATCH_SECONDS", DEFAULT_LIVE_BATCH_SECONDS, 1.0
         ),
+        priority_window=read.at_least("SIS_LIVE_PRIORITY_WINDOW", DEFAULT_LIVE_PRIORITY_WINDOW, 1),
     )
+
+
+def _priority(read: Reader) -> str | None:
+    """SIS_PRIORITY, every selector in it compiled once here so that a bad one stops the
+    start with its position, not the first stretch folded."""
+    text = read.optional("SIS_PRIORITY")
+    if text is None:
+        return None
+    # Here, not at the top: reading the settings must not load lxml (a CLI's --help is quick).
+    from sis_platform.domain.priority import Priority
+    from sis_platform.domain.selector import InvalidSelector
+
+    try:
+        Priority.compile(text)
+    except InvalidSelector as error:
+        raise ConfigurationError(f"SIS_PRIORITY: {error}") from None
+    return text
 
 
 def _checks(read: Reader) -> FeedChecksSettings:

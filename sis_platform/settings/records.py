@@ -25,6 +25,7 @@ from sis_platform.settings.variables import (
     DEFAULT_LIVE_GROUP_WAIT_MS,
     DEFAULT_LIVE_MAX_LAG_SECONDS,
     DEFAULT_LIVE_MAX_MASTERS,
+    DEFAULT_LIVE_PRIORITY_WINDOW,
     DEFAULT_LIVE_REPORT_SECONDS,
     DEFAULT_MAX_RUNS_IN_FLIGHT,
     DEFAULT_QUARANTINE_AFTER,
@@ -124,6 +125,7 @@ class ProcessingSettings:
     redelivery_limit: int = DEFAULT_REDELIVERY_LIMIT
     quarantine_after: int = DEFAULT_QUARANTINE_AFTER
     selector: str | None = None
+    priority: str | None = None  # SIS_PRIORITY, checked (sis_platform/domain/priority.py)
 
 
 @dataclass(frozen=True)
@@ -159,6 +161,7 @@ class LiveSettings:
     report_seconds: float = DEFAULT_LIVE_REPORT_SECONDS
     max_lag_seconds: float = DEFAULT_LIVE_MAX_LAG_SECONDS
     batch_seconds: float = DEFAULT_LIVE_BATCH_SECONDS  # the age at which a batch is sealed
+    priority_window: int = DEFAULT_LIVE_PRIORITY_WINDOW
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,10 @@ DEFAULT_LIVE_GROUP_MAX_MESSAGES = 500  # bounds a group's fold and commit while 
 # Masters sis-live keeps parsed in memory (least recently used out; the store holds them all).
 # A racing day has a few hundred masters; a large bound costs only memory (~50 KB a master).
 DEFAULT_LIVE_MAX_MASTERS = 20_000
+# With SIS_PRIORITY, how many landed messages of a backlog sis-live folds as one stretch, its
+# priority masters committed ahead of the rest: priority goes as far ahead as this reaches. The
+# stretch is held in memory while it is folded (about 3 KB a message in the simulator's mix).
+DEFAULT_LIVE_PRIORITY_WINDOW = 20_000
 # sis-live seals the batch it is filling (the lake's partition) at this age, or at the batch
 # bounds of SIS_BATCH_MAX_MESSAGES/BYTES: the serving store carries the latency, so the lake can
 # take larger batches than the sensor's, and a day stays a few hundred partitions (720 at most in
@@ -148,10 +152,10 @@ VARIABLES = (
     SIS_LEASE_SECONDS
     SIS_SPARK_MASTER SIS_SPARK_DRIVER_MEMORY SIS_SPARK_SHUFFLE_PARTITIONS SIS_SPARK_UI
     SIS_SPARK_CONF SIS_SPARK_SECRET_CONF SIS_SPARK_JARS_DIR SIS_SPARK_CLASS_ARCHIVE
-    SIS_REDELIVERY_LIMIT SIS_SELECTOR SIS_QUARANTINE_AFTER
+    SIS_REDELIVERY_LIMIT SIS_SELECTOR SIS_PRIORITY SIS_QUARANTINE_AFTER
     SIS_INTAKE SIS_SERVING_URL SIS_SERVING_PASSWORD SIS_LIVE_GROUP_WAIT_MS
     SIS_LIVE_GROUP_MAX_MESSAGES SIS_LIVE_MAX_MASTERS SIS_LIVE_REPORT_SECONDS
-    SIS_LIVE_MAX_LAG_SECONDS SIS_LIVE_BATCH_SECONDS
+    SIS_LIVE_MAX_LAG_SECONDS SIS_LIVE_BATCH_SECONDS SIS_LIVE_PRIORITY_WINDOW
     SIS_LAKE_LAG_WARN_SECONDS SIS_LAKE_LAG_FAIL_SECONDS SIS_DEAD_LETTER_RATE_WARN
     SIS_FRESHNESS_WARN_SECONDS SIS_FRESHNESS_FAIL_SECONDS
     """.split(),

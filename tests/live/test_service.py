@@ -285,14 +285,14 @@ def test_a_failing_fold_leaves_landing_going_and_is_retried(tmp_path, monkeypatc
     place = Place(tmp_path)
     feed = _feed(28, 150)
     broken = threading.Event()
-    fold = LiveFold.fold
+    parts = LiveFold.parts
 
-    def failing_fold(self, messages):
+    def failing_parts(self, messages, ahead=()):
         if broken.is_set():
             raise ZeroDivisionError("a bug in the fold (the test)")
-        return fold(self, messages)
+        return parts(self, messages, ahead)
 
-    monkeypatch.setattr(LiveFold, "fold", failing_fold)
+    monkeypatch.setattr(LiveFold, "parts", failing_parts)
     config = LiveConfig(
         group_max_messages=20,
         idle_wait_seconds=0.2,
