@@ -459,7 +459,7 @@ def merged(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         "backlog": ("messages", "mode"),
         "fold": ("messages",),
         "latency": ("rate", "mode"),
-        "live": ("kind", "source", "rate", "messages"),
+        "live": ("kind", "source", "rate", "messages", "prioritized"),
     }
     out = {**old, **{k: v for k, v in new.items() if k not in keys}}
     for part, key in keys.items():

@@ -18,6 +18,11 @@ rate     A publisher process puts the simulator's feed (`--live-duplicates` of i
 backlog  The queue preloaded with N messages, then `sis-live` started: the time from its start
          until the store's position is the last landed message and every message put is
          applied; sis-live's peak RSS sampled every 0.1 s with psutil.
+         With `--live-priority SELECTORS` each backlog is measured twice, without and with
+         SIS_PRIORITY set to SELECTORS, and both report when the masters the first selector
+         picks were current (the commit time of each one's last change, from sis-live's start)
+         against when every master was. The selectors must test event attributes only (sport,
+         country, course, eventStatus), which the masters' final documents show.
 
 Sources: `embedded` (the embedded queue under the data folder) and `stomp` (ActiveMQ: a
 broker started for the run by scripts/activemq.sh on free loopback ports, or the one
@@ -42,12 +47,15 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
 import psutil
 import pyarrow.parquet as pq
 
+from sis_platform.domain.items import Item, selectable_properties
+from sis_platform.domain.priority import Priority, event_attributes
 from sis_platform.landing import LandingZone
 from sis_platform.queues.embedded import EmbeddedQueue
 from sis_platform.queues.factory import open_source_from_environment
@@ -275,9 +283,11 @@ class Run(NamedTuple):
     profile: Path | None  # sis-live run under cProfile, its stats written here
 
 
-def new_run(source: Source, data: Path, args: Any, label: str) -> Run:
+def new_run(source: Source, data: Path, args: Any, label: str, priority: str | None = None) -> Run:
     env = {k: v for k, v in os.environ.items() if not _overridden(k)}
     env.update({"SIS_DATA_DIR": str(data), "SIS_INTAKE": "live", **source.env})
+    if priority:
+        env["SIS_PRIORITY"] = priority
     settings = load_settings(env)
     log: Path = args.live_log
     profile = log.parent / f"sis-live-{label}.prof" if args.live_profile else None
@@ -286,7 +296,8 @@ def new_run(source: Source, data: Path, args: Any, label: str) -> Run:
 
 def _overridden(name: str) -> bool:
     """The caller's SIS_* variables a measurement sets itself."""
-    return name in ("SIS_DATA_DIR", "SIS_SERVING_URL", "SIS_LANDING_DIR", "SIS_LAKE_PATH") or (
+    own = ("SIS_DATA_DIR", "SIS_SERVING_URL", "SIS_LANDING_DIR", "SIS_LAKE_PATH", "SIS_PRIORITY")
+    return name in own or (
         name.startswith(("SIS_SOURCE", "SIS_QUEUE_", "SIS_STOMP_", "SIS_IBMMQ_"))
     )
 
@@ -518,10 +529,14 @@ def _spread(values: list[float]) -> dict[str, float]:
     }
 
 
-def measure_backlog(source: Source, messages: int, args: Any, data: Path) -> dict:
+def measure_backlog(
+    source: Source, messages: int, args: Any, data: Path, prioritized: bool = False
+) -> dict:
     """The queue preloaded with `messages`, then sis-live started: time until the store has
-    applied them all, and sis-live's peak RSS."""
-    run = new_run(source, data, args, f"{source.name}-backlog-{messages}")
+    applied them all, and sis-live's peak RSS; with `args.live_priority`, when the first
+    selector's masters were current (`prioritized`: sis-live ran with SIS_PRIORITY)."""
+    label = f"{source.name}-backlog-{messages}{'-priority' if prioritized else ''}"
+    run = new_run(source, data, args, label, args.live_priority if prioritized else None)
     t0 = time.monotonic()
     preloading = publish(source, run, data / "published.json", messages, None, args)
     if preloading.wait() != 0:
@@ -529,6 +544,7 @@ def measure_backlog(source: Source, messages: int, args: Any, data: Path) -> dic
     preload_s = time.monotonic() - t0
     load_before = load_average()
     started = time.monotonic()
+    started_at = datetime.now(UTC)
     live = start_live(run)
     rss = PeakRss(live.pid)
     rss.start()
@@ -542,10 +558,16 @@ def measure_backlog(source: Source, messages: int, args: Any, data: Path) -> dic
         rss.stop.set()
         rss.join()
     zone = LandingZone(run.landing)
+    current = {}
+    if args.live_priority:
+        with open_store(run.serving_url) as store:
+            current = currency(store, Priority.compile(args.live_priority), started_at)
     return {
         "kind": "backlog",
         "source": source.name,
         "messages": messages,
+        "prioritized": prioritized,
+        **current,
         "wall_s": round(wall_s, 2),
         "store_ready_s": round(store_s, 2),
         "messages_per_s": round(messages / wall_s),
@@ -556,6 +578,38 @@ def measure_backlog(source: Source, messages: int, args: Any, data: Path) -> dic
         "profile": str(run.profile) if run.profile else None,
         "load_before": load_before,
         "load_after": load_average(),
+    }
+
+
+def currency(store: ServingStore, priority: Priority, started_at: datetime) -> dict[str, Any]:
+    """When the masters the first of `priority`'s selectors picks were all current (the commit
+    time of each one's last change, in seconds from `started_at`), and when every master was.
+    Read after the run from the change log and the masters' final documents."""
+    last: dict[str, datetime] = {}
+    after = 0
+    while batch := store.changes(after, 100_000):
+        for change in batch:
+            last[change.master_id] = change.committed_at
+        after = batch[-1].seq
+    first = priority.selectors[0]
+    picked = []
+    for master_id in last:
+        shown = store.master(master_id)
+        if shown is None:
+            continue
+        item = Item("bench", 0, master_id, "master", "refresh", shown.document)
+        if first.matches(selectable_properties(item, event_attributes(shown.document))):
+            picked.append(master_id)
+
+    def seconds(ids: list[str]) -> float:
+        latest = max((last[i] for i in ids), default=started_at)
+        return round((latest - started_at).total_seconds(), 2)
+
+    return {
+        "priority_current_s": seconds(picked),
+        "all_current_s": seconds(list(last)),
+        "priority_masters": len(picked),
+        "masters": len(last),
     }
 
 
@@ -578,11 +632,13 @@ class Planned(NamedTuple):
     rate: float = 0.0
     seconds: float = 0.0
     messages: int = 0
+    prioritized: bool = False  # a backlog with SIS_PRIORITY (--live-priority)
 
     @property
     def label(self) -> str:
         what = f"{self.rate:g} msg/s for {self.seconds:g} s" if self.rate else "backlog"
-        return f"{self.source} {what}" + (f" {self.messages:,}" if self.messages else "")
+        what += f" {self.messages:,}" if self.messages else ""
+        return f"{self.source} {what}" + (" with SIS_PRIORITY" if self.prioritized else "")
 
 
 def plan(args: Any) -> list[Planned]:
@@ -600,6 +656,11 @@ def plan(args: Any) -> list[Planned]:
     return [
         *(Planned(s, r, t) for r, t in zip(rates, seconds, strict=True) for s in sources),
         *(Planned(s, messages=n) for n in backlogs for s in sources),
+        *(
+            Planned(s, messages=n, prioritized=True)
+            for n in (backlogs if args.live_priority else [])
+            for s in sources
+        ),
     ]
 
 
@@ -628,7 +689,7 @@ def measure(args: Any) -> list[dict[str, Any]]:
                 if p.rate:
                     r = measure_rate(source, p.rate, p.seconds, args, data)
                 else:
-                    r = measure_backlog(source, p.messages, args, data)
+                    r = measure_backlog(source, p.messages, args, data, p.prioritized)
                 figures.append(r)
                 print(f"  {summary(r)}", flush=True)
                 if r.get("profile"):
@@ -656,9 +717,15 @@ def _none() -> Iterator[None]:
 def summary(r: dict[str, Any]) -> str:
     load = f"load {r['load_before']} / {r['load_after']}"
     if r["kind"] == "backlog":
+        priority = ""
+        if "priority_current_s" in r:
+            priority = (
+                f", {r['priority_masters']} priority masters current at "
+                f"{r['priority_current_s']:.2f} s, all {r['masters']} at {r['all_current_s']:.2f} s"
+            )
         return (
             f"{r['wall_s']:.2f} s ({r['messages_per_s']:,} msg/s), sis-live peak RSS "
-            f"{r['peak_rss_mib']} MiB, {load}"
+            f"{r['peak_rss_mib']} MiB{priority}, {load}"
         )
     return (
         f"p50 {r['p50_ms']:.1f} ms, p95 {r['p95_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, "
@@ -743,6 +810,8 @@ def _backlog_rows(r: dict[str, Any], load: str) -> list[LiveRow]:
     n = r["messages"]
     target = TARGET_BACKLOG_S.get(n)
     what = f"live {r['source']} backlog {n:,}"
+    if r.get("prioritized"):
+        what += " with SIS_PRIORITY"
     rows = [
         LiveRow(
             f"{what}: sis-live start -> store caught up",
@@ -753,6 +822,17 @@ def _backlog_rows(r: dict[str, Any], load: str) -> list[LiveRow]:
             load,
         )
     ]
+    if "priority_current_s" in r:
+        rows.append(
+            LiveRow(
+                f"{what}: first selector's masters current / every master current",
+                f"{r['priority_current_s']:.2f} s ({r['priority_masters']} masters) / "
+                f"{r['all_current_s']:.2f} s ({r['masters']})",
+                "",
+                "",
+                load,
+            )
+        )
     big = n >= 1_200_000
     rows.append(
         LiveRow(
@@ -789,6 +869,12 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=0.01,
         help="share of the feed that is redelivered duplicates (default 0.01)",
+    )
+    group.add_argument(
+        "--live-priority",
+        metavar="SELECTORS",
+        help="measure each backlog again with SIS_PRIORITY=SELECTORS, reporting when the first "
+        "selector's masters were current against every master (event attributes only)",
     )
     group.add_argument("--live-drain-timeout", type=float, default=900.0)
     group.add_argument(
