@@ -4,7 +4,6 @@ first, ends exactly where the reference does, and survives an interruption betwe
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import replace
 
 import pytest
@@ -16,7 +15,6 @@ from sis_platform.live.applier import CRASH_BETWEEN_PARTS
 from sis_platform.live.fold import FoldOptions, LiveFold
 from sis_platform.serving import open_store
 from sis_platform.serving.records import GroupCommit
-from sis_platform.serving.schema import SCHEMA_VERSION
 from sis_platform.serving.store import ServingStore
 from sis_platform.simulator.generator import generate_feed
 from tests.live.feed import INVALID, groups_of_varying_size, landed_feed
@@ -111,23 +109,6 @@ def test_a_stretch_cut_short_between_its_parts_is_refolded_without_the_masters_a
         for part in LiveFold(store, FoldOptions()).parts(rest):
             _commit(store, fold, part)
     assert_store_matches_reference(db, reference_for([m.message for m in log]))
-
-
-def test_a_version_1_store_is_upgraded_in_place(tmp_path):
-    db = tmp_path / "serving.db"
-    open_store(f"sqlite:///{db}").close()
-    conn = sqlite3.connect(db)
-    with conn:
-        conn.execute("DROP TABLE ahead")
-        conn.execute("UPDATE position SET schema_version = 1")
-    conn.close()
-    with open_store(f"sqlite:///{db}") as store:
-        assert store.ahead() == {}
-    conn = sqlite3.connect(db)
-    try:
-        assert conn.execute("SELECT schema_version FROM position").fetchone() == (SCHEMA_VERSION,)
-    finally:
-        conn.close()
 
 
 def _feed(seed: int, messages: int):

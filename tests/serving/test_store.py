@@ -22,7 +22,9 @@ from sis_platform.serving import (
     PositionConflict,
     ServingStore,
     StoredMaster,
+    open_store,
 )
+from sis_platform.serving.schema import SCHEMA_VERSION
 from tests.serving.groups import PUT_TIME, document, group, sha, table
 
 REPO = Path(__file__).resolve().parents[2]
@@ -174,6 +176,44 @@ def test_the_writer_reads_its_state_back(store: ServingStore) -> None:
     assert store.seen([]) == set()
     # Many ids at once: one parameter whatever the count.
     assert len(store.seen(f"id-{n}" for n in range(50_000))) == 0
+
+
+def test_a_part_committed_ahead_shows_its_masters_and_waits_for_the_position(
+    store: ServingStore,
+) -> None:
+    store.commit(group((1, 0), [("M1", 1)]))
+    ahead = dataclasses.replace(group((1, 4), [("M2", 1)], first_msg_seq=2), ahead=("M2", "M3"))
+    store.commit(ahead)
+    assert store.master("M2") == StoredMaster(1, document("M2", 1))
+    assert store.position() == LogPosition(1, 0) and store.status().messages == 1
+    assert store.ahead() == {"M2": LogPosition(1, 4), "M3": LogPosition(1, 4)}
+    # An outcome ahead of the position is not "seen": the rest of its message is still due.
+    assert store.seen(["msg-M1-1", "msg-M2-1"]) == {"msg-M1-1"}
+    with pytest.raises(PositionConflict):
+        store.commit(dataclasses.replace(group((1, 0), [("M4", 1)]), ahead=("M4",)))
+    rest = dataclasses.replace(group((1, 4), [("M5", 1)], first_msg_seq=3), completes=4)
+    store.commit(rest)
+    assert store.position() == LogPosition(1, 4) and store.status().messages == 5
+    assert store.ahead() == {}
+    assert store.seen(["msg-M1-1", "msg-M2-1"]) == {"msg-M1-1", "msg-M2-1"}
+
+
+def test_a_version_1_store_is_upgraded_in_place(store: ServingStore, store_url: str) -> None:
+    store.commit(group((1, 0), [("M1", 1)]))
+
+    def downgrade(conn):
+        with store._transaction(conn, write=True):
+            conn.execute("DROP TABLE ahead")
+            conn.execute("UPDATE position SET schema_version = 1")
+
+    store._run(downgrade)
+    store.close()
+    with open_store(store_url) as upgraded:
+        assert upgraded.ahead() == {} and upgraded.master("M1") is not None
+        version = upgraded._run(
+            lambda conn: conn.execute("SELECT schema_version FROM position").fetchone()
+        )
+        assert tuple(version) == (SCHEMA_VERSION,)
 
 
 def test_changes_are_paged_in_order(store: ServingStore) -> None:
