@@ -132,8 +132,7 @@ class LiveFold:
         for master_ids in first:
             if master_ids:
                 yield self._part(classified.part(master_ids, whole_messages=False), messages)
-        last = classified.part(rest, whole_messages=True)
-        yield self._part(last, messages, last=True, completes=len(messages))
+        yield self._part(classified.part(rest, whole_messages=True), messages, last=True)
 
     def _classified(
         self, messages: Sequence[LandedMessage], ahead: frozenset[str]
@@ -162,8 +161,10 @@ class LiveFold:
         messages: Sequence[LandedMessage],
         *,
         last: bool = False,
-        completes: int | None = None,
     ) -> GroupCommit:
+        """The commit of `classified`'s masters; the `last` part of a stretch also takes the
+        messages as a whole and completes every message of it (some may have had all their
+        items committed in earlier parts, even by an interrupted earlier try)."""
         options = self.options
         before = self._states(classified.groups.keys())
         folded = fold_stretch(
@@ -183,7 +184,7 @@ class LiveFold:
             dead_letters=_dead_letters(folded, messages),
             outcomes=_outcomes(folded, messages),
             ahead=() if last else tuple(classified.groups),
-            completes=completes,
+            completes=len(messages) if last else None,
         )
 
     def committed(self, group: GroupCommit) -> None:

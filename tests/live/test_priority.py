@@ -83,9 +83,13 @@ def test_priority_masters_are_published_first_and_the_store_ends_as_the_referenc
     assert_store_matches_reference(tmp_path / "serving.db", reference_for([m.message for m in log]))
 
 
-@pytest.mark.parametrize("refold_in", [1, 3], ids=["whole", "in-three-stretches"])
+@pytest.mark.parametrize(
+    ("refold_in", "options"),
+    [(1, OPTIONS), (3, OPTIONS), (1, FoldOptions())],
+    ids=["whole", "in-three-stretches", "priority-unset-before-the-restart"],
+)
 def test_a_stretch_cut_short_between_its_parts_is_refolded_without_the_masters_ahead(
-    tmp_path, refold_in
+    tmp_path, refold_in, options
 ):
     log = landed_feed(seed=22, messages=900)
     first, rest = log[:600], log[600:]
@@ -98,16 +102,17 @@ def test_a_stretch_cut_short_between_its_parts_is_refolded_without_the_masters_a
         assert ahead and set(ahead.values()) == {first[-1].position}
         # A restart: a new fold from the store, the stretch refolded up to where it ended (the
         # applier never lets a stretch run across that end), then the log goes on.
-        fold = LiveFold(store, OPTIONS)
+        fold = LiveFold(store, options)
         size = -(-len(first) // refold_in)
         for start in range(0, len(first), size):
             stretch = first[start : start + size]
             end = stretch[-1].position
             for part in fold.parts(stretch, [m for m, to in ahead.items() if to >= end]):
                 _commit(store, fold, part)
-        assert store.ahead() == {}
-        for part in LiveFold(store, FoldOptions()).parts(rest):
+        assert store.ahead() == {} and store.status().messages == len(first)
+        for part in fold.parts(rest):
             _commit(store, fold, part)
+        assert store.status().messages == len(log)
     assert_store_matches_reference(db, reference_for([m.message for m in log]))
 
 
