@@ -107,7 +107,7 @@ class Applier:
             self.catch_up(messages[-1].position)
             return
         try:
-            self._commit_stretch(messages)
+            self._commit_stretch(messages, prioritize=False)
         except ServingUnavailable as error:
             self._unavailable(error)
         except Exception as error:
@@ -138,7 +138,7 @@ class Applier:
                 size,
                 self._ahead.values(),
             ):
-                self._commit_stretch(chunk)
+                self._commit_stretch(chunk, prioritize=True)
                 caught_up += len(chunk)
                 if not keep_going():
                     break
@@ -191,13 +191,15 @@ class Applier:
                 )
         return self._store, self._fold
 
-    def _commit_stretch(self, messages: Sequence[LandedMessage]) -> None:
-        """Fold `messages` (the log right after the store's position) and commit them; raises
-        ServingUnavailable, after which the connection is dropped (`_unavailable`)."""
+    def _commit_stretch(self, messages: Sequence[LandedMessage], *, prioritize: bool) -> None:
+        """Fold `messages` (the log right after the store's position) and commit them, in parts
+        if `prioritize` (a catch-up; a group just landed commits at once in one part, which is
+        as soon as any part of it could); raises ServingUnavailable, after which the connection
+        is dropped (`_unavailable`)."""
         store, fold = self._connected()
         end = messages[-1].position
         ahead = [master_id for master_id, to in self._ahead.items() if to >= end]
-        for part in fold.parts(messages, ahead):
+        for part in fold.parts(messages, ahead, prioritize=prioritize):
             store.commit(part)
             fold.committed(part)
             if part.ahead:

@@ -115,16 +115,21 @@ class LiveFold:
         return self._part(self._classified(messages, frozenset()), messages, last=True)
 
     def parts(
-        self, messages: Sequence[LandedMessage], ahead: Iterable[str] = ()
+        self,
+        messages: Sequence[LandedMessage],
+        ahead: Iterable[str] = (),
+        *,
+        prioritize: bool = True,
     ) -> Iterator[GroupCommit]:
-        """The commits for `messages` (as `fold`), in parts when a priority is set: one `ahead`
-        part per priority class that has masters in the stretch, earliest first, then the rest
-        with the messages as a whole, which moves the position. `ahead`: masters whose items
-        in the stretch an interrupted earlier try already committed (skipped). Commit each part
-        and call `committed` before taking the next, which folds onto the cache."""
+        """The commits for `messages` (as `fold`), in parts when a priority is set and
+        `prioritize`: one `ahead` part per priority class that has masters in the stretch,
+        earliest first, then the rest with the messages as a whole, which moves the position.
+        `ahead`: masters whose items in the stretch an interrupted earlier try already committed
+        (skipped). Commit each part and call `committed` before taking the next, which folds
+        onto the cache."""
         classified = self._classified(messages, frozenset(ahead))
         priority = self.options.priority
-        if priority is None:
+        if priority is None or not prioritize:
             yield self._part(classified, messages, last=True)
             return
         before = self._states(classified.groups.keys())

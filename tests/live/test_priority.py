@@ -10,7 +10,6 @@ import pytest
 
 from sis_platform.domain.pipeline import ReferencePipeline
 from sis_platform.domain.priority import Priority
-from sis_platform.landing import LandedMessage
 from sis_platform.live.applier import CRASH_BETWEEN_PARTS
 from sis_platform.live.fold import FoldOptions, LiveFold
 from sis_platform.serving import open_store
@@ -125,20 +124,44 @@ def test_a_backlog_under_the_service_is_folded_in_windows_and_ends_as_the_refere
     feed = _feed(23, 700)
     place.put(feed)
     config = replace(CONFIG, fold=OPTIONS, priority_window=250)
-    stretches: list[list[LandedMessage]] = []
+    stretches: list[tuple[int, bool]] = []
     parts = LiveFold.parts
 
-    def recording(self, messages, ahead=()):
-        stretches.append(list(messages))
-        return parts(self, messages, ahead)
+    def recording(self, messages, ahead=(), *, prioritize=True):
+        stretches.append((len(messages), prioritize))
+        return parts(self, messages, ahead, prioritize=prioritize)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(LiveFold, "parts", recording)
         with running(place, config) as service:
             assert service.wait_until(drained, BOUND_SECONDS)
-    # Groups of 20 arrived full, so the backlog was folded in windows of up to 250 messages.
-    assert max(len(s) for s in stretches) > CONFIG.group_max_messages
-    assert all(len(s) <= 250 for s in stretches)
+    # Groups of 20 arrived full, so the backlog was folded in windows of up to 250 messages,
+    # each in parts.
+    assert max(size for size, _ in stretches) > CONFIG.group_max_messages
+    assert all(size <= 250 for size, _ in stretches)
+    assert all(prioritize for size, prioritize in stretches if size > CONFIG.group_max_messages)
+    assert_live_equals_reference(place, feed)
+
+
+def test_a_live_feed_s_groups_commit_at_once_in_one_part(tmp_path):
+    place = Place(tmp_path / "data")
+    feed = _feed(25, 60)
+    # Every update's master is a priority master: a group split in parts would show.
+    config = replace(CONFIG, fold=FoldOptions(priority=Priority.compile("category = 'update'")))
+    commits: list[tuple[str, ...]] = []
+    commit = ServingStore.commit
+
+    def recording(self, group):
+        commits.append(group.ahead)
+        return commit(self, group)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ServingStore, "commit", recording)
+        with running(place, config) as service:
+            for message in feed:  # one at a time: no group is full, no backlog
+                place.put([message])
+                assert service.wait_until(drained, BOUND_SECONDS)
+    assert len(commits) == len(feed) and not any(commits)
     assert_live_equals_reference(place, feed)
 
 

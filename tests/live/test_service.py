@@ -287,10 +287,10 @@ def test_a_failing_fold_leaves_landing_going_and_is_retried(tmp_path, monkeypatc
     broken = threading.Event()
     parts = LiveFold.parts
 
-    def failing_parts(self, messages, ahead=()):
+    def failing_parts(self, messages, ahead=(), **options):
         if broken.is_set():
             raise ZeroDivisionError("a bug in the fold (the test)")
-        return parts(self, messages, ahead)
+        return parts(self, messages, ahead, **options)
 
     monkeypatch.setattr(LiveFold, "parts", failing_parts)
     config = LiveConfig(
