@@ -66,6 +66,14 @@ def run_until_signalled(service: LiveService, settings: Settings) -> None:
         service.zone.root,
         shown_url(settings.serving.url),
     )
+    priority = service.config.fold.priority
+    if priority is not None:
+        log.info(
+            "SIS_PRIORITY: %d selector(s); a backlog is folded in windows of up to %d "
+            "message(s), their masters in that order ahead of the rest",
+            len(priority.selectors),
+            service.config.priority_window,
+        )
     # What exists now (the imported modules, mostly) lives as long as the process: moved out of
     # the collector's sight, so that a full collection while messages flow walks only what the
     # service made since (on this platform's imports, tens of milliseconds less per collection

@@ -174,6 +174,7 @@ def test_a_kill_between_the_parts_loses_nothing_and_applies_nothing_twice(tmp_pa
     variables = {"SIS_PRIORITY": PRIORITY, "SIS_LIVE_PRIORITY_WINDOW": "150"}
     proc = start_live(place.root, log, SIS_CRASH_AT=f"{CRASH_BETWEEN_PARTS}@2", **variables)
     assert finish(proc, BOUND_SECONDS, log) == SIGKILLED, log.read_text(errors="replace")[-4000:]
+    assert "SIS_PRIORITY: 2 selector(s)" in log.read_text(errors="replace")  # the operator sees it
     with open_store(place.url) as store:
         assert store.ahead()  # killed with a stretch half committed
     with running(place, replace(CONFIG, fold=OPTIONS, priority_window=150)) as service:
