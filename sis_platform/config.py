@@ -90,6 +90,7 @@ def resources(settings_or_env: Settings | Mapping[str, str] | None = None) -> di
             redelivery_limit=processing.redelivery_limit,
             quarantine_after=processing.quarantine_after,
             selector=processing.selector,
+            priority=processing.priority,
         ),
         "spark": DeltaSparkResource(spark_config=spark_config(spark, master)),
         "feed_checks": FeedChecksResource(

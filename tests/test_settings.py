@@ -13,6 +13,7 @@ import pytest
 
 from sis_platform import config, settings
 from sis_platform.domain.limits import DEFAULT_LIMITS
+from sis_platform.live.config import LiveConfig
 from sis_platform.settings import (
     ConfigurationError,
     EmbeddedSourceSettings,
@@ -203,6 +204,9 @@ def test_ibmmq_settings_name_every_missing_variable() -> None:
         ({"SIS_LIVE_REPORT_SECONDS": "0.5"}, "SIS_LIVE_REPORT_SECONDS=0.5 must be at least 1"),
         ({"SIS_LIVE_MAX_LAG_SECONDS": "0"}, "SIS_LIVE_MAX_LAG_SECONDS=0 positive"),
         ({"SIS_LIVE_BATCH_SECONDS": "0.5"}, "SIS_LIVE_BATCH_SECONDS=0.5 must be at least 1"),
+        ({"SIS_LIVE_PRIORITY_WINDOW": "0"}, "SIS_LIVE_PRIORITY_WINDOW=0 must be at least 1"),
+        ({"SIS_PRIORITY": "sport = 'x';"}, "selector: priority selector 2 is empty"),
+        ({"SIS_PRIORITY": "sport = 'x'; sport ="}, "priority selector 2: expected a value"),
     ],
 )
 def test_a_bad_value_fails_at_start_naming_the_variable(
@@ -213,6 +217,15 @@ def test_a_bad_value_fails_at_start_naming_the_variable(
     # The code location's resources fail the same way.
     with pytest.raises(config.ConfigurationError, match=re.escape(message)):
         config.resources({"SIS_DATA_DIR": str(tmp_path), **variables})
+
+
+def test_sis_priority_reaches_sis_live_and_the_lake_s_fold(tmp_path: Path) -> None:
+    text = "sport = 'horse-racing' AND country = 'IE'; sport = 'horse-racing'"
+    env = {"SIS_DATA_DIR": str(tmp_path), "SIS_PRIORITY": text, "SIS_LIVE_PRIORITY_WINDOW": "900"}
+    live = LiveConfig.from_settings(load_settings(env))
+    assert live.fold.priority is not None and len(live.fold.priority.selectors) == 2
+    assert live.priority_window == 900
+    assert config.resources(env)["processing"].priority == text
 
 
 def test_an_empty_variable_means_its_default(tmp_path: Path) -> None:

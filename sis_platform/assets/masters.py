@@ -154,6 +154,7 @@ def fold_masters(
     feed_checks: FeedChecksResource,
 ) -> Iterator[dg.MaterializeResult | dg.AssetObservation | dg.AssetCheckResult]:
     processing.compiled_selector()  # a bad selector fails here, loudly, before any write
+    processing.compiled_priority()
     lk = lake.lake(spark.spark_session)
     replayed: ReplayResult | None = None
     if config.replay is None:
@@ -163,6 +164,7 @@ def fold_masters(
             run_id=context.run.run_id,
             quarantine_after=processing.quarantine_after,
             limits=processing.limits(),
+            priority=processing.priority,
         )
     else:
         replayed = replay(context, config.replay, lk, processing, landing.root)

@@ -9,6 +9,7 @@ import dagster as dg
 from pydantic import Field
 
 from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
+from sis_platform.domain.priority import Priority
 from sis_platform.domain.selector import Selector
 from sis_platform.landing import LandingZone
 from sis_platform.lease import ConsumerLease, holder_id
@@ -159,6 +160,11 @@ class FeedProcessingResource(dg.ConfigurableResource):
         description="JMS selector over item properties (category, type, masterId, sport, "
         "country, course, eventStatus, ...); items it does not select are recorded as filtered.",
     )
+    priority: str | None = Field(
+        default=None,
+        description="JMS selectors separated by ';' (SIS_PRIORITY): each fold step commits the "
+        "master_documents rows of the masters matching an earlier one before the others.",
+    )
     quarantine_after: int = Field(
         default=DEFAULT_QUARANTINE_AFTER,
         ge=1,
@@ -185,6 +191,9 @@ class FeedProcessingResource(dg.ConfigurableResource):
 
     def compiled_selector(self) -> Selector | None:
         return Selector.compile(self.selector) if self.selector else None
+
+    def compiled_priority(self) -> Priority | None:
+        return Priority.compile(self.priority) if self.priority else None
 
 
 class FeedChecksResource(dg.ConfigurableResource):

@@ -167,8 +167,22 @@ class StepOutputs:
     states: DataFrame  # the new state of every master the step changed
 
 
-def write_outputs(lake: Lake, out: StepOutputs, *, dead_lettered: int) -> None:
-    """Append the step's rows and merge its states (all before the commit point)."""
+def write_outputs(
+    lake: Lake, out: StepOutputs, *, dead_lettered: int, priority_classes: int = 0
+) -> None:
+    """Append the step's rows and merge its states (all before the commit point). With
+    `priority_classes` (SIS_PRIORITY's selectors), the states of each class's masters are
+    merged first, one commit per class in order, so that readers of master_documents see them
+    before the step's other writes; an interrupted step's recovery restores these commits too."""
+    columns = [f.name for f in MASTER_DOCUMENTS.schema().fields]
+    states = out.states
+    for priority_class in range(priority_classes):
+        ahead = states.where(F.col("priority_class") == priority_class)
+        if not ahead.isEmpty():
+            lake.merge_rows(MASTER_DOCUMENTS, ahead.select(*columns), keys=("master_id",))
+    if priority_classes:
+        rest = F.col("priority_class").isNull() | (F.col("priority_class") >= priority_classes)
+        states = states.where(rest)
     for table, rows in (
         (MASTER_VERSIONS, out.versions),
         (DEAD_LETTERS, out.dead_letters),
@@ -181,9 +195,5 @@ def write_outputs(lake: Lake, out: StepOutputs, *, dead_lettered: int) -> None:
         lake.append(table, rows, txn_app_id=f"sis-fold:{table.name}")
         if table is MASTER_VERSIONS:
             crash_point("fold.after_versions")
-    lake.merge_rows(
-        MASTER_DOCUMENTS,
-        out.states.select(*[f.name for f in MASTER_DOCUMENTS.schema().fields]),
-        keys=("master_id",),
-    )
+    lake.merge_rows(MASTER_DOCUMENTS, states.select(*columns), keys=("master_id",))
     crash_point("fold.after_documents")

@@ -228,6 +228,7 @@ class Rewind:
                 F.lit(False).alias("filtered"),
                 F.lit(None).cast("long").alias("batch_seq"),
                 F.lit(None).cast("int").alias("msg_seq"),
+                F.lit(None).cast("int").alias("priority_class"),
                 step.alias("fold_step"),
             )
         )

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, NoReturn
 from pyspark.sql import functions as F
 
 from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
+from sis_platform.domain.priority import Priority
 from sis_platform.domain.reasons import Outcome
 from sis_platform.faults import injected_fold_failure, kill_in_worker
 from sis_platform.guard import InFlightFolder
@@ -87,8 +88,12 @@ def fold_step(
     rewind: Mapping[str, int] | None = None,
     quarantine_after: int = 3,
     limits: Limits = DEFAULT_LIMITS,
+    priority: str | None = None,
 ) -> FoldStepResult:
     """Recover, then fold the next gap-free run of batches and commit it as one step.
+
+    `priority` (SIS_PRIORITY): master_documents takes the masters of each priority class in a
+    commit of their own, in order, before the step's other writes (outputs.write_outputs).
 
     Masters whose folded batches' items changed since are rewound and refolded in the same step
     (rewind.py); `rewind` asks for the same explicitly (master id -> batch to refold from):
@@ -126,6 +131,7 @@ def fold_step(
         limits=limits,
         timed_out=step_input.timed_out,
         injected=injected_fold_failure(),
+        priority_text=priority,
     )
     fail = partial(
         fail_step, lake, step=plan.step, run_id=run_id, quarantine_after=quarantine_after
@@ -166,7 +172,8 @@ def fold_step(
         outcomes=outcomes,
         states=states,
     )
-    write_outputs(lake, outputs, dead_lettered=result.dead_lettered)
+    classes = len(Priority.compile(priority).selectors) if priority else 0
+    write_outputs(lake, outputs, dead_lettered=result.dead_lettered, priority_classes=classes)
     commit_step(
         lake,
         result,

@@ -30,6 +30,7 @@ from sis_platform.domain.fold import (
 )
 from sis_platform.domain.items import Item
 from sis_platform.domain.limits import Limits
+from sis_platform.domain.priority import Priority
 from sis_platform.domain.selector import Selector
 from sis_platform.faults import InjectedFailure
 from sis_platform.guard import Guard, WatchedItems, failure_detail
@@ -61,6 +62,8 @@ FOLD_OUT_SCHEMA = T.StructType(
         T.StructField("filtered", T.BooleanType(), True),
         T.StructField("batch_seq", T.LongType(), True),
         T.StructField("msg_seq", T.IntegerType(), True),
+        # A state row's priority class (SIS_PRIORITY, domain/priority.py); None without one.
+        T.StructField("priority_class", T.IntegerType(), True),
     ]
 )
 
@@ -84,6 +87,7 @@ class FoldRow(NamedTuple):
     filtered: bool | None = None
     batch_seq: int | None = None
     msg_seq: int | None = None
+    priority_class: int | None = None
 
 
 assert FoldRow._fields == tuple(FOLD_OUT_SCHEMA.fieldNames())
@@ -136,6 +140,7 @@ class WorkerPlan:
     # dead-lettered `too-complex` with this detail and never folded again.
     timed_out: Mapping[tuple[str, int], str] = field(default_factory=dict)
     injected: InjectedFailure | None = None  # test hook (sis_platform.faults)
+    priority_text: str | None = None  # SIS_PRIORITY: each state row says its master's class
 
 
 def fold_partition(
@@ -218,14 +223,23 @@ def fold_one(
         detail = failure_detail(error)
         return [FoldRow(FAILURE, master_id, reason=type(error).__name__, detail=detail)]
     guard.done()
-    return output_rows(master_id, result, where)
+    priority_class = None
+    if plan.priority_text:
+        current = _master_state(master_id, state)
+        document = current.document if current is not None else None
+        priority_class = _priority(plan.priority_text).master_class(batch, document)
+    return output_rows(master_id, result, where, priority_class)
 
 
 def output_rows(
-    master_id: str, result: MasterFoldResult, where: Mapping[tuple[str, int], tuple[int, int]]
+    master_id: str,
+    result: MasterFoldResult,
+    where: Mapping[tuple[str, int], tuple[int, int]],
+    priority_class: int | None = None,
 ) -> list[FoldRow]:
     """A master's fold result as rows: its versions, its items' results (each placed in the
-    feed by `where`: (message id, position) -> (batch_seq, msg_seq)) and its new state."""
+    feed by `where`: (message id, position) -> (batch_seq, msg_seq)) and its new state (with
+    its `priority_class`)."""
     rows: list[FoldRow] = []
     for v in result.versions:
         b, m = where[(v.message_id, v.position)]
@@ -271,6 +285,7 @@ def output_rows(
                 document=document,
                 stale=st.stale,
                 filtered=st.filtered,
+                priority_class=priority_class,
             )
         )
     return rows
@@ -302,6 +317,7 @@ def fold_items(
 
 # Compiled once per Python worker, not once per master.
 _SELECTORS: dict[str, Selector] = {}
+_PRIORITIES: dict[str, Priority] = {}
 # A PatchCache per Python worker and limits, made on first use: the cache compiles selectors
 # under its limits (their length and steps), so the configured ones must reach it.
 _PATCHES: dict[Limits, PatchCache] = {}
@@ -312,6 +328,12 @@ def _patch_cache(limits: Limits) -> PatchCache:
     if patches is None:
         patches = _PATCHES[limits] = PatchCache(limits)
     return patches
+
+
+def _priority(text: str) -> Priority:
+    if text not in _PRIORITIES:
+        _PRIORITIES[text] = Priority.compile(text)
+    return _PRIORITIES[text]
 
 
 def _selector(text: str | None) -> Selector | None:

@@ -112,6 +112,7 @@ def test_states_start_at_the_point_and_a_master_gone_leaves_a_tombstone(spark):
                     False,
                     None,
                     None,
+                    None,
                 )
             ],
             FOLD_OUT_SCHEMA,

@@ -52,6 +52,27 @@ def test_steps_over_new_batches_match_the_reference(spark, tmp_path):
     assert_lake_matches_reference(lake, reference_for(first + second))
 
 
+def test_with_a_priority_its_masters_documents_commit_before_the_others(spark, tmp_path):
+    lake = new_lake(spark, tmp_path)
+    first = [message(master(event(ASCOT_1430))), message(master(event(ASCOT_1500)))]
+    second = [message(update(ASCOT_1430, GO_SOFT)), message(update(ASCOT_1500, PRICE_7_TO_9))]
+    log_batch(lake, 1, first)
+    fold_step(lake)
+    log_batch(lake, 2, second)
+    before = lake.version(MASTER_DOCUMENTS)
+    fold_step(lake, priority=f"masterId = 'nobody'; masterId = '{ASCOT_1500}'")
+    assert lake.version(MASTER_DOCUMENTS) == before + 2  # the priority class's commit, the rest
+
+    def versions(version):
+        rows = lake.read(MASTER_DOCUMENTS, version=version).collect()
+        return {r["master_id"]: r["version"] for r in rows}
+
+    assert versions(before) == {ASCOT_1430: 1, ASCOT_1500: 1}
+    assert versions(before + 1) == {ASCOT_1430: 1, ASCOT_1500: 2}  # ahead of the other master
+    assert versions(before + 2) == {ASCOT_1430: 2, ASCOT_1500: 2}
+    assert_lake_matches_reference(lake, reference_for(first + second))
+
+
 def test_a_redelivery_in_a_later_step_is_a_duplicate(spark, tmp_path, monkeypatch):
     # Without broadcast: a step with more ids than the fold broadcasts (a catch-up over many
     # batches) looks them up in message_outcomes by a join Spark plans; the same duplicates
