@@ -3,6 +3,9 @@ op resolved together: e.g. no two definitions may share a name), in either intak
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import dagster as dg
 import pytest
 
@@ -99,3 +102,15 @@ def test_the_code_location_is_configured_by_its_settings_read_once(tmp_path):
         )
     )
     assert queue_mode.resolve_sensor_def("sportsdata_queue_sensor").minimum_interval_seconds == 7
+
+
+def test_loading_the_definitions_prints_no_warning():
+    # Every run worker loads them: a warning here is a line in every run's console output.
+    loaded = subprocess.run(
+        [sys.executable, "-W", "always", "-c", "import sis_platform.definitions"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert "Warning" not in loaded.stderr, loaded.stderr

@@ -2,6 +2,7 @@
 (message_items, with the per-batch summary batch_log and the record of classify attempts that
 died, classify_failures): assets partitioned by landing batch."""
 
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -110,19 +111,7 @@ def add_missing_columns(lake: Lake) -> list[str]:
     return [f.name for f in missing]
 
 
-# A check of its own (not computed inside raw_messages) so it can be run again at any time from
-# the UI, and partitioned like its asset (Dagster 1.13 runs a partitioned check per partition).
-# Blocking: message_items does not read a batch whose log fails it.
-@dg.asset_check(
-    asset=raw_messages,
-    name=CHAIN_CHECK,
-    blocking=True,
-    partitions_def=batches_partitions,
-    description="The batch's rows in raw_messages and its landing file both hold exactly the "
-    "anchored messages, every logged field unchanged, in order, and the hash chain runs "
-    "unbroken from the previous batch's anchored head to this batch's anchored head.",
-)
-def hash_chain_intact(
+def _hash_chain_intact(
     context: dg.AssetCheckExecutionContext,
     spark: LazyPySparkResource,
     lake: DeltaLakeResource,
@@ -153,6 +142,24 @@ def hash_chain_intact(
             "run_anchor_compared": run_anchor is not None,
         },
     )
+
+
+# A check of its own (not computed inside raw_messages) so it can be run again at any time from
+# the UI, and partitioned like its asset (Dagster 1.13 runs a partitioned check per partition).
+# Blocking: message_items does not read a batch whose log fails it. A partitioned check is a
+# preview feature in Dagster 1.13, chosen knowingly: its PreviewWarning, which every process
+# loading the definitions (each run worker) would print, is silenced here and only here.
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", dg.PreviewWarning)
+    hash_chain_intact = dg.asset_check(
+        asset=raw_messages,
+        name=CHAIN_CHECK,
+        blocking=True,
+        partitions_def=batches_partitions,
+        description="The batch's rows in raw_messages and its landing file both hold exactly "
+        "the anchored messages, every logged field unchanged, in order, and the hash chain runs "
+        "unbroken from the previous batch's anchored head to this batch's anchored head.",
+    )(_hash_chain_intact)
 
 
 @dg.multi_asset(

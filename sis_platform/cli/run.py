@@ -41,6 +41,15 @@ from sis_platform.settings import (
 
 # What dagster-webserver logs just before it binds its port (dagster_webserver/cli.py).
 WEBSERVER_STARTING = "Serving dagster-webserver on"
+# The daemon's lines of every scheduler tick that say nothing happened: each sensor's "checking"
+# before its result (which is shown: a run requested, or why not), and the run queue's
+# "nothing to launch" while a run is in flight (every 5 s). The UI's sensor and run-queue pages
+# show the same ticks.
+DAEMON_TICKS = (
+    "Checking for new runs for sensor:",
+    "runs are currently in progress. Maximum is",
+    "Priority sorting and checking tag concurrency limits for queued runs.",
+)
 
 
 @dataclass(frozen=True)
@@ -128,7 +137,8 @@ def platform_programs(options: RunOptions, settings: Settings) -> list[Program]:
             cwd=cwd,
         )
     )
-    programs.append(Program("daemon", (tool("dagster-daemon"), "run", "-w", workspace), cwd=cwd))
+    daemon = (tool("dagster-daemon"), "run", "-w", workspace)
+    programs.append(Program("daemon", daemon, cwd=cwd, quiet=DAEMON_TICKS))
     return programs
 
 

@@ -67,7 +67,8 @@ class Program:
     Ready: when an output line contains `ready_line` (if set), then when `ready_port` accepts a
     connection (if set); a program with neither is ready once started. `ready_message` is
     printed each time it becomes ready. `gate`: the programs listed after it start only once it
-    has been ready (the first time).
+    has been ready (the first time). `quiet`: an output line containing one of these is not
+    echoed (a program's own routine chatter, e.g. a line per scheduler tick).
     """
 
     name: str
@@ -78,6 +79,7 @@ class Program:
     ready_message: str | None = None
     gate: bool = False
     cwd: Path | None = None
+    quiet: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -224,7 +226,8 @@ class Supervisor:
         return True
 
     def _line(self, child: _Child, line: bytes, now: float) -> None:
-        self._emit(child.program.name, line)
+        if not any(q.encode() in line for q in child.program.quiet):
+            self._emit(child.program.name, line)
         ready_line = child.program.ready_line
         if ready_line is not None and not child.line_seen and ready_line.encode() in line:
             child.line_seen = True

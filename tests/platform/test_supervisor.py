@@ -27,7 +27,7 @@ DRIVER = textwrap.dedent(
         Backoff, Endpoint, Program, Supervisor, SupervisorSettings)
     spec = json.loads(sys.argv[1])
     programs = [
-        Program(**{**p, "argv": tuple(p["argv"]),
+        Program(**{**p, "argv": tuple(p["argv"]), "quiet": tuple(p.get("quiet", ())),
                    "ready_port": Endpoint(*p["ready_port"]) if p.get("ready_port") else None})
         for p in spec["programs"]
     ]
@@ -221,6 +221,21 @@ def test_a_line_without_end_is_passed_on_in_bounded_pieces(cleanup):
     pieces = [x[len("[chatty] ") :] for x in sup.lines if x.startswith("[chatty] ")]
     assert "".join(pieces) == "x" * size
     assert max(len(p) for p in pieces) <= MAX_LINE_BYTES
+
+
+def test_a_program_s_quiet_lines_are_not_echoed(cleanup):
+    said = "print('tick: nothing to do'); print('a run was launched'); print('tick: nothing')"
+    quiet = {"name": "chatty", "argv": py(said), "one_shot": True, "quiet": ["tick:"]}
+    sup = supervise([quiet])
+    cleanup(sup)
+    assert sup.finish(60) == 0
+    assert [x for x in sup.lines if x.startswith("[chatty] ")] == ["[chatty] a run was launched"]
+
+
+def test_the_daemon_s_tick_chatter_is_quiet(tmp_path):
+    settings = load_settings({"SIS_DATA_DIR": str(tmp_path)})
+    [daemon] = [p for p in platform_programs(RunOptions(), settings) if p.name == "daemon"]
+    assert "Checking for new runs for sensor:" in daemon.quiet
 
 
 # A program whose descendants try every way out of a plain stop: a grandchild in its group, a
