@@ -33,7 +33,8 @@ from sis_platform.simulator.generator import (
     SimulatedMessage,
 )
 
-PROGRESS_SECONDS = 5.0
+# A progress line at most this often while publishing: as sis-live reports (live/config.py).
+PROGRESS_SECONDS = 30.0
 _ROOT_IDS = re.compile(rb"<sportsdata\b[^>]*?\sid=\"([^\"]*)\"")
 
 
