@@ -21,8 +21,9 @@ def test_sigterm_stops_every_process_run_sh_started(tmp_path):
         # The simulator starts before Dagster: a short feed may be done before the UI is up.
         sup.expect(r"^\[supervisor\] sis-feed: exited with 0 .*; done$", 300, seen=True)
 
-        # A sensor evaluated: the daemon's code server (a grandchild) is up too.
-        sup.expect(r"^\[daemon\] .*Checking for new runs for sensor", 300, seen=True)
+        # A sensor evaluated (its result line; the "checking" line before it is quiet): the
+        # daemon's code server (a grandchild) is up too.
+        sup.expect(r"^\[daemon\] .*Sensor serving_store_reporter skipped", 300, seen=True)
 
         started = psutil.Process(sup.proc.pid).children(recursive=True)
         names = " ".join(command(p) for p in started)
