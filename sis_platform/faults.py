@@ -82,7 +82,8 @@ LIVE_POINTS = (
     "live.store_commit",  # inside the store's transaction: written, not committed
 )
 # Reached only with SIS_PRIORITY: a stretch's priority part committed, the rest not.
-PRIORITY_POINTS = ("live.between_parts",)
+LIVE_BETWEEN_PARTS = "live.between_parts"
+PRIORITY_POINTS = (LIVE_BETWEEN_PARTS,)
 CRASH_POINTS = CONSUMER_POINTS + MATERIALIZER_POINTS + REWIND_POINTS + LIVE_POINTS + PRIORITY_POINTS
 
 _reached: dict[str, int] = {}

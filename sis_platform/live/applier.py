@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from sis_platform.faults import crash_point
+from sis_platform.faults import LIVE_BETWEEN_PARTS, crash_point
 from sis_platform.landing import LandedMessage, LandingZone, LogPosition
 from sis_platform.live.budget import BudgetConfig, LiveBudget
 from sis_platform.live.config import LiveConfig, Retry
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # Crash point between the parts of a stretch committed in parts (SIS_PRIORITY).
-CRASH_BETWEEN_PARTS = "live.between_parts"
+CRASH_BETWEEN_PARTS = LIVE_BETWEEN_PARTS
 
 
 class Applier:

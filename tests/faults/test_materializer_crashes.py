@@ -15,7 +15,13 @@ from __future__ import annotations
 
 import pytest
 
-from sis_platform.faults import CONSUMER_POINTS, CRASH_POINTS, LIVE_POINTS, REWIND_POINTS
+from sis_platform.faults import (
+    CONSUMER_POINTS,
+    CRASH_POINTS,
+    LIVE_POINTS,
+    PRIORITY_POINTS,
+    REWIND_POINTS,
+)
 from tests.faults.sequences import (
     B1,
     B2,
@@ -32,8 +38,9 @@ def test_sequences_cover_every_declared_crash_point():
     sequences = FIRST_BATCH_SEQUENCE + SECOND_BATCH_SEQUENCE
     covered = {point.partition("@")[0] for point, _ in sequences}
     # The consumer's points are killed in tests/faults/test_consumer_crashes.py, sis-live's in
-    # tests/live/test_crashes.py, the rewind's in test_rewind_crashes.py.
-    others = set(CONSUMER_POINTS) | set(REWIND_POINTS) | set(LIVE_POINTS)
+    # tests/live/test_crashes.py and tests/live/test_priority.py, the rewind's in
+    # test_rewind_crashes.py.
+    others = set(CONSUMER_POINTS) | set(REWIND_POINTS) | set(LIVE_POINTS) | set(PRIORITY_POINTS)
     assert sorted(covered | others) == sorted(CRASH_POINTS)
     assert len(covered) == len(sequences)
     assert [point for point, _ in REWIND_SEQUENCE] == list(REWIND_POINTS)
