@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,17 +107,27 @@ def outcome(
         text=True,
     )
     # The command lines while the application runs: the child's driver JVM, and the executors
-    # the workers launch for it (gone once it ends), looked at as each line of output comes
-    # until both executors have been seen.
+    # the workers launch for it (gone once it ends). No event says an executor has started, so
+    # the process table is sampled every 0.1 s until both have been seen or the child ends
+    # (sampling only when the child printed a line missed an executor on a loaded machine).
     command_lines: dict[str, None] = {}  # in the order first seen
+    roots = [child.pid, *(p.pid for p in cluster.processes)]
+    finished = threading.Event()
+
+    def sample() -> None:
+        while sum(EXECUTOR in seen for seen in command_lines) < 2 and not finished.is_set():
+            command_lines.update(dict.fromkeys(_command_lines(roots)))
+            finished.wait(0.1)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     output: list[str] = []
     assert child.stdout is not None
     for line in child.stdout:
         output.append(line)
-        if sum(EXECUTOR in seen for seen in command_lines) < 2:
-            roots = [child.pid, *(p.pid for p in cluster.processes)]
-            command_lines.update(dict.fromkeys(_command_lines(roots)))
     code = child.wait(timeout=1200)
+    finished.set()
+    sampler.join(60)
     text = "".join(output)
     assert code == 0, text[-8000:]
     line = next(x for x in text.splitlines() if x.startswith("REPORT "))
