@@ -39,9 +39,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Crash point between the parts of a stretch committed in parts (SIS_PRIORITY).
-CRASH_BETWEEN_PARTS = LIVE_BETWEEN_PARTS
-
 
 class Applier:
     """Keeps the serving store at the landing zone's last position (see the module docstring).
@@ -204,7 +201,7 @@ class Applier:
             fold.committed(part)
             if part.ahead:
                 self._ahead.update(dict.fromkeys(part.ahead, end))
-                crash_point(CRASH_BETWEEN_PARTS)
+                crash_point(LIVE_BETWEEN_PARTS)
         self._ahead = {master_id: to for master_id, to in self._ahead.items() if to > end}
         self.applied = end
         self.messages += len(messages)

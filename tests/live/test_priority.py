@@ -10,7 +10,7 @@ import pytest
 
 from sis_platform.domain.pipeline import ReferencePipeline
 from sis_platform.domain.priority import Priority
-from sis_platform.live.applier import CRASH_BETWEEN_PARTS
+from sis_platform.faults import LIVE_BETWEEN_PARTS
 from sis_platform.live.fold import FoldOptions, LiveFold
 from sis_platform.serving import open_store
 from sis_platform.serving.records import GroupCommit
@@ -172,7 +172,7 @@ def test_a_kill_between_the_parts_loses_nothing_and_applies_nothing_twice(tmp_pa
     place.put(feed)
     log = tmp_path / "sis-live.log"
     variables = {"SIS_PRIORITY": PRIORITY, "SIS_LIVE_PRIORITY_WINDOW": "150"}
-    proc = start_live(place.root, log, SIS_CRASH_AT=f"{CRASH_BETWEEN_PARTS}@2", **variables)
+    proc = start_live(place.root, log, SIS_CRASH_AT=f"{LIVE_BETWEEN_PARTS}@2", **variables)
     assert finish(proc, BOUND_SECONDS, log) == SIGKILLED, log.read_text(errors="replace")[-4000:]
     assert "SIS_PRIORITY: 2 selector(s)" in log.read_text(errors="replace")  # the operator sees it
     with open_store(place.url) as store:
