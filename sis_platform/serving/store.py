@@ -201,12 +201,11 @@ class ServingStore(ABC):
 
     def _settle_schema(self, conn: Any, version: int) -> None:
         """Bring a store of an older version this code can upgrade up to date (its missing
-        tables created), or refuse one of another version."""
+        tables created; the position row is kept), or refuse one of another version."""
         if version in UPGRADES:
             with self._transaction(conn, write=True):
                 self._lock_schema(conn)
-                for statement in create_statements(self.dialect):
-                    conn.execute(statement)
+                self._create_schema(conn)
                 conn.execute(
                     self._sql("UPDATE position SET schema_version = ? WHERE id = 1"),
                     (SCHEMA_VERSION,),
