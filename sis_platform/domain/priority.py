@@ -84,7 +84,8 @@ class Priority:
                 attributes, parsed_from = event_attributes(source), source
             if item.category == "master":
                 document = item.payload
-            properties = selectable_properties(item, attributes if source is not None else None)
+            # No document yet (an update before any master): no attributes were read either.
+            properties = selectable_properties(item, attributes)
             for index in range(best):
                 if self.selectors[index].matches(properties):
                     best = index
