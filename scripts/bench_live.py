@@ -17,7 +17,7 @@ rate     A publisher process puts the simulator's feed (`--live-duplicates` of i
          letters, updates that change nothing) are counted apart.
 backlog  The queue preloaded with N messages, then `sis-live` started: the time from its start
          until the store's position is the last landed message and every message put is
-         applied; sis-live's peak RSS sampled every 0.1 s with psutil.
+         applied; the peak RSS of sis-live and its fold workers sampled every 0.1 s with psutil.
          With `--live-priority SELECTORS` each backlog is measured twice, without and with
          SIS_PRIORITY set to SELECTORS, and both report when the masters the first selector
          picks were current (the commit time of each one's last change, from sis-live's start)
@@ -256,7 +256,8 @@ def _all_dead_letters(store: ServingStore) -> Iterator[Any]:
 
 
 class PeakRss(threading.Thread):
-    """Samples one process's RSS every 0.1 s."""
+    """Samples the RSS of one process and its children (sis-live's fold workers) together,
+    every 0.1 s."""
 
     def __init__(self, pid: int) -> None:
         super().__init__(daemon=True)
@@ -267,9 +268,16 @@ class PeakRss(threading.Thread):
     def run(self) -> None:
         while not self.stop.wait(0.1):
             try:
-                self.peak = max(self.peak, self.process.memory_info().rss)
+                processes = [self.process, *self.process.children(recursive=True)]
             except psutil.Error:
                 return
+            total = 0
+            for process in processes:
+                try:
+                    total += process.memory_info().rss
+                except psutil.Error:
+                    continue  # a child that ended meanwhile
+            self.peak = max(self.peak, total)
 
 
 class Run(NamedTuple):

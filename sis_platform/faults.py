@@ -203,10 +203,12 @@ def _injected(variable: str) -> InjectedFailure | None:
     text = fault_injection(variable)
     if not text:
         return None
-    target, _, how = text.partition(":")
-    if how and how not in FAILURE_KINDS:
-        raise ValueError(f"{variable}: unknown failure {how!r} (one of {FAILURE_KINDS})")
-    return InjectedFailure(target, how or "raise")
+    # A message id may hold colons (IBM MQ's are "ID:..."): the kind is the text after the
+    # last one, when it names a kind.
+    target, _, how = text.rpartition(":")
+    if how not in FAILURE_KINDS:
+        return InjectedFailure(text, "raise")
+    return InjectedFailure(target, how)
 
 
 def fail_as_injected(how: str, quoting: object = None) -> NoReturn:

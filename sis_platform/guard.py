@@ -265,6 +265,19 @@ class _Marker:
         os.close(self._fd)
 
 
+def read_marker(path: str) -> InFlightRecord | None:
+    """The record one marker file holds; None when it is empty (the process was between keys)
+    or was cut short by the death itself (between truncate and write): no fact to use."""
+    with open(path, "rb") as f:
+        text = f.read().strip(b" \x00").decode("utf-8", "replace")
+    if not text:
+        return None
+    try:
+        return InFlightRecord.from_json(text)
+    except (ValueError, KeyError):
+        return None
+
+
 @dataclass(frozen=True)
 class InFlightFolder:
     """The reading side: where guarded processes leave their markers (one Spark job's
@@ -289,15 +302,9 @@ class InFlightFolder:
             return []
         found: list[InFlightRecord] = []
         for name in sorted(os.listdir(self.path)):
-            with open(os.path.join(self.path, name), "rb") as f:
-                text = f.read().strip(b" \x00").decode("utf-8", "replace")
-            if not text:
-                continue
-            try:
-                found.append(InFlightRecord.from_json(text))
-            except (ValueError, KeyError):
-                # Cut short by the death itself (between truncate and write): no fact to use.
-                continue
+            record = read_marker(os.path.join(self.path, name))
+            if record is not None:
+                found.append(record)
         return found
 
     def remove(self) -> None:

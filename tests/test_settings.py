@@ -205,6 +205,8 @@ def test_ibmmq_settings_name_every_missing_variable() -> None:
         ({"SIS_LIVE_MAX_LAG_SECONDS": "0"}, "SIS_LIVE_MAX_LAG_SECONDS=0 positive"),
         ({"SIS_LIVE_BATCH_SECONDS": "0.5"}, "SIS_LIVE_BATCH_SECONDS=0.5 must be at least 1"),
         ({"SIS_LIVE_PRIORITY_WINDOW": "0"}, "SIS_LIVE_PRIORITY_WINDOW=0 must be at least 1"),
+        ({"SIS_LIVE_FOLD_WORKERS": "-1"}, "SIS_LIVE_FOLD_WORKERS=-1 must be at least 0"),
+        ({"SIS_LIVE_FOLD_WORKERS": "65"}, "SIS_LIVE_FOLD_WORKERS=65 must be at most 64"),
         ({"SIS_PRIORITY": "sport = 'x';"}, "selector: priority selector 2 is empty"),
         ({"SIS_PRIORITY": "sport = 'x'; sport ="}, "priority selector 2: expected a value"),
     ],
@@ -226,6 +228,13 @@ def test_sis_priority_reaches_sis_live_and_the_lake_s_fold(tmp_path: Path) -> No
     assert live.fold.priority is not None and len(live.fold.priority.selectors) == 2
     assert live.priority_window == 900
     assert config.resources(env)["processing"].priority == text
+
+
+def test_sis_live_fold_workers_reach_sis_live(tmp_path: Path) -> None:
+    env = {"SIS_DATA_DIR": str(tmp_path)}
+    assert LiveConfig.from_settings(load_settings(env)).fold_workers == 1
+    env["SIS_LIVE_FOLD_WORKERS"] = "0"
+    assert LiveConfig.from_settings(load_settings(env)).fold_workers == 0
 
 
 def test_an_empty_variable_means_its_default(tmp_path: Path) -> None:

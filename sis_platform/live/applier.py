@@ -32,6 +32,7 @@ from sis_platform.landing import LandedMessage, LandingZone, LogPosition
 from sis_platform.live.budget import BudgetConfig, LiveBudget
 from sis_platform.live.config import LiveConfig, Retry
 from sis_platform.live.fold import LiveFold
+from sis_platform.live.workers import FoldWorkers
 from sis_platform.serving.records import ServingUnavailable
 
 if TYPE_CHECKING:
@@ -63,6 +64,8 @@ class Applier:
         # with the first fold, which is when the markers of an earlier process are read.
         self._budget_config = budget
         self._budget: LiveBudget | None = None
+        # Started with the budget when config.fold_workers asks for them.
+        self._workers: FoldWorkers | None = None
         self._retry = Retry(config.retry_first_seconds, config.retry_last_seconds)
         # The store's position as last read or committed by this process (None: not known).
         self.applied: LogPosition | None = None
@@ -167,6 +170,9 @@ class Applier:
     def close(self) -> None:
         store, self._store, self._fold = self._store, None, None
         budget, self._budget = self._budget, None
+        workers, self._workers = self._workers, None
+        if workers is not None:
+            workers.close()
         if budget is not None:
             budget.close()
         if store is not None:
@@ -176,8 +182,13 @@ class Applier:
         if self._store is None or self._fold is None:
             if self._budget is None and self._budget_config is not None:
                 self._budget = LiveBudget.open(self._budget_config)
+            if self._workers is None and self._budget is not None and self.config.fold_workers:
+                options = self.config.fold
+                setup = self._budget.worker_setup(selector=options.selector, limits=options.limits)
+                self._workers = FoldWorkers(self.config.fold_workers, setup)
             store = self._open_store()
-            self._store, self._fold = store, LiveFold(store, self.config.fold, self._budget)
+            fold = LiveFold(store, self.config.fold, self._budget, self._workers)
+            self._store, self._fold = store, fold
             self.applied = None
             self._ahead = store.ahead()
             if self._ahead:

@@ -79,7 +79,9 @@ from sis_platform.guard import (
     classify_error_detail,
     failure_detail,
     quarantine_detail,
+    read_marker,
 )
+from sis_platform.live.workers import WorkerSetup
 from sis_platform.settings import DEFAULT_QUARANTINE_AFTER
 
 if TYPE_CHECKING:
@@ -262,7 +264,7 @@ class LiveBudget:
 
         def fold(master_id: str, state: MasterState | None, items: list[Item]) -> MasterFoldResult:
             failed = self.failures.fold.get(master_id)
-            if failed is not None and failed.count >= self.config.quarantine_after:
+            if failed is not None and self.held(master_id):
                 detail = quarantine_detail(failed.count, failed.last_error)
                 return _held_back(master_id, state, items, detail)
             guard.start(master_id)
@@ -271,19 +273,48 @@ class LiveBudget:
                     master_id, state, items, self.failures.timed_out_items, fold_part
                 )
             except Exception as error:
-                self.failures.add_fold_failure(master_id, failure_detail(error))
-                _write_durably(self.config.folder / FACTS_FILE, self.failures.to_json())
-                log.error(
-                    "the fold of master %s failed (%d of %d before it is quarantined)",
-                    master_id,
-                    self.failures.fold[master_id].count,
-                    self.config.quarantine_after,
-                )
+                self.fold_failed(master_id, failure_detail(error))
                 raise
             finally:
                 guard.done()
 
         return fold
+
+    def held(self, master_id: str) -> bool:
+        """Whether the master is quarantined: its items are held back, not folded."""
+        failed = self.failures.fold.get(master_id)
+        return failed is not None and failed.count >= self.config.quarantine_after
+
+    def fold_failed(self, master_id: str, detail: str) -> None:
+        """The fold of `master_id` raised (`failure_detail`): count it, durably."""
+        self.failures.add_fold_failure(master_id, detail)
+        _write_durably(self.config.folder / FACTS_FILE, self.failures.to_json())
+        log.error(
+            "the fold of master %s failed (%d of %d before it is quarantined)",
+            master_id,
+            self.failures.fold[master_id].count,
+            self.config.quarantine_after,
+        )
+
+    def worker_setup(self, *, selector: ItemSelector | None, limits: Limits) -> WorkerSetup:
+        """How fold workers fold beside this process (sis_platform/live/workers.py): their
+        markers in this process's fold folder, on the same budget."""
+        return WorkerSetup(selector, limits, str(self.config.folder / FOLD), self.config.seconds)
+
+    def worker_died(self, pid: int) -> None:
+        """A fold worker died: take in the marker it left, as `open` takes in an earlier
+        process's (a timeout dead-letters its item; a death counts against its master)."""
+        marker = self.config.folder / FOLD / f"{pid}.inflight"
+        try:
+            record = read_marker(str(marker))
+        except FileNotFoundError:
+            record = None
+        if record is not None and self.failures.absorb([record], []):
+            log.warning("a fold worker (pid %d) died on %s", pid, _described(record))
+            _write_durably(self.config.folder / FACTS_FILE, self.failures.to_json())
+        else:
+            log.warning("a fold worker (pid %d) died between masters", pid)
+        marker.unlink(missing_ok=True)
 
     def close(self) -> None:
         self._fold_guard.close()

@@ -44,6 +44,9 @@ class LiveConfig:
     fold: FoldOptions = field(default_factory=FoldOptions)
     # With a priority (fold.priority), the most messages of a backlog folded as one stretch.
     priority_window: int = DEFAULT_LIVE_PRIORITY_WINDOW
+    # Fold worker processes beside sis-live (sis_platform/live/workers.py); settings give
+    # SIS_LIVE_FOLD_WORKERS, a config built in a test none unless it asks.
+    fold_workers: int = 0
     idle_wait_seconds: float = IDLE_WAIT_SECONDS
     heartbeat_seconds: float = HEARTBEAT_SECONDS
     progress_seconds: float = PROGRESS_SECONDS
@@ -52,7 +55,7 @@ class LiveConfig:
 
     def __post_init__(self) -> None:
         bounds = (self.group_max_messages, self.batch_max_messages, self.batch_max_bytes)
-        if min(*bounds, self.priority_window) < 1:
+        if min(*bounds, self.priority_window) < 1 or self.fold_workers < 0:
             raise ValueError(f"group and batch bounds must be positive: {self}")
         if self.batch_max_seconds <= 0 or self.group_wait_seconds < 0:
             raise ValueError(f"batch seconds must be positive, the group wait not negative: {self}")
@@ -76,6 +79,7 @@ class LiveConfig:
                 priority=Priority.compile(processing.priority) if processing.priority else None,
             ),
             priority_window=settings.live.priority_window,
+            fold_workers=settings.live.fold_workers,
         )
 
 

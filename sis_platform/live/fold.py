@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from sis_platform.domain.fold import ItemResult, ItemSelector, MasterState, PatchCache
 from sis_platform.domain.interpret import Interpretation, interpret
+from sis_platform.domain.items import Item
 from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
 from sis_platform.domain.pipeline import (
     DEFAULT_REDELIVERY_LIMIT,
@@ -42,6 +43,7 @@ from sis_platform.domain.pipeline import (
 )
 from sis_platform.domain.priority import Priority
 from sis_platform.landing import LandedMessage
+from sis_platform.live.workers import PARALLEL_MIN_ITEMS, FoldWorkers, SharedFold
 from sis_platform.serving.records import (
     ChangeRow,
     DeadLetterRow,
@@ -86,11 +88,19 @@ class LiveFold:
     budget and the failures of earlier processes are honoured (sis_platform/live/budget.py)."""
 
     def __init__(
-        self, store: FoldStore, options: FoldOptions, budget: LiveBudget | None = None
+        self,
+        store: FoldStore,
+        options: FoldOptions,
+        budget: LiveBudget | None = None,
+        workers: FoldWorkers | None = None,
     ) -> None:
         self.store = store
         self.options = options
         self._patches = PatchCache(options.limits)
+        self._budget = budget
+        # Processes that fold a share of a long stretch's masters (only under a budget: they
+        # honour and report failures through it).
+        self._workers = workers if budget is not None else None
         self._classify: Classifier | None = None
         self._fold: MasterFolder | None = None
         if budget is not None:
@@ -172,14 +182,19 @@ class LiveFold:
         items committed in earlier parts, even by an interrupted earlier try)."""
         options = self.options
         before = self._states(classified.groups.keys())
-        folded = fold_stretch(
-            classified,
-            before.get,
-            selector=options.selector,
-            patches=self._patches,
-            limits=options.limits,
-            fold=self._fold,
-        )
+        shared = self._shared(classified.groups, before)
+        try:
+            folded = fold_stretch(
+                classified,
+                before.get,
+                selector=options.selector,
+                patches=self._patches,
+                limits=options.limits,
+                fold=shared or self._fold,
+            )
+        finally:
+            if shared is not None:
+                shared.close()
         masters = _changed_masters(folded, before, self._rows(classified.groups.keys()))
         return GroupCommit(
             position=messages[-1].position,
@@ -191,6 +206,19 @@ class LiveFold:
             ahead=() if last else tuple(classified.groups),
             completes=len(messages) if last else None,
         )
+
+    def _shared(
+        self, groups: dict[str, list[Item]], before: dict[str, MasterState]
+    ) -> SharedFold | None:
+        """The workers' share of a long stretch's fold (sis_platform/live/workers.py); None:
+        this process folds it all."""
+        if self._workers is None or self._budget is None or self._fold is None:
+            return None
+        if len(groups) < 2 or sum(map(len, groups.values())) < PARALLEL_MIN_ITEMS:
+            return None
+        if not self._workers.ready():
+            return None  # starting: this stretch is folded here
+        return SharedFold(self._fold, self._budget, self._workers, groups, before.get)
 
     def committed(self, group: GroupCommit) -> None:
         """The store has committed `group`: the cache takes its masters' rows."""

@@ -44,6 +44,7 @@ from sis_platform.settings.variables import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_LIMITS,
     DEFAULT_LIVE_BATCH_SECONDS,
+    DEFAULT_LIVE_FOLD_WORKERS,
     DEFAULT_LIVE_GROUP_MAX_MESSAGES,
     DEFAULT_LIVE_GROUP_WAIT_MS,
     DEFAULT_LIVE_MAX_LAG_SECONDS,
@@ -67,6 +68,7 @@ from sis_platform.settings.variables import (
     IBMMQ_REQUIRED,
     INTAKE_MODES,
     LIMIT_VARIABLES,
+    MAX_LIVE_FOLD_WORKERS,
     PROFILES,
     SERVING_SCHEMES,
     SOURCES,
@@ -457,7 +459,17 @@ def _live(read: Reader) -> LiveSettings:
             "SIS_LIVE_BATCH_SECONDS", DEFAULT_LIVE_BATCH_SECONDS, 1.0
         ),
         priority_window=read.at_least("SIS_LIVE_PRIORITY_WINDOW", DEFAULT_LIVE_PRIORITY_WINDOW, 1),
+        fold_workers=_fold_workers(read),
     )
+
+
+def _fold_workers(read: Reader) -> int:
+    workers = read.at_least("SIS_LIVE_FOLD_WORKERS", DEFAULT_LIVE_FOLD_WORKERS, 0)
+    if workers > MAX_LIVE_FOLD_WORKERS:
+        raise ConfigurationError(
+            f"SIS_LIVE_FOLD_WORKERS={workers} must be at most {MAX_LIVE_FOLD_WORKERS}"
+        )
+    return workers
 
 
 def _priority(read: Reader) -> str | None:

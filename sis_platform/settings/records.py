@@ -21,6 +21,7 @@ from sis_platform.settings.variables import (
     DEFAULT_LAKE_LAG_WARN_SECONDS,
     DEFAULT_LEASE_SECONDS,
     DEFAULT_LIVE_BATCH_SECONDS,
+    DEFAULT_LIVE_FOLD_WORKERS,
     DEFAULT_LIVE_GROUP_MAX_MESSAGES,
     DEFAULT_LIVE_GROUP_WAIT_MS,
     DEFAULT_LIVE_MAX_LAG_SECONDS,
@@ -162,6 +163,7 @@ class LiveSettings:
     max_lag_seconds: float = DEFAULT_LIVE_MAX_LAG_SECONDS
     batch_seconds: float = DEFAULT_LIVE_BATCH_SECONDS  # the age at which a batch is sealed
     priority_window: int = DEFAULT_LIVE_PRIORITY_WINDOW
+    fold_workers: int = DEFAULT_LIVE_FOLD_WORKERS
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,10 @@ DEFAULT_LIVE_MAX_MASTERS = 20_000
 # priority masters committed ahead of the rest: priority goes as far ahead as this reaches. The
 # stretch is held in memory while it is folded (about 3 KB a message in the simulator's mix).
 DEFAULT_LIVE_PRIORITY_WINDOW = 20_000
+# Processes that fold a share of a long stretch's masters beside sis-live (a backlog's catch-up
+# on several cores; a live feed's small groups stay in sis-live). 0: sis-live folds alone.
+DEFAULT_LIVE_FOLD_WORKERS = 1
+MAX_LIVE_FOLD_WORKERS = 64
 # sis-live seals the batch it is filling (the lake's partition) at this age, or at the batch
 # bounds of SIS_BATCH_MAX_MESSAGES/BYTES: the serving store carries the latency, so the lake can
 # take larger batches than the sensor's, and a day stays a few hundred partitions (720 at most in
@@ -156,6 +160,7 @@ VARIABLES = (
     SIS_INTAKE SIS_SERVING_URL SIS_SERVING_PASSWORD SIS_LIVE_GROUP_WAIT_MS
     SIS_LIVE_GROUP_MAX_MESSAGES SIS_LIVE_MAX_MASTERS SIS_LIVE_REPORT_SECONDS
     SIS_LIVE_MAX_LAG_SECONDS SIS_LIVE_BATCH_SECONDS SIS_LIVE_PRIORITY_WINDOW
+    SIS_LIVE_FOLD_WORKERS
     SIS_LAKE_LAG_WARN_SECONDS SIS_LAKE_LAG_FAIL_SECONDS SIS_DEAD_LETTER_RATE_WARN
     SIS_FRESHNESS_WARN_SECONDS SIS_FRESHNESS_FAIL_SECONDS
     """.split(),

@@ -1,0 +1,165 @@
+"""sis-live's fold workers (sis_platform/live/workers.py): a long stretch's masters folded partly
+in worker processes end exactly as the reference pipeline folds them, and a worker's failures
+end as sis-live's own do: a fold that raises counts against its master until it is
+quarantined, an item over its budget (the worker's watchdog kills the worker) is dead-lettered
+`too-complex`, a worker that dies on a master counts as a death on it.
+
+The failures are injected into the workers only (SIS_INJECT_FOLD_FAILURE is set after sis-live's
+own budget has read it, before the workers start), so the test process never folds the poison
+itself. Real spawned processes throughout."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sis_platform.domain.pipeline import classify_stretch
+from sis_platform.domain.selector import Selector
+from sis_platform.guard import budget_detail, quarantine_detail
+from sis_platform.landing import LandedMessage
+from sis_platform.live.budget import DIED_FOLDING, FOLD, BudgetConfig, LiveBudget
+from sis_platform.live.fold import FoldOptions, LiveFold
+from sis_platform.live.workers import FoldWorkers, WorkerFoldError, split_shares
+from sis_platform.serving import ServingStore, open_store
+from tests.live.feed import groups_of_varying_size, landed_feed
+from tests.live.store_view import assert_store_matches_reference
+from tests.live.test_budget import Expected, ReferenceWithFailures
+from tests.reference import reference_for
+
+pytestmark = [pytest.mark.faults, pytest.mark.cost(40)]
+
+BUDGET_SECONDS = 0.5
+START_SECONDS = 60.0  # a spawned worker imports the domain: seconds on a loaded machine
+
+
+def test_split_shares_cuts_masters_in_order_into_runs_of_about_equal_items():
+    sizes = {"a": 5, "b": 1, "c": 1, "d": 3, "e": 2}
+    assert split_shares(sizes, 2) == [["a", "b"], ["c", "d", "e"]]
+    assert split_shares(sizes, 3) == [["a"], ["b", "c", "d"], ["e"]]
+    assert split_shares({"a": 10}, 3) == [["a"]]
+    assert split_shares({}, 2) == []
+    assert sum(split_shares({f"m{i}": 1 for i in range(10)}, 2), []) == [f"m{i}" for i in range(10)]
+
+
+class Place:
+    """A store, a budget and workers in a temporary folder."""
+
+    def __init__(self, root: Path, quarantine_after: int = 2) -> None:
+        self.db = root / "serving.db"
+        self.store: ServingStore = open_store(f"sqlite:///{self.db}")
+        config = BudgetConfig(root / "inflight", BUDGET_SECONDS, quarantine_after)
+        self.budget = LiveBudget.open(config)
+        self.folder = config.folder / FOLD
+
+    def workers(self, count: int, options: FoldOptions) -> FoldWorkers:
+        setup = self.budget.worker_setup(selector=options.selector, limits=options.limits)
+        workers = FoldWorkers(count, setup)
+        assert workers.ready(wait_seconds=START_SECONDS), "the fold workers did not start"
+        return workers
+
+    def close(self) -> None:
+        self.budget.close()
+        self.store.close()
+
+
+@pytest.fixture
+def place(tmp_path: Path) -> Iterator[Place]:
+    made = Place(tmp_path)
+    yield made
+    made.close()
+
+
+@pytest.mark.parametrize("selector", [None, "sport = 'horse-racing'"], ids=["all", "selector"])
+@pytest.mark.parametrize("count", [1, 2])
+def test_a_log_folded_with_workers_equals_the_reference(place: Place, count, selector):
+    log = landed_feed(seed=11, messages=2400)
+    compiled = Selector.compile(selector) if selector else None
+    options = FoldOptions(selector=compiled, max_masters=40)
+    workers = place.workers(count, options)
+    try:
+        fold = LiveFold(place.store, options, place.budget, workers)
+        for group in groups_of_varying_size(log, seed=5, largest=900):
+            commit = fold.fold(group)
+            place.store.commit(commit)
+            fold.committed(commit)
+    finally:
+        workers.close()
+    assert workers.shared > 50  # most stretches were long enough to share
+    ref = reference_for([m.message for m in log], selector=compiled)
+    assert_store_matches_reference(place.db, ref)
+
+
+def _poisoned(log: list[LandedMessage]) -> tuple[str, str, int]:
+    """A master the worker folds when the whole log is one stretch, and an item of it that is
+    its message's only item (an injected hang strikes every item of its message)."""
+    classified = classify_stretch([m.message for m in log], set())
+    items = [i for group in classified.groups.values() for i in group]
+    per_message = Counter(i.message_id for i in items)
+    sizes = {master_id: len(group) for master_id, group in classified.groups.items()}
+    for master_id in split_shares(sizes, 2)[1]:
+        for item in classified.groups[master_id]:
+            if per_message[item.message_id] == 1:
+                return master_id, item.message_id, item.position
+    raise AssertionError("no single-item message in the worker's share")
+
+
+def _fold_until_committed(place: Place, fold: LiveFold, workers: FoldWorkers, log) -> list[str]:
+    """Fold the log as one stretch until it commits (the applier retries a failed stretch);
+    the failures on the way."""
+    failures = []
+    for _ in range(5):
+        assert workers.ready(wait_seconds=START_SECONDS)
+        try:
+            commit = fold.fold(log)
+        except WorkerFoldError as error:
+            failures.append(str(error))
+            continue
+        place.store.commit(commit)
+        fold.committed(commit)
+        return failures
+    raise AssertionError(f"never committed: {failures}")
+
+
+@pytest.mark.parametrize("how", ["raise", "crash", "hang"])
+def test_a_workers_failure_ends_as_sis_lives_own(
+    place: Place, monkeypatch: pytest.MonkeyPatch, how: str
+):
+    log = landed_feed(seed=13, messages=900)
+    master_id, message_id, position = _poisoned(log)
+    options = FoldOptions()
+    # The budget (the place's) read the variable before it was set: only the worker fails. A
+    # hang strikes one item; the others, the master's every item.
+    target = message_id if how == "hang" else master_id
+    monkeypatch.setenv("SIS_INJECT_FOLD_FAILURE", f"{target}:{how}")
+    workers = place.workers(1, options)
+    fold = LiveFold(place.store, options, place.budget, workers)
+    try:
+        failures = _fold_until_committed(place, fold, workers, log)
+    finally:
+        workers.close()
+
+    facts = place.budget.failures
+    if how == "hang":
+        # Killed by its watchdog once; the item is skipped from then on.
+        assert len(failures) == 1 and "died" in failures[0]
+        assert facts.timed_out_items == {(message_id, position): budget_detail(BUDGET_SECONDS)}
+        expected = Expected(timed_out=facts.timed_out_items)
+    else:
+        # Two failures (SIS_QUARANTINE_AFTER here), then the master is held back.
+        assert len(failures) == 2
+        assert facts.fold[master_id].count == 2
+        if how == "crash":
+            assert facts.fold[master_id].last_error == DIED_FOLDING
+        else:
+            assert facts.fold[master_id].last_error.startswith("ZeroDivisionError")
+        detail = quarantine_detail(2, facts.fold[master_id].last_error)
+        expected = Expected(quarantined={master_id: detail})
+    # Every dead worker's marker was taken in (only this process's own is left).
+    assert [p.name for p in place.folder.iterdir()] == [f"{os.getpid()}.inflight"]
+    ref = ReferenceWithFailures(expected)
+    ref.process([m.message for m in log])
+    assert_store_matches_reference(place.db, ref)
