@@ -66,7 +66,7 @@ def test_the_live_path_is_the_default_intake(tmp_path: Path) -> None:
     assert s.intake == "live"
     assert s.serving == settings.ServingSettings(f"sqlite:///{tmp_path}/serving/serving.db")
     assert s.live == settings.LiveSettings()
-    assert (s.live.group_wait_seconds, s.live.group_max_messages) == (0.002, 500)
+    assert (s.live.group_wait_seconds, s.live.group_max_messages) == (0.002, 2000)
     chosen = load_settings(
         {
             "SIS_DATA_DIR": str(tmp_path),
