@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import signal
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -145,7 +146,14 @@ class FoldWorkers:
                 worker = self._workers[index] = self._start()
             if not worker.started:
                 worker.started = self._started(worker, max(0.0, deadline - time.monotonic()))
-                if not worker.started and not worker.process.is_alive():
+                if worker.started:
+                    log.info(
+                        "fold worker %d of %d started (pid %s)",
+                        index + 1,
+                        self.count,
+                        worker.process.pid,
+                    )
+                elif not worker.process.is_alive():
                     log.error("a fold worker (pid %s) exited while starting", worker.process.pid)
             ready = ready and worker.started
         return ready
@@ -239,7 +247,9 @@ class PendingFold:
 
 
 def _serve(conn: Connection, setup: WorkerSetup) -> None:
-    """A worker's life: fold each request's tasks until the pipe closes or None arrives."""
+    """A worker's life: fold each request's tasks until the pipe closes or None arrives.
+    Ctrl-C in a terminal reaches the whole process group: sis-live decides when this ends."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     guard = Guard(setup.marker_folder, setup.budget_seconds)
     patches = PatchCache(setup.limits)
     injected = injected_fold_failure()
