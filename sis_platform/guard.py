@@ -35,11 +35,21 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, overload
 
+from sis_platform.domain.fold import (
+    ItemKey,
+    ItemSelector,
+    MasterFoldResult,
+    MasterState,
+    PatchCache,
+    fold_master,
+    fold_skipping,
+)
 from sis_platform.domain.items import Item
+from sis_platform.domain.limits import Limits
 from sis_platform.faults import InjectedFailure, fail_as_injected
 
 RUNNING = "running"
@@ -341,3 +351,34 @@ class WatchedItems(Sequence[Item]):
     def __getitem__(self, index: slice) -> Sequence[Item]: ...
     def __getitem__(self, index: int | slice) -> Item | Sequence[Item]:
         return self._items[index]
+
+
+def fold_watched(
+    master_id: str,
+    state: MasterState | None,
+    items: list[Item],
+    *,
+    guard: Guard,
+    injected: InjectedFailure | None,
+    timed_out: Mapping[ItemKey, str],
+    selector: ItemSelector | None,
+    patches: PatchCache,
+    limits: Limits,
+) -> MasterFoldResult:
+    """`fold_master` over a master's items, each under `guard`'s budget (`WatchedItems`); an
+    item that overran the budget in an earlier attempt (`timed_out`) is dead-lettered
+    `too-complex` without being folded (`fold_skipping`). The one guarded fold of the lake's
+    Python workers, sis-live and sis-live's fold workers; the caller marks the master
+    (`guard.start`/`done`) and decides what a raise means."""
+
+    def fold(current: MasterState, part: list[Item]) -> MasterFoldResult:
+        return fold_master(
+            master_id,
+            current,
+            WatchedItems(part, guard, injected),
+            selector=selector,
+            patches=patches,
+            limits=limits,
+        )
+
+    return fold_skipping(master_id, state, items, timed_out, fold)

@@ -47,8 +47,6 @@ from sis_platform.domain.fold import (
     MasterFoldResult,
     MasterState,
     PatchCache,
-    fold_master,
-    fold_skipping,
 )
 from sis_platform.domain.items import Item
 from sis_platform.domain.limits import Limits
@@ -73,11 +71,11 @@ from sis_platform.guard import (
     Guard,
     InFlightFolder,
     InFlightRecord,
-    WatchedItems,
     budget_detail,
     classify_deaths_detail,
     classify_error_detail,
     failure_detail,
+    fold_watched,
     quarantine_detail,
     read_marker,
 )
@@ -252,25 +250,23 @@ class LiveBudget:
         `quarantine_after` failures the master is held back."""
         guard = self._fold_guard
 
-        def fold_part(state: MasterState, part: list[Item]) -> MasterFoldResult:
-            return fold_master(
-                state.master_id,
-                state,
-                WatchedItems(part, guard, self._injected_fold),
-                selector=selector,
-                patches=patches,
-                limits=limits,
-            )
-
         def fold(master_id: str, state: MasterState | None, items: list[Item]) -> MasterFoldResult:
-            failed = self.failures.fold.get(master_id)
-            if failed is not None and self.held(master_id):
+            if self.held(master_id):
+                failed = self.failures.fold[master_id]
                 detail = quarantine_detail(failed.count, failed.last_error)
                 return _held_back(master_id, state, items, detail)
             guard.start(master_id)
             try:
-                return fold_skipping(
-                    master_id, state, items, self.failures.timed_out_items, fold_part
+                return fold_watched(
+                    master_id,
+                    state,
+                    items,
+                    guard=guard,
+                    injected=self._injected_fold,
+                    timed_out=self.failures.timed_out_items,
+                    selector=selector,
+                    patches=patches,
+                    limits=limits,
                 )
             except Exception as error:
                 self.fold_failed(master_id, failure_detail(error))

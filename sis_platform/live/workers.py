@@ -39,14 +39,12 @@ from sis_platform.domain.fold import (
     MasterFoldResult,
     MasterState,
     PatchCache,
-    fold_master,
-    fold_skipping,
 )
 from sis_platform.domain.items import Item
 from sis_platform.domain.limits import Limits
 from sis_platform.domain.pipeline import MasterFolder
 from sis_platform.faults import InjectedFailure, injected_fold_failure
-from sis_platform.guard import Guard, WatchedItems, failure_detail
+from sis_platform.guard import Guard, failure_detail, fold_watched
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
@@ -280,22 +278,22 @@ def _fold_tasks(
     patches: PatchCache,
     injected: InjectedFailure | None,
 ) -> Folded | FoldFailed:
-    def fold_part(state: MasterState, part: list[Item]) -> MasterFoldResult:
-        return fold_master(
-            state.master_id,
-            state,
-            WatchedItems(part, guard, injected),
-            selector=setup.selector,
-            patches=patches,
-            limits=setup.limits,
-        )
-
     results = []
     for task in tasks:
         guard.start(task.master_id)
         try:
             results.append(
-                fold_skipping(task.master_id, task.state, task.items, timed_out, fold_part)
+                fold_watched(
+                    task.master_id,
+                    task.state,
+                    task.items,
+                    guard=guard,
+                    injected=injected,
+                    timed_out=timed_out,
+                    selector=setup.selector,
+                    patches=patches,
+                    limits=setup.limits,
+                )
             )
         except Exception as error:
             return FoldFailed(task.master_id, failure_detail(error))
@@ -327,11 +325,6 @@ class SharedFold:
         self._pending = workers.fold(tasks, budget.failures.timed_out_items)
         self._results: dict[str, MasterFoldResult] = {}
         self._taken: set[int] = set()
-
-    @property
-    def shared(self) -> int:
-        """How many masters the workers fold."""
-        return len(self._share_of)
 
     def __call__(
         self, master_id: str, state: MasterState | None, items: list[Item]

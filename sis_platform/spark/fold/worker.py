@@ -25,15 +25,13 @@ from sis_platform.domain.fold import (
     MasterFoldResult,
     MasterState,
     PatchCache,
-    fold_master,
-    fold_skipping,
 )
 from sis_platform.domain.items import Item
 from sis_platform.domain.limits import Limits
 from sis_platform.domain.priority import Priority
 from sis_platform.domain.selector import Selector
 from sis_platform.faults import InjectedFailure
-from sis_platform.guard import Guard, WatchedItems, failure_detail
+from sis_platform.guard import Guard, failure_detail, fold_watched
 from sis_platform.spark.arrow import record_batches
 
 if TYPE_CHECKING:
@@ -301,18 +299,17 @@ def fold_items(
     """`fold_master` over the items, each under the guard's budget. An item that overran the
     budget in an earlier attempt is dead-lettered `too-complex` without being folded
     (`fold_skipping`, which sis-live shares)."""
-
-    def fold(state: MasterState, part: list[Item]) -> MasterFoldResult:
-        return fold_master(
-            master_id,
-            state,
-            WatchedItems(part, guard, plan.injected),
-            selector=_selector(plan.selector_text),
-            patches=_patch_cache(plan.limits),
-            limits=plan.limits,
-        )
-
-    return fold_skipping(master_id, current, batch, plan.timed_out, fold)
+    return fold_watched(
+        master_id,
+        current,
+        batch,
+        guard=guard,
+        injected=plan.injected,
+        timed_out=plan.timed_out,
+        selector=_selector(plan.selector_text),
+        patches=_patch_cache(plan.limits),
+        limits=plan.limits,
+    )
 
 
 # Compiled once per Python worker, not once per master.
