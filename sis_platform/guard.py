@@ -50,6 +50,8 @@ from sis_platform.domain.fold import (
 )
 from sis_platform.domain.items import Item
 from sis_platform.domain.limits import Limits
+from sis_platform.domain.pipeline import DeadLetter, LoggedMessage, classify_message
+from sis_platform.domain.reasons import Reason
 from sis_platform.faults import InjectedFailure, fail_as_injected
 
 RUNNING = "running"
@@ -382,3 +384,41 @@ def fold_watched(
         )
 
     return fold_skipping(master_id, state, items, timed_out, fold)
+
+
+@dataclass(frozen=True)
+class Held:
+    """A message not to classify (again): dead-lettered with this reason and detail instead."""
+
+    reason: Reason
+    detail: str
+
+
+def classify_watched(
+    message: LoggedMessage,
+    *,
+    guard: Guard,
+    injected: InjectedFailure | None,
+    limits: Limits,
+    redelivery_limit: int,
+) -> list[Item] | DeadLetter | Held:
+    """`classify_message` under `guard`: in the marker and on the budget while it runs. The
+    one guarded classification of the lake's Python workers (message_items) and sis-live. An
+    exception it raises holds the message back `quarantined` (classification is a pure
+    function of the message: another attempt would raise again); a MemoryError may be the
+    process's, not the message's, so it is raised, the marker left to count it if the process
+    dies of it."""
+    guard.start(message.message_id)
+    guard.item(message.message_id, None)
+    try:
+        if injected is not None and injected.target == message.message_id:
+            fail_as_injected(injected.how, quoting=message.body)
+        outcome: list[Item] | DeadLetter | Held = classify_message(
+            message, limits=limits, redelivery_limit=redelivery_limit
+        )
+    except MemoryError:
+        raise
+    except Exception as error:
+        outcome = Held(Reason.QUARANTINED, classify_error_detail(error))
+    guard.done()
+    return outcome

@@ -55,13 +55,11 @@ from sis_platform.domain.pipeline import (
     DeadLetter,
     LoggedMessage,
     MasterFolder,
-    classify_message,
     whole_message_dead_letter,
 )
 from sis_platform.domain.reasons import Outcome, Reason
 from sis_platform.faults import (
     InjectedFailure,
-    fail_as_injected,
     injected_classify_failure,
     injected_fold_failure,
 )
@@ -69,11 +67,12 @@ from sis_platform.guard import (
     RUNNING,
     TIMEOUT,
     Guard,
+    Held,
     InFlightFolder,
     InFlightRecord,
     budget_detail,
     classify_deaths_detail,
-    classify_error_detail,
+    classify_watched,
     failure_detail,
     fold_watched,
     quarantine_detail,
@@ -218,25 +217,15 @@ class LiveBudget:
             held = self._held_message(message)
             if held is not None:
                 return held
-            guard = self._classify_guard
-            guard.start(message.message_id)
-            guard.item(message.message_id, None)
-            try:
-                injected = self._injected_classify
-                if injected is not None and injected.target == message.message_id:
-                    fail_as_injected(injected.how, quoting=message.body)
-                outcome = classify_message(
-                    message, limits=limits, redelivery_limit=redelivery_limit
-                )
-            except MemoryError:
-                raise  # may be the process's, not the message's (the lake's rule)
-            except Exception as error:
-                # Classification is a pure function of the message: it would raise again.
-                outcome = whole_message_dead_letter(
-                    message, Reason.QUARANTINED, classify_error_detail(error)
-                )
-            finally:
-                guard.done()
+            outcome = classify_watched(
+                message,
+                guard=self._classify_guard,
+                injected=self._injected_classify,
+                limits=limits,
+                redelivery_limit=redelivery_limit,
+            )
+            if isinstance(outcome, Held):
+                return whole_message_dead_letter(message, outcome.reason, outcome.detail)
             return outcome
 
         return classify

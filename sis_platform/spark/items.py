@@ -31,34 +31,26 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from sis_platform.domain.limits import Limits
-from sis_platform.domain.pipeline import DeadLetter, LoggedMessage, classify_message
+from sis_platform.domain.pipeline import DeadLetter, LoggedMessage
 from sis_platform.domain.reasons import Reason
-from sis_platform.faults import InjectedFailure, fail_as_injected, injected_classify_failure
+from sis_platform.faults import InjectedFailure, injected_classify_failure
 from sis_platform.guard import (
     RUNNING,
     TIMEOUT,
     Guard,
+    Held,
     InFlightFolder,
     InFlightRecord,
     budget_detail,
     classify_deaths_detail,
-    classify_error_detail,
+    classify_watched,
 )
 from sis_platform.lake.tables import BATCH_LOG, CLASSIFY_FAILURES, MESSAGE_ITEMS, RAW_MESSAGES
 from sis_platform.landing import LandingZone, batch_seq_of
 from sis_platform.spark.arrow import record_batches
 
 if TYPE_CHECKING:
-    from sis_platform.domain.items import Item
     from sis_platform.lake.delta import Lake
-
-
-@dataclass(frozen=True)
-class Held:
-    """A message not to classify again: dead-lettered with this reason and detail instead."""
-
-    reason: Reason
-    detail: str
 
 
 def _classify_batches(
@@ -133,8 +125,12 @@ def _classify_rows(
                 restored = zone.restored_body(location, size, sha256, limits.max_message_bytes)
                 if restored is not None:
                     message = LoggedMessage(message_id, restored, delivery_count)
-            outcome = held.get(message_id) or _classify_one(
-                guard, injected, message, limits=limits, redelivery_limit=redelivery_limit
+            outcome = held.get(message_id) or classify_watched(
+                message,
+                guard=guard,
+                injected=injected,
+                limits=limits,
+                redelivery_limit=redelivery_limit,
             )
             if isinstance(outcome, DeadLetter | Held):
                 rows.append(
@@ -166,34 +162,6 @@ def _classify_rows(
                         )
                     )
         yield from record_batches(rows, schema)
-
-
-def _classify_one(
-    guard: Guard,
-    injected: InjectedFailure | None,
-    message: LoggedMessage,
-    *,
-    limits: Limits,
-    redelivery_limit: int,
-) -> list[Item] | DeadLetter | Held:
-    """`classify_message` under the guard: in the marker and on the budget while it runs. An
-    exception it raises dead-letters the message `quarantined` (classification is a pure
-    function of the message: another attempt would raise again); a MemoryError may be the
-    worker's, not the message's, so it fails the attempt and the marker counts it."""
-    guard.start(message.message_id)
-    guard.item(message.message_id, None)
-    try:
-        if injected is not None and injected.target == message.message_id:
-            fail_as_injected(injected.how, quoting=message.body)
-        outcome: list[Item] | DeadLetter | Held = classify_message(
-            message, limits=limits, redelivery_limit=redelivery_limit
-        )
-    except MemoryError:
-        raise
-    except Exception as error:
-        outcome = Held(Reason.QUARANTINED, classify_error_detail(error))
-    guard.done()
-    return outcome
 
 
 def classify_batch(
