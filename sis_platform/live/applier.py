@@ -80,12 +80,6 @@ class Applier:
     def available(self) -> bool:
         return self._store is not None
 
-    @property
-    def fold_workers(self) -> FoldWorkers | None:
-        """The fold workers (sis_platform/live/workers.py), once connected with a budget and
-        `config.fold_workers` above 0; None otherwise."""
-        return self._workers
-
     def next_due(self) -> float:
         """The monotonic time of the applier's next own action (a retry or a heartbeat); 0:
         none."""
@@ -192,9 +186,6 @@ class Applier:
                 options = self.config.fold
                 setup = self._budget.worker_setup(selector=options.selector, limits=options.limits)
                 self._workers = FoldWorkers(self.config.fold_workers, setup)
-                # Spawned now, not waited for: a backlog found at start (the usual one, after
-                # a restart or an outage) is then shared from its first stretch.
-                self._workers.ready()
             store = self._open_store()
             fold = LiveFold(store, self.config.fold, self._budget, self._workers)
             self._store, self._fold = store, fold

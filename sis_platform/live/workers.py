@@ -118,12 +118,10 @@ def split_shares(sizes: Mapping[str, int], shares: int) -> list[list[str]]:
 
 
 class FoldWorkers:
-    """`count` worker processes, spawned by `ready` (sis-live's applier calls it as soon as it
-    connects to its store, so that a backlog found at start, the usual one after a restart or
-    an outage, is shared from its first stretch). A worker that died is spawned again by the
-    next long stretch's `ready`. Until a worker has started (its imports take about half a
-    second), sis-live folds alone rather than wait for it. An idle worker blocks on its pipe:
-    no CPU, about 35 MiB of memory."""
+    """`count` worker processes, started when first asked for (`ready`): only a backlog has
+    stretches long enough to share, so a live feed never starts them. A worker that died is
+    started again the same way. Until a worker has started (its imports take about a second),
+    sis-live folds alone rather than wait for it."""
 
     def __init__(self, count: int, setup: WorkerSetup) -> None:
         if count < 1:
@@ -157,10 +155,6 @@ class FoldWorkers:
                     log.error("a fold worker (pid %s) exited while starting", worker.process.pid)
             ready = ready and worker.started
         return ready
-
-    def processes(self) -> list[BaseProcess]:
-        """The worker processes spawned and not yet closed (started or still starting)."""
-        return [worker.process for worker in self._workers if worker is not None]
 
     def _start(self) -> _Worker:
         ours, theirs = self._context.Pipe()

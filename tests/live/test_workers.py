@@ -10,7 +10,6 @@ itself. Real spawned processes throughout."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections import Counter
 from collections.abc import Iterator
@@ -24,11 +23,8 @@ from sis_platform.guard import budget_detail, quarantine_detail
 from sis_platform.landing import LandedMessage
 from sis_platform.live.budget import DIED_FOLDING, FOLD, BudgetConfig, LiveBudget
 from sis_platform.live.fold import FoldOptions, LiveFold
-from sis_platform.live.service import LiveService
 from sis_platform.live.workers import FoldWorkers, WorkerFoldError, split_shares
 from sis_platform.serving import ServingStore, open_store
-from sis_platform.simulator.generator import generate_feed
-from tests.live import running
 from tests.live.feed import groups_of_varying_size, landed_feed
 from tests.live.store_view import assert_store_matches_reference
 from tests.live.test_budget import Expected, ReferenceWithFailures
@@ -167,34 +163,3 @@ def test_a_workers_failure_ends_as_sis_lives_own(
     ref = ReferenceWithFailures(expected)
     ref.process([m.message for m in log])
     assert_store_matches_reference(place.db, ref)
-
-
-def test_sis_live_spawns_its_workers_on_connecting_and_shares_a_backlog_with_them(
-    tmp_path: Path,
-):
-    place = running.Place(tmp_path)
-    config = dataclasses.replace(
-        running.CONFIG, fold_workers=1, group_max_messages=2000, batch_max_messages=5000
-    )
-    budget = BudgetConfig(tmp_path / "inflight", 30.0, 2)
-    service = LiveService(
-        place.queue, place.zone, place.lease(), lambda: open_store(place.url), config, budget=budget
-    )
-    feed = list(generate_feed(17, 1200))
-    place.put(feed[:5])  # a live feed's pace: nothing long enough to share
-    with running.running_service(service):
-        assert service.wait_until(running.drained, running.BOUND_SECONDS)
-        workers = service.applier.fold_workers
-        assert workers is not None and workers.shared == 0
-        # Spawned already, before any stretch long enough to share asked for them.
-        (process,) = workers.processes()
-        assert process.is_alive()
-        assert workers.ready(wait_seconds=START_SECONDS)
-        place.put(feed[5:])  # a backlog: its long stretches are shared
-        assert service.wait_until(
-            lambda s: running.drained(s) and s.landed_messages == len(feed), running.BOUND_SECONDS
-        )
-        assert workers.shared > 0
-    # Closed with the service.
-    assert not process.is_alive()
-    running.assert_live_equals_reference(place, feed)
