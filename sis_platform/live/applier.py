@@ -32,7 +32,7 @@ from sis_platform.landing import LandedMessage, LandingZone, LogPosition
 from sis_platform.live.budget import BudgetConfig, LiveBudget
 from sis_platform.live.config import LiveConfig, Retry
 from sis_platform.live.fold import LiveFold
-from sis_platform.live.workers import FoldWorkers
+from sis_platform.live.workers import FoldWorkers, WorkerFoldError
 from sis_platform.serving.records import ServingUnavailable
 
 if TYPE_CHECKING:
@@ -236,11 +236,14 @@ class Applier:
         landing, which the lake needs, goes on instead of the process failing in a loop on the
         same message. The store's lag shows it (Dagster's live_store_fresh check)."""
         if self._retry.failed(self._clock()):
-            log.exception(
+            # A fold worker's failure carries its own story (the budget logged which master
+            # or item); sis-live's side of it is no traceback worth reading.
+            log.error(
                 "cannot apply landed messages to the serving store: %s; landing goes on, the "
                 "store is retried with backoff up to %.0f s",
                 error,
                 self.config.retry_last_seconds,
+                exc_info=not isinstance(error, WorkerFoldError),
             )
         else:
             log.debug("applying to the serving store failed again: %s", error)
