@@ -12,7 +12,13 @@ import sys
 import time
 
 from sis_platform.private import private_files
-from sis_platform.resources.jvm_archive import UNUSED_DAYS, archive_path, build, prune
+from sis_platform.resources.jvm_archive import (
+    UNUSED_DAYS,
+    archive_path,
+    build,
+    prune,
+    superseded,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     for old in prune(path):
         if old.name.endswith(".partial"):
             print(f"removed {old}: a build that did not finish")
+        elif superseded(path, old):
+            print(f"removed {old}: built for jars or a JDK since reinstalled")
         else:
             print(f"removed {old}: no Spark driver has used it for {UNUSED_DAYS} days")
     return 0

@@ -11,17 +11,23 @@ JVM that cannot use the archive (another JDK, another class path) warns and load
 as usual.
 
 The archive lives in the user's cache, never in the repository (it is ~200 MB and specific to
-this machine's JDK, virtualenv and jars); its file name carries a key of all three (the jars:
-where Delta's come from, see spark_jars.py), so an upgrade builds a new one instead of using a
-stale one. So the old ones do not pile up (one per clone, virtualenv or upgrade, ~200 MB each),
-every driver start that uses the default archive marks it used (its modification time), and
-`sis-spark-archive` removes the others once unused for `UNUSED_DAYS`, and any build a crash
-left half written.
+this machine's JDK, virtualenv and jars). Its file name says which installation it belongs to
+(`spark-driver-<place>-<stamp>.jsa`): the place is the versions, the virtualenv, the `java` and
+where Delta's jars come from (spark_jars.py); the stamp is the size and modification time of
+every jar on the driver's class path and of the `java` binary. The JVM checks exactly those
+against the archive and, if any differs, warns "Unable to use shared archive" and starts
+without it. So a reinstall at the same path (a fresh clone's virtualenv in CI, a redeploy, a
+JDK update) has a new stamp, and setup builds a new archive instead of every driver silently
+starting without one. So the old ones do not pile up (~200 MB each), a build removes the
+archives of its own place with another stamp (their jars are gone), every driver start that
+uses the default archive marks it used (its modification time), and `sis-spark-archive`
+removes the others once unused for `UNUSED_DAYS`, and any build a crash left half written.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -44,20 +50,62 @@ def cache_dir() -> Path:
     return cache_home() / "sis-platform" / "jvm"
 
 
+def _digest(parts: list[str]) -> str:
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+def _spark_home() -> Path | None:
+    """The Spark distribution whose jars a local driver's class path holds: $SPARK_HOME, else
+    the installed pyspark's own folder (PySpark's rule), found without importing it."""
+    if home := os.environ.get("SPARK_HOME"):
+        return Path(home)
+    spec = importlib.util.find_spec("pyspark")
+    return Path(spec.origin).parent if spec and spec.origin else None
+
+
+def _stamp(files: list[Path]) -> str:
+    """What the JVM checks before using an archive: each file's size and modification time."""
+    entries = []
+    for path in files:
+        try:
+            stat = path.stat()
+        except OSError:
+            entries.append(f"{path}:missing")
+            continue
+        entries.append(f"{path}:{stat.st_size}:{stat.st_mtime_ns}")
+    return _digest(entries)
+
+
 def archive_path() -> Path:
-    """The archive for this interpreter's pyspark and delta-spark and the `java` on PATH."""
-    java = shutil.which("java") or ""
-    key = "|".join(
+    """The archive for this interpreter's pyspark and delta-spark, the `java` on PATH, and the
+    jars and JDK as installed now (`spark-driver-<place>-<stamp>.jsa`, see the module's
+    docstring)."""
+    found = shutil.which("java")
+    java = os.path.realpath(found) if found else ""
+    delta_jars = resolved_jars_dir()
+    place = _digest(
         [
             version("pyspark"),
             version("delta-spark"),
             sys.prefix,  # the virtualenv: Spark's jars are on the JVM's class path from there
-            os.path.realpath(java) if java else "",
+            java,
             # Delta's jars: the folder sis-spark-jars resolved them into, or Spark's resolver.
-            resolved_jars_dir() or "spark.jars.packages",
+            delta_jars or "spark.jars.packages",
         ]
     )
-    return cache_dir() / f"spark-driver-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsa"
+    home = _spark_home()
+    files = sorted((home / "jars").glob("*.jar")) if home else []
+    if delta_jars:
+        files += sorted(Path(delta_jars).glob("*.jar"))
+    if java:
+        files.append(Path(java))
+    return cache_dir() / f"spark-driver-{place}-{_stamp(files)}.jsa"
+
+
+def _place(path: Path) -> str | None:
+    """The place part of an archive's name (None for a name without a stamp)."""
+    parts = path.name.removesuffix(".jsa").split("-")
+    return parts[2] if len(parts) == 4 and parts[:2] == ["spark", "driver"] else None
 
 
 def configured_archive(setting: str | None) -> str | None:
@@ -85,15 +133,22 @@ def _mark_used(path: Path) -> None:
         pass  # another user's cache or a read-only one: pruning just sees it as older
 
 
+def superseded(keep: Path, path: Path) -> bool:
+    """Whether `path` is an archive of `keep`'s place with another stamp: built for jars (or a
+    JDK) that have since been reinstalled, which no JVM can use any more."""
+    place = _place(keep)
+    return place is not None and path != keep and path.suffix == ".jsa" and _place(path) == place
+
+
 def prune(keep: Path, now: float | None = None) -> list[Path]:
-    """Remove the archives other than `keep` unused for UNUSED_DAYS and the partial builds
-    older than a few hours; the paths removed."""
+    """Remove the archives other than `keep` unused for UNUSED_DAYS or superseded by `keep`,
+    and the partial builds older than a few hours; the paths removed."""
     now = time.time() if now is None else now
     removed = []
     for path in sorted(keep.parent.glob("*.jsa")) + sorted(keep.parent.glob(".*.partial")):
         limit = _PARTIAL_HOURS * 3600 if path.name.endswith(".partial") else UNUSED_DAYS * 86400
         try:
-            if path == keep or now - path.stat().st_mtime < limit:
+            if path == keep or (now - path.stat().st_mtime < limit and not superseded(keep, path)):
                 continue
             path.unlink()
         except FileNotFoundError:

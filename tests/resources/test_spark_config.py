@@ -54,6 +54,53 @@ def test_the_archive_name_changes_with_the_virtualenv(cache, monkeypatch):
     assert jvm_archive.archive_path().parent == first.parent
 
 
+def test_the_archive_name_changes_when_the_jars_are_reinstalled_at_the_same_path(
+    cache, tmp_path, monkeypatch
+):
+    # The JVM refuses an archive whose class path jars have another size or modification time
+    # ("Unable to use shared archive"): a fresh virtualenv at the same path needs a new one.
+    jars = tmp_path / "spark" / "jars"
+    jars.mkdir(parents=True)
+    (jars / "spark-core.jar").write_bytes(b"jar")
+    monkeypatch.setenv("SPARK_HOME", str(jars.parent))
+    first = jvm_archive.archive_path()
+    assert jvm_archive.archive_path() == first  # nothing changed, same archive
+    os.utime(jars / "spark-core.jar", (1, 1))  # the same jar, installed again
+    reinstalled = jvm_archive.archive_path()
+    assert reinstalled != first
+    assert jvm_archive.superseded(reinstalled, first)  # same installation place, older jars
+    (jars / "delta.jar").write_bytes(b"jar")
+    assert jvm_archive.archive_path() not in (first, reinstalled)
+    monkeypatch.setattr("sys.prefix", "/elsewhere/.venv")
+    assert not jvm_archive.superseded(reinstalled, jvm_archive.archive_path())
+
+
+def test_a_build_removes_the_archives_its_reinstalled_jars_superseded(
+    cache, tmp_path, monkeypatch, capsys
+):
+    jars = tmp_path / "spark" / "jars"
+    jars.mkdir(parents=True)
+    (jars / "spark-core.jar").write_bytes(b"jar")
+    monkeypatch.setenv("SPARK_HOME", str(jars.parent))
+    stale = jvm_archive.archive_path()
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"archive")  # used a minute ago, but for the jars as they were
+    other_place = stale.with_name("spark-driver-0123456789abcdef-0123456789abcdef.jsa")
+    other_place.write_bytes(b"archive")  # another virtualenv's
+    os.utime(jars / "spark-core.jar", (1, 1))
+    built = []
+    monkeypatch.setattr(
+        spark_archive, "build", lambda path: built.append(path) or path.write_bytes(b"new")
+    )
+    assert spark_archive.main(["--if-missing"]) == 0
+    current = jvm_archive.archive_path()
+    assert built == [current]
+    assert sorted(p.name for p in current.parent.iterdir()) == sorted(
+        [current.name, other_place.name]
+    )
+    assert f"removed {stale}: built for jars or a JDK since reinstalled" in capsys.readouterr().out
+
+
 def test_only_a_local_driver_gets_java_options():
     remote = delta_spark_config(master="sc://spark:15002", class_archive="/a.jsa")
     assert "spark.driver.extraJavaOptions" not in remote
