@@ -103,9 +103,10 @@ def archive_path() -> Path:
 
 
 def _place(path: Path) -> str | None:
-    """The place part of an archive's name (None for a name without a stamp)."""
+    """The place part of an archive's name: `spark-driver-<place>-<stamp>.jsa`, or an older
+    build's `spark-driver-<place>.jsa` (named after its place alone); None for another name."""
     parts = path.name.removesuffix(".jsa").split("-")
-    return parts[2] if len(parts) == 4 and parts[:2] == ["spark", "driver"] else None
+    return parts[2] if len(parts) in (3, 4) and parts[:2] == ["spark", "driver"] else None
 
 
 def configured_archive(setting: str | None) -> str | None:

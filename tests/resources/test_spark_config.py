@@ -85,6 +85,8 @@ def test_a_build_removes_the_archives_its_reinstalled_jars_superseded(
     stale = jvm_archive.archive_path()
     stale.parent.mkdir(parents=True)
     stale.write_bytes(b"archive")  # used a minute ago, but for the jars as they were
+    unstamped = stale.with_name(f"{stale.name.rsplit('-', 1)[0]}.jsa")
+    unstamped.write_bytes(b"archive")  # named after its place alone, as archives once were
     other_place = stale.with_name("spark-driver-0123456789abcdef-0123456789abcdef.jsa")
     other_place.write_bytes(b"archive")  # another virtualenv's
     os.utime(jars / "spark-core.jar", (1, 1))
@@ -98,7 +100,9 @@ def test_a_build_removes_the_archives_its_reinstalled_jars_superseded(
     assert sorted(p.name for p in current.parent.iterdir()) == sorted(
         [current.name, other_place.name]
     )
-    assert f"removed {stale}: built for jars or a JDK since reinstalled" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f"removed {stale}: built for jars or a JDK since reinstalled" in printed
+    assert f"removed {unstamped}: built for jars or a JDK since reinstalled" in printed
 
 
 def test_only_a_local_driver_gets_java_options():
