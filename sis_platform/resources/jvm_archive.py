@@ -37,7 +37,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from sis_platform.resources.spark_jars import resolved_jars_dir
-from sis_platform.settings import cache_home
+from sis_platform.settings import cache_home, spark_home
 
 # An archive no driver has started with for this long belongs to a clone, virtualenv or
 # version that is gone (or idle: it is rebuilt by the next setup, a few minutes).
@@ -57,8 +57,8 @@ def _digest(parts: list[str]) -> str:
 def _spark_home() -> Path | None:
     """The Spark distribution whose jars a local driver's class path holds: $SPARK_HOME, else
     the installed pyspark's own folder (PySpark's rule), found without importing it."""
-    if home := os.environ.get("SPARK_HOME"):
-        return Path(home)
+    if home := spark_home():
+        return home
     spec = importlib.util.find_spec("pyspark")
     return Path(spec.origin).parent if spec and spec.origin else None
 

@@ -14,9 +14,10 @@ set. Resources bind them as `dg.EnvVar` (read when used); a URL-based entry poin
 
 A few things are read at call time rather than once, on purpose: the fault-injection hooks of
 the test suite (`fault_injection`, set per child process), the user's cache folder
-(`cache_home`), the environment handed to a child process (`child_environment`), and the
-secrets (`secret`, and `spark_secret_conf`: the Spark settings that hold one, applied to a
-session once its JVM has started). docs/configuration.md lists every variable.
+(`cache_home`) and Spark's distribution (`spark_home`), the environment handed to a child
+process (`child_environment`), and the secrets (`secret`, and `spark_secret_conf`: the Spark
+settings that hold one, applied to a session once its JVM has started).
+docs/configuration.md lists every variable.
 """
 
 from sis_platform.settings.environment import (
@@ -33,6 +34,7 @@ from sis_platform.settings.environment import (
     read_settings_file,
     secret,
     spark_connect_token,
+    spark_home,
     spark_secret_conf,
     url_credentials,
     variables_in_effect,
@@ -191,6 +193,7 @@ __all__ = [
     "secret",
     "sensor_interval_seconds",
     "spark_connect_token",
+    "spark_home",
     "spark_secret_conf",
     "spark_settings",
     "url_credentials",

@@ -218,6 +218,13 @@ def cache_home() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache"))
 
 
+def spark_home() -> Path | None:
+    """$SPARK_HOME, the Spark distribution PySpark launches a local driver from when it is set
+    (otherwise the installed pyspark package's own folder)."""
+    home = os.environ.get("SPARK_HOME")
+    return Path(home) if home else None
+
+
 def python_workers_use_this_interpreter() -> None:
     """Make PySpark start its Python workers with this interpreter unless the operator chose one.
 
