@@ -41,7 +41,8 @@ fi
 # A class-data archive of the Spark driver's classes (JDK AppCDS) in the user's cache: every
 # run's Spark driver then starts faster. Built once per install of the JDK and the virtualenv
 # (a few minutes; the first Spark start also fetches Delta's jars): a fresh virtualenv at the
-# same path has new jar files, which the JVM would not map an older archive for. SIS_SPARK_CLASS_ARCHIVE=off skips it.
+# same path has new jar files, which the JVM would not map an older archive for.
+# SIS_SPARK_CLASS_ARCHIVE=off skips it.
 if [ "${SIS_SPARK_CLASS_ARCHIVE:-}" != off ]; then
   .venv/bin/sis-spark-archive --if-missing
 fi
