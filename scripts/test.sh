@@ -19,4 +19,7 @@ fi
 # waiting (JVM starts, Delta commits), so two of them overlap well even on two cores. Files go
 # out in collection order, which tests/conftest.py sorts heaviest first (their `cost` marks).
 # SIS_TEST_WORKERS=0 runs everything in this one process.
-exec .venv/bin/python -m pytest -n "${SIS_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder "$@"
+# A worker that dies (a test killed its own process) ends the run at once, failed, naming the
+# test: replacing it can leave the run waiting for ever on the rest of that worker's file.
+exec .venv/bin/python -m pytest -n "${SIS_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder \
+    --max-worker-restart 0 "$@"
