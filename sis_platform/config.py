@@ -92,7 +92,10 @@ def resources(settings_or_env: Settings | Mapping[str, str] | None = None) -> di
             selector=processing.selector,
             priority=processing.priority,
         ),
-        "spark": DeltaSparkResource(spark_config=spark_config(spark, master)),
+        "spark": DeltaSparkResource(
+            spark_config=spark_config(spark, master),
+            scratch_dir=spark.scratch_dir,
+        ),
         "feed_checks": FeedChecksResource(
             lake_lag_warn_seconds=settings.checks.lake_lag_warn_seconds,
             lake_lag_fail_seconds=settings.checks.lake_lag_fail_seconds,

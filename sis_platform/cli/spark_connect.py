@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import IO
 
 from sis_platform.private import private_files
+from sis_platform.resources.spark_scratch import driver_scratch, with_scratch
 from sis_platform.settings import (
     SPARK_CONNECT_TOKEN_VARIABLE,
     child_environment,
@@ -48,8 +49,11 @@ SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 SESSION_TIMEOUT = "3650d"
 
 
-def server_command(host: str, port: int, env: Mapping[str, str]) -> list[str]:
-    """The spark-submit command line of the server, with the Spark settings of `env`."""
+def server_command(
+    host: str, port: int, env: Mapping[str, str], scratch: Path | None = None
+) -> list[str]:
+    """The spark-submit command line of the server, with the Spark settings of `env`, and its
+    scratch files in the folder `scratch` (resources/spark_scratch.py; None: Spark's own)."""
     # Imported here: sis_platform.config imports Dagster (with pyspark: 1.3 s measured), which
     # `start` in a parent process and `--help` never need.
     import pyspark
@@ -57,6 +61,8 @@ def server_command(host: str, port: int, env: Mapping[str, str]) -> list[str]:
     from sis_platform.config import spark_config
 
     conf = spark_config(spark_settings(env), "local[*]", long_lived=True)
+    if scratch is not None:
+        conf = with_scratch(conf, scratch)
     conf.update(
         {
             "spark.app.name": "sis-platform Spark Connect",
@@ -147,7 +153,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     try:
-        command = server_command(args.host, args.port, env)
+        scratch_dir = spark_settings(env).scratch_dir
+        # The server execs its JVM: the folder is this process's, which becomes the driver.
+        scratch = driver_scratch(Path(scratch_dir)) if scratch_dir else None
+        command = server_command(args.host, args.port, env, scratch)
     except ValueError as error:  # settings.ConfigurationError: a bad SIS_SPARK_* setting
         print(f"sis-spark-connect: {error}", file=sys.stderr)
         return 2

@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from dagster_pyspark import LazyPySparkResource
-from pydantic import PrivateAttr
+from dagster_pyspark.resources import spark_session_from_config
+from pydantic import Field, PrivateAttr
 
+from sis_platform.resources.spark_scratch import driver_scratch, is_local_driver, with_scratch
 from sis_platform.settings import (
     DEFAULT_DRIVER_MEMORY,
     DEFAULT_SHUFFLE_PARTITIONS,
@@ -146,9 +148,25 @@ class DeltaSparkResource(LazyPySparkResource):
     passes every builder setting to spark-submit as `--conf key=value`, on the JVM's command
     line that any local user can read. They come from SIS_SPARK_SECRET_CONF in this process's
     environment and are set on the session once its JVM runs (settings.spark_secret_conf).
+
+    A local driver keeps its scratch files (Spark's local directories, the JVM's temporary
+    folder) in `scratch_dir`, one folder per process, and removes those of processes that are
+    gone when it starts (spark_scratch.py): a killed driver leaves nothing behind for good.
     """
 
+    scratch_dir: str | None = Field(
+        default=None,
+        description="Folder for local drivers' scratch files (None: Spark's default, /tmp).",
+    )
     _secrets_applied: bool = PrivateAttr(default=False)
+
+    def _init_session(self) -> None:
+        # LazyPySparkResource builds its session here, from `spark_config` alone.
+        if self._spark_session is None:
+            conf = dict(self.spark_config)
+            if self.scratch_dir and is_local_driver(conf):
+                conf = with_scratch(conf, driver_scratch(Path(self.scratch_dir)))
+            self._spark_session = spark_session_from_config(conf)
 
     @property
     def spark_session(self) -> Any:

@@ -90,7 +90,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         selector=read.optional("SIS_SELECTOR"),
         priority=_priority(read),
     )
-    spark = _spark(read)
+    spark = _spark(read, data_dir)
     if profile == "cluster" and spark.master.startswith("local"):
         raise ConfigurationError(
             "profile 'cluster' needs SIS_SPARK_MASTER (spark://, k8s://, yarn or sc://)"
@@ -121,7 +121,8 @@ def sensor_interval_seconds(env: Mapping[str, str] | None = None) -> int:
 
 def spark_settings(env: Mapping[str, str] | None = None) -> SparkSettings:
     """The Spark section alone (the Spark Connect server needs nothing else)."""
-    return _spark(variables_in_effect(env))
+    read = variables_in_effect(env)
+    return _spark(read, _data_dir(read))
 
 
 def ibmmq_settings(env: Mapping[str, str] | None = None) -> IbmMqSourceSettings:
@@ -344,7 +345,7 @@ def _backout_threshold(read: Reader, redelivery_limit: int) -> int:
     return threshold
 
 
-def _spark(read: Reader) -> SparkSettings:
+def _spark(read: Reader, data_dir: Path) -> SparkSettings:
     archive = read.optional("SIS_SPARK_CLASS_ARCHIVE")
     if archive is not None and archive != "off" and not Path(archive).is_file():
         raise ConfigurationError(f"SIS_SPARK_CLASS_ARCHIVE={archive!r} is not a file")
@@ -360,6 +361,7 @@ def _spark(read: Reader) -> SparkSettings:
         ui_enabled=read.text("SIS_SPARK_UI", "false") == "true",
         jars_dir=read.optional("SIS_SPARK_JARS_DIR"),
         class_archive=archive,
+        scratch_dir=read.text("SIS_SPARK_SCRATCH_DIR", str(data_dir / "spark-scratch")),
         extra_conf=_spark_conf(read),
     )
 

@@ -140,6 +140,7 @@ class SparkSettings:
     ui_enabled: bool = False
     jars_dir: str | None = None
     class_archive: str | None = None
+    scratch_dir: str | None = None  # local drivers' scratch files; None: Spark's own (/tmp)
     extra_conf: tuple[tuple[str, str], ...] = ()  # SIS_SPARK_CONF, in order
 
 

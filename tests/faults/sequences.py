@@ -5,6 +5,8 @@ re-execution). A point may carry `@n`: the n-th time the process reaches it."""
 
 from __future__ import annotations
 
+import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +96,10 @@ def converge_after_kills(
         assert code == SIGKILLED, f"the run(s) {runs} finished without reaching {point}"
     for spec in final:  # the last restart
         run(home, env, spec)
+    # Each killed driver left its scratch (jar copies, shuffle blocks) in its own folder, and
+    # the next driver's start removed it: only this process's folder is left.
+    scratch = data / "spark-scratch"
+    assert [p.name for p in scratch.iterdir()] == [f"{socket.gethostname()}-{os.getpid()}"]
 
     lake = resources["lake"].lake(spark)
     logged = logged_messages(zone)

@@ -63,6 +63,7 @@ def main(data_dir: Path) -> None:
             if c.status == psutil.CONN_LISTEN
         ],
         "ui_url": spark.sparkContext.uiWebUrl,
+        "jvm_pid": jvm.pid,
     }
     print("REPORT", json.dumps(report), flush=True)
 

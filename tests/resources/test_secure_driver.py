@@ -13,11 +13,12 @@ import sqlite3
 import subprocess
 import sys
 import zlib
-from contextlib import closing
+from contextlib import closing, suppress
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import psutil
 import pytest
 
 from tests.resources.secure_driver import VISIBLE_MARKER
@@ -52,7 +53,12 @@ def driver(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, An
     )
     assert done.returncode == 0, f"{done.stdout[-4000:]}\n{done.stderr[-8000:]}"
     line = next(x for x in done.stdout.splitlines() if x.startswith("REPORT "))
-    return data, json.loads(line.removeprefix("REPORT "))
+    report = json.loads(line.removeprefix("REPORT "))
+    # The JVM outlives the child by its shutdown, which deletes the driver's scratch files in
+    # the data folder: the tests read that folder once it is gone.
+    with suppress(psutil.NoSuchProcess):
+        psutil.Process(report["jvm_pid"]).wait(timeout=120)
+    return data, report
 
 
 def _stored(root: Path) -> dict[Path, bytes]:

@@ -270,11 +270,14 @@ def test_every_run_of_a_deployment_joins_one_spark_connect_session_named_after_i
     assert url({"SIS_SPARK_MASTER": chosen}) == chosen
 
 
-def test_the_spark_connect_server_runs_a_local_delta_driver_on_the_platforms_settings():
+def test_the_spark_connect_server_runs_a_local_delta_driver_on_the_platforms_settings(tmp_path):
     from sis_platform.cli.spark_connect import SERVER_CLASS, server_command
 
     command = server_command(
-        "127.0.0.1", 15099, {"SIS_SPARK_DRIVER_MEMORY": "3g", "SIS_SPARK_CONF": "spark.x.y=z"}
+        "127.0.0.1",
+        15099,
+        {"SIS_SPARK_DRIVER_MEMORY": "3g", "SIS_SPARK_CONF": "spark.x.y=z"},
+        scratch=tmp_path,
     )
     assert command[0].endswith("/bin/spark-submit") and command[-1] == "spark-internal"
     assert command[command.index("--class") + 1] == SERVER_CLASS
@@ -289,5 +292,6 @@ def test_the_spark_connect_server_runs_a_local_delta_driver_on_the_platforms_set
     assert conf["spark.connect.grpc.binding.port"] == "15099"
     assert conf["spark.x.y"] == "z"
     assert "spark.remote" not in conf
+    assert conf["spark.local.dir"] == str(tmp_path)
     # The server is a long-lived driver: the full JIT, not a run's C1 only.
     assert "TieredStopAtLevel" not in conf["spark.driver.extraJavaOptions"]
