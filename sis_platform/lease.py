@@ -57,6 +57,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from sis_platform.processes import ended_here
 from sis_platform.queues.base import FencedOff
 
 LEASE_FILE = "lease.json"
@@ -326,17 +327,7 @@ def _died_here(holder: str) -> bool:
     with its token, and waiting for its expiry would only delay a restarted deployment."""
     _, _, where = holder.rpartition("@")
     host, _, pid = where.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return False
-    if int(pid) == os.getpid():
-        return False  # this very process, under another deployment name: alive
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False  # exists, owned by someone else
-    return False
+    return ended_here(host, pid)
 
 
 def _iso(value: datetime) -> str:

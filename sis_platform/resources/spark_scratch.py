@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from sis_platform.private import make_private_folder
+from sis_platform.processes import ended_here
 
 LOCAL_DIR_KEY = "spark.local.dir"
 JAVA_OPTIONS_KEY = "spark.driver.extraJavaOptions"
@@ -53,12 +54,9 @@ def sweep(root: Path) -> list[Path]:
         entries = list(root.iterdir())
     except FileNotFoundError:
         return removed
-    host = socket.gethostname()
     for entry in entries:
-        owner_host, _, pid = entry.name.rpartition("-")
-        if owner_host != host or not pid.isdigit() or not entry.is_dir() or entry.is_symlink():
-            continue
-        if _alive(int(pid)):
+        host, _, pid = entry.name.rpartition("-")
+        if not ended_here(host, pid) or not entry.is_dir() or entry.is_symlink():
             continue
         shutil.rmtree(entry, ignore_errors=True)
         removed.append(entry)
@@ -90,13 +88,3 @@ def is_local_driver(conf: Mapping[str, str]) -> bool:
 
 def _folder_name(pid: int) -> str:
     return f"{socket.gethostname()}-{pid}"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process: alive, and not this folder's owner anyway
-    return True
