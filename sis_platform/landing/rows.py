@@ -217,6 +217,13 @@ def linked_rows(
     return LinkedRows(table, link, total)
 
 
+def warm() -> None:
+    """Pay landing's one-off cost now: the first array pyarrow builds from Python objects
+    imports pandas (pyarrow checks such input for pandas objects), about half a second that
+    would otherwise fall on a process's first landed message."""
+    pa.array([""], pa.string())
+
+
 def anchor_metadata(anchor: Anchor) -> dict[bytes, bytes]:
     """The chain fields a landing file carries: for a batch file its anchor, for a part the
     running anchor of its batch (messages so far, the batch's first link, the head so far)."""

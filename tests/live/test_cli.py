@@ -1,5 +1,6 @@
-"""The `sis-live` command: --help without the service's imports, refusing the sensor intake
-mode, and a clean stop on SIGTERM (exit 0, the lease released, the open batch left open)."""
+"""The `sis-live` command: --help without the service's imports, its one-off import paid before
+the service runs, refusing the sensor intake mode, and a clean stop on SIGTERM (exit 0, the
+lease released, the open batch left open)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,33 @@ def test_help_does_not_import_the_service(tmp_path):
     ).stdout
     assert "usage: sis-live" in out
     assert out.strip().splitlines()[-1] == "[]"
+
+
+def test_the_first_landings_one_off_import_is_paid_before_the_service_runs(tmp_path):
+    # pyarrow imports pandas the first time it builds an array from Python objects: half a
+    # second that would fall on the latency of the first message a started sis-live gets.
+    code = (
+        "import sys, types\n"
+        "from sis_platform.live.process import run_until_signalled\n"
+        "print('before', 'pandas' in sys.modules)\n"
+        "ns = types.SimpleNamespace\n"
+        "service = ns(\n"
+        "    source=ns(description='a queue'), zone=ns(root='a zone'),\n"
+        "    config=ns(fold=ns(priority=None)), request_stop=lambda: None,\n"
+        "    run=lambda: print('running', 'pandas' in sys.modules),\n"
+        ")\n"
+        "run_until_signalled(service, ns(serving=ns(url='sqlite:///store.db')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env=live_env(tmp_path),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    assert out.splitlines() == ["before False", "running True"]
 
 
 def test_the_sensor_intake_mode_is_refused(tmp_path):
