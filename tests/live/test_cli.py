@@ -17,14 +17,9 @@ from tests.live.processes import REPO, finish, live_env, start_live
 from tests.live.running import BOUND_SECONDS, Place
 
 
-def test_help_does_not_import_the_service(tmp_path):
-    code = (
-        "import sys; from sis_platform.cli.live import main\n"
-        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-        "print(sorted(m for m in sys.modules if m.startswith(('sis_platform.live', "
-        "'sis_platform.landing', 'pyarrow', 'lxml'))))"
-    )
-    out = subprocess.run(
+def _python(code: str, tmp_path) -> str:
+    """What `code` prints, run by a fresh interpreter in sis-live's environment."""
+    return subprocess.run(
         [sys.executable, "-c", code],
         cwd=REPO,
         env=live_env(tmp_path),
@@ -33,6 +28,16 @@ def test_help_does_not_import_the_service(tmp_path):
         check=True,
         timeout=60,
     ).stdout
+
+
+def test_help_does_not_import_the_service(tmp_path):
+    code = (
+        "import sys; from sis_platform.cli.live import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('sis_platform.live', "
+        "'sis_platform.landing', 'pyarrow', 'lxml'))))"
+    )
+    out = _python(code, tmp_path)
     assert "usage: sis-live" in out
     assert out.strip().splitlines()[-1] == "[]"
 
@@ -52,15 +57,7 @@ def test_the_first_landings_one_off_import_is_paid_before_the_service_runs(tmp_p
         ")\n"
         "run_until_signalled(service, ns(serving=ns(url='sqlite:///store.db')))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=REPO,
-        env=live_env(tmp_path),
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout
+    out = _python(code, tmp_path)
     assert out.splitlines() == ["before False", "running True"]
 
 
