@@ -34,6 +34,7 @@ SSL_PORT=${ACTIVEMQ_STOMP_SSL_PORT:-}
 KEYSTORE=${ACTIVEMQ_KEYSTORE:-}
 TRUSTSTORE=${ACTIVEMQ_TRUSTSTORE:-}
 STORE_PASSWORD=${ACTIVEMQ_STORE_PASSWORD:-}
+NO_DELAY=transport.tcpNoDelay=true  # the STOMP connectors' option (see write_config)
 
 die() {
     echo "activemq.sh: $*" >&2
@@ -81,8 +82,10 @@ port_open() {
 write_config() {
     local dir=$1
     mkdir -p "$dir/data"
-    # The Debian instance listens on OpenWire only; the STOMP connector is added next to it.
-    sed -e "s#<transportConnector name=\"openwire\"[^>]*/>#<transportConnector name=\"openwire\" uri=\"tcp://$HOST:$OPENWIRE_PORT\"/>\n            <transportConnector name=\"stomp\" uri=\"stomp://$HOST:$STOMP_PORT\"/>#" \
+    # The Debian instance listens on OpenWire only; the STOMP connector is added next to it,
+    # with TCP_NODELAY on its sockets (ActiveMQ's default leaves Nagle's algorithm on: a small
+    # MESSAGE frame can wait for the consumer's delayed ACK of the one before).
+    sed -e "s#<transportConnector name=\"openwire\"[^>]*/>#<transportConnector name=\"openwire\" uri=\"tcp://$HOST:$OPENWIRE_PORT\"/>\n            <transportConnector name=\"stomp\" uri=\"stomp://$HOST:$STOMP_PORT?$NO_DELAY\"/>#" \
         "$DEBIAN_INSTANCE/activemq.xml" >"$dir/activemq.xml"
     grep -q "name=\"stomp\"" "$dir/activemq.xml" ||
         die "could not add the STOMP connector to $dir/activemq.xml (Debian config changed?)"
@@ -126,11 +129,12 @@ write_tls_config() {
     [[ -n $STORE_PASSWORD ]] || die "ACTIVEMQ_STOMP_SSL_PORT needs ACTIVEMQ_STORE_PASSWORD"
     [[ $STORE_PASSWORD != *[\"\'\<\>\&#]* ]] ||
         die "ACTIVEMQ_STORE_PASSWORD must not contain quotes, <, >, & or #"
-    local trust="" options=""
+    local trust="" options="?$NO_DELAY"
     if [[ -n $TRUSTSTORE ]]; then
         [[ -f $TRUSTSTORE ]] || die "ACTIVEMQ_TRUSTSTORE=$TRUSTSTORE is not a file"
         trust=" trustStore=\"file:$TRUSTSTORE\" trustStorePassword=\"$STORE_PASSWORD\" trustStoreType=\"pkcs12\""
-        options="?transport.needClientAuth=true"
+        # "&amp;": the URI is an XML attribute; "\&": a literal & in sed's replacement.
+        options+="\\&amp;transport.needClientAuth=true"
     fi
     # The file now holds the store password: readable by this user only.
     chmod 600 "$dir/activemq.xml"
