@@ -503,13 +503,13 @@ def latency_figures(
     latencies = [(seen[m][0] - put) * 1000 for m, put in first_put.items() if m in seen]
     if not latencies:
         raise RuntimeError("no message was seen in the store")
-    # Where the time goes: put -> the store commit's timestamp (sis-live's get, land, queue
-    # commit, fold), and that timestamp -> seen (the store's transaction, the doorbell, the read).
+    # Where the time goes: put -> the store commit's timestamp (sis-live's get, land, fold),
+    # and that timestamp -> seen (the store's transaction, the doorbell, the read).
     to_commit = [(seen[m][1] - put) * 1000 for m, put in first_put.items() if m in seen]
     to_seen = [(seen[m][0] - seen[m][1]) * 1000 for m in first_put if m in seen]
-    # Finer, where the landed part tells: put -> got (the wake-up and get), got -> linked (the
-    # group's further gets and writing the part), linked -> stamp (the folder's fsync, the
-    # queue commit, the fold, the store transaction's start).
+    # Finer, where the landed part tells: put -> got (the wake-up and the group's gets: a
+    # part's `received_at` is stamped as it lands), got -> linked (writing the part), linked ->
+    # stamp (the folder's fsync, the fold, the store transaction's start).
     both = [m for m in first_put if m in seen and m in landed]
     stages = {
         "put_to_received_ms": [(landed[m][0] - first_put[m]) * 1000 for m in both],

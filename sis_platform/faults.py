@@ -77,9 +77,10 @@ REWIND_POINTS = (
 # sis-live (sis_platform/live/service.py): one group's boundaries.
 LIVE_POINTS = (
     "live.after_get",  # a group got under syncpoint, nothing landed
-    "live.after_land",  # the group landed as a part of the open batch, queue not committed
-    "live.after_queue_commit",  # queue committed, the group not folded into the store
+    "live.after_land",  # the group landed as a part of the open batch, not in the store
     "live.store_commit",  # inside the store's transaction: written, not committed
+    "live.before_queue_commit",  # the group in the store, the queue not committed
+    "live.after_queue_commit",  # the group in the store and off the queue
 )
 # Reached only with SIS_PRIORITY: a stretch's priority part committed, the rest not.
 LIVE_BETWEEN_PARTS = "live.between_parts"

@@ -8,18 +8,23 @@ taken over: it stops consuming and stands by, as intake does), the service:
 2. then, per group: a get that waits for the first message (bounded by the open batch's seal
    deadline, the lease renewal, the store's next retry or heartbeat, and `idle_wait_seconds`
    for seeing a stop request), then the messages available now, claimed together, until none
-   is (on a broker, until a get waiting `group_wait_seconds` finds none), the group holds
-   `group_max_messages`, or the open batch would pass its bounds;
+   is (on a broker, once the group holds two, until a get waiting `group_wait_seconds` finds
+   none), the group holds `group_max_messages`, or the open batch would pass its bounds;
    crash point `live.after_get`; `GroupWriter.land` (durable part file); `live.after_land`;
-   queue commit; `live.after_queue_commit`; fold and store commit (`Applier.apply`, with
-   `live.store_commit` inside the store's transaction); the open batch sealed when it reached
-   a bound (messages, bytes, or age, the last also when no message comes).
+   fold and store commit (`Applier.apply`, with `live.store_commit` inside the store's
+   transaction); `live.before_queue_commit`; queue commit; `live.after_queue_commit`; the
+   open batch sealed when it reached a bound (messages, bytes, or age, the last also when no
+   message comes).
 
-The order is the consumer's (sis_platform/consumer.py, invariant 1): a crash before the land
-leaves every message on the queue (backed out by it); after the land and before the queue
-commit, the messages are landed and redelivered, and their second copies end `duplicate`
-(invariant 2). A body over the per-message bound is moved aside as the consumer does it. Waits
-are the queue get's own; nothing sleeps on the hot path.
+Landing comes first, as in the consumer (sis_platform/consumer.py, invariant 1): a crash before
+the land leaves every message on the queue (backed out by it). From the land on, the landed log
+is what counts: the store records the landing position it has applied, and a restart folds the
+log after it. So the queue commit can wait until the store has committed, which keeps the
+queue's round trip (a remote queue manager's, on the feed) out of the time to the store. A
+crash after the land and before the queue commit, wherever the store was, leaves the messages
+landed and on the queue: they are redelivered, landed again, and their second copies end
+`duplicate` (invariant 2). A body over the per-message bound is moved aside as the consumer
+does it. Waits are the queue get's own; nothing sleeps on the hot path.
 
 Outages: the source (SourceUnavailable) is reconnected with growing delays; the landing zone
 (OSError) is probed before anything more is got; the store (ServingUnavailable) is the
@@ -251,13 +256,19 @@ class LiveService:
             self._backout(session)
             raise
         crash_point("live.after_land")
-        self._commit_queue(session)
-        crash_point("live.after_queue_commit")
         before, self._landed_to = self._landed_to, landed.last_position
         self.landed_messages += len(group)
         # A full group says more is waiting: a backlog (SIS_PRIORITY folds it in windows).
         backlog = len(group) >= self.config.group_max_messages
-        self.applier.apply(_landed_messages(landed, group), before, backlog=backlog)
+        # The landed part is what the store's position counts from, so the store may commit
+        # before the queue does (module docstring): the queue's round trip is then not part of
+        # the time to the store. The queue is committed whatever the fold did.
+        try:
+            self.applier.apply(_landed_messages(landed, group), before, backlog=backlog)
+            crash_point("live.before_queue_commit")
+        finally:
+            self._commit_queue(session)
+        crash_point("live.after_queue_commit")
         self._seal_if_bound(writer)
         self._progress.group(len(group), self._landed_to, self.applier, self._clock())
 
@@ -267,7 +278,10 @@ class LiveService:
         """The group started by `first`: the messages available now, claimed together
         (`QueueSession.get_available`), up to the group's and the open batch's bounds; when
         none is, the group ends at once on a queue that knows (`knows_available`, the embedded
-        queue), and after a get waiting the group wait for one on a broker."""
+        queue), and on a broker after a get waiting the group wait for one. A message with
+        none behind it when it is got is a group of its own at once: at the feed's rates
+        nearly every message is, and the wait would only delay it; in a burst more are
+        already on their way, and the group gathers them."""
         config = self.config
         open_batch = writer.open_batch
         held, size = (open_batch.messages, open_batch.bytes) if open_batch else (0, 0)
@@ -291,6 +305,8 @@ class LiveService:
             arrived = session.get_available(room - len(group), config.batch_max_bytes - size)
             if arrived or session.knows_available or config.group_wait_seconds <= 0:
                 continue
+            if len(group) == 1:
+                break  # a lone message
             waited = session.get(wait_seconds=config.group_wait_seconds)
             if waited is not None:
                 arrived.append(waited)
@@ -298,7 +314,7 @@ class LiveService:
 
     def _commit_queue(self, session: QueueSession) -> None:
         """Commit what was landed; a source failing here leaves the landed messages on the
-        queue to come back as duplicates (invariant 2), so the group is applied anyway."""
+        queue to come back as duplicates (invariant 2): the group stays applied."""
         try:
             session.commit()
         except SourceUnavailable as error:

@@ -240,6 +240,92 @@ def test_a_queue_outage_is_reconnected_and_nothing_is_lost(tmp_path):
     assert_live_equals_reference(place, feed)
 
 
+class _WatchedSource:
+    """The embedded queue, its sessions watched: every get's wait, and at every commit where
+    the store and the landing zone were. With `broker`, its sessions say what a broker's say:
+    that they cannot know whether more is available (so a group waits for followers)."""
+
+    def __init__(self, place: Place, broker: bool = False) -> None:
+        self.place, self.broker = place, broker
+        self.waits: list[float] = []
+        self.commits: list[tuple[Any, Any]] = []  # (store position, landing zone's last)
+
+    @property
+    def description(self) -> str:
+        return "watched " + self.place.queue.description
+
+    def depth(self) -> int:
+        return self.place.queue.depth()
+
+    def connect(self) -> Any:
+        return _WatchedSession(self.place.queue.connect(), self)
+
+
+class _WatchedSession:
+    def __init__(self, session: Any, source: _WatchedSource) -> None:
+        self._session, self._source = session, source
+        self.knows_available = session.knows_available and not source.broker
+
+    def get(self, wait_seconds: float = 0.0) -> Any:
+        self._source.waits.append(wait_seconds)
+        return self._session.get(wait_seconds=wait_seconds)
+
+    def commit(self) -> None:
+        store = open_store(self._source.place.url)
+        try:
+            self._source.commits.append((store.position(), self._source.place.zone.last_position()))
+        finally:
+            store.close()
+        self._session.commit()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._session, name)
+
+
+def _watched_service(place: Place, source: _WatchedSource, config: LiveConfig) -> LiveService:
+    return LiveService(
+        source,  # type: ignore[arg-type]
+        place.zone,
+        place.lease(),
+        lambda: open_store(place.url),
+        config,
+    )
+
+
+def test_each_group_is_in_the_store_before_the_queue_is_committed(tmp_path):
+    place = Place(tmp_path)
+    feed = _feed(29, 100)
+    place.put(feed)
+    source = _WatchedSource(place)
+    config = LiveConfig(group_max_messages=20, idle_wait_seconds=0.2)
+    with running_service(_watched_service(place, source, config)) as service:
+        assert service.wait_until(drained, BOUND_SECONDS)
+    assert len(source.commits) == len(feed) // 20
+    for store_position, landed in source.commits:
+        assert store_position == landed  # the group just landed is already applied
+    assert_live_equals_reference(place, feed)
+
+
+def test_on_a_broker_a_lone_message_is_a_group_at_once_and_a_burst_waits_for_more(tmp_path):
+    place = Place(tmp_path)
+    feed = _feed(30, 4)
+    group_wait = 0.35  # told apart from the idle gets' waits (at most idle_wait_seconds)
+    config = LiveConfig(group_wait_seconds=group_wait, idle_wait_seconds=0.2)
+    lone = _WatchedSource(place, broker=True)
+    place.put(feed[:1])
+    with running_service(_watched_service(place, lone, config)) as service:
+        assert service.wait_until(drained, BOUND_SECONDS)
+    assert len(lone.commits) == 1 and group_wait not in lone.waits  # landed without a wait
+
+    burst = _WatchedSource(place, broker=True)
+    place.put(feed[1:])  # three at once: the first get has two behind it
+    with running_service(_watched_service(place, burst, config)) as service:
+        assert service.wait_until(drained, BOUND_SECONDS)
+    assert len(burst.commits) == 1  # one group of three
+    assert burst.waits.count(group_wait) == 1  # then it waited once for a fourth
+    assert_live_equals_reference(place, feed)
+
+
 def test_a_landing_outage_backs_out_once_and_probes_before_getting_more(tmp_path, monkeypatch):
     place = Place(tmp_path)
     feed = _feed(27, 120)
