@@ -558,3 +558,19 @@ def test_sis_run_gives_its_spark_connect_server_and_runs_a_token_unless_one_is_s
     monkeypatch.setenv(settings.SPARK_CONNECT_TOKEN_VARIABLE, "chosen")
     settings.ensure_spark_connect_token()
     assert settings.spark_connect_token() == "chosen"
+
+
+@pytest.mark.parametrize(
+    ("master", "local"),
+    [
+        ("local", True),
+        ("local[2]", True),
+        ("local[*]", True),
+        ("spark://127.0.0.1:7077", False),
+        ("sc://localhost", False),
+        ("k8s://https://10.0.0.1:6443", False),
+        ("yarn", False),
+    ],
+)
+def test_a_local_master_is_told_from_a_clusters_and_spark_connects(master, local):
+    assert settings.is_local_master(master) is local

@@ -23,6 +23,7 @@ from sis_platform.settings import (
     DEFAULT_DRIVER_MEMORY,
     DEFAULT_SHUFFLE_PARTITIONS,
     DEFAULT_SPARK_MASTER,
+    is_local_master,
     local_driver_listens_on_loopback,
     python_workers_use_this_interpreter,
     spark_secret_conf,
@@ -100,7 +101,7 @@ def delta_spark_config(
         # must read is opened to it with SIS_SPARK_CONF (or the object store's own policies).
         "spark.hadoop.fs.permissions.umask-mode": "077",
     }
-    if master.startswith("local"):
+    if is_local_master(master):
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"
         # A run's local driver lives for one run: the C2 JIT compiler would spend a core for

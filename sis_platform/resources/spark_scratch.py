@@ -30,6 +30,7 @@ from pathlib import Path
 
 from sis_platform.private import make_private_folder
 from sis_platform.processes import ended_here
+from sis_platform.settings import is_local_master
 
 LOCAL_DIR_KEY = "spark.local.dir"
 JAVA_OPTIONS_KEY = "spark.driver.extraJavaOptions"
@@ -83,7 +84,7 @@ def with_scratch(conf: Mapping[str, str], folder: Path) -> dict[str, str]:
 
 def is_local_driver(conf: Mapping[str, str]) -> bool:
     """The configuration starts a local driver (`local[...]`), whose executors are in it."""
-    return str(conf.get("spark.master", "")).startswith("local")
+    return is_local_master(str(conf.get("spark.master", "")))
 
 
 def _folder_name(pid: int) -> str:

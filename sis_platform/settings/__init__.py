@@ -59,6 +59,7 @@ from sis_platform.settings.records import (
     SourceSettings,
     SparkSettings,
     StompSourceSettings,
+    is_local_master,
 )
 from sis_platform.settings.variables import (
     DEFAULT_BACKOUT_THRESHOLD,
@@ -187,6 +188,7 @@ __all__ = [
     "is_secret",
     "is_secret_spark_key",
     "load_settings",
+    "is_local_master",
     "local_driver_listens_on_loopback",
     "python_workers_use_this_interpreter",
     "read_settings_file",

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sis_platform.settings.records import ConfigurationError
+from sis_platform.settings.records import ConfigurationError, is_local_master
 from sis_platform.settings.variables import (
     FAULT_INJECTION_VARIABLES,
     SECRET_VARIABLES,
@@ -251,7 +251,7 @@ def local_driver_listens_on_loopback(master: str) -> None:
     and Spark has no setting for it. PySpark starts the JVM with this process's environment.
     Not for a cluster master, whose executors connect back to the driver's own address.
     """
-    if master.startswith("local"):
+    if is_local_master(master):
         os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
 
 

@@ -27,6 +27,7 @@ from sis_platform.settings.records import (
     SourceSettings,
     SparkSettings,
     StompSourceSettings,
+    is_local_master,
 )
 from sis_platform.settings.variables import (
     DEFAULT_BACKOUT_THRESHOLD,
@@ -91,7 +92,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         priority=_priority(read),
     )
     spark = _spark(read, data_dir)
-    if profile == "cluster" and spark.master.startswith("local"):
+    if profile == "cluster" and is_local_master(spark.master):
         raise ConfigurationError(
             "profile 'cluster' needs SIS_SPARK_MASTER (spark://, k8s://, yarn or sc://)"
         )

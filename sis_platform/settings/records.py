@@ -144,6 +144,11 @@ class SparkSettings:
     extra_conf: tuple[tuple[str, str], ...] = ()  # SIS_SPARK_CONF, in order
 
 
+def is_local_master(master: str) -> bool:
+    """`master` (a Spark master URL) is a local driver's: `local`, `local[N]`, `local[*]`."""
+    return master.startswith("local")
+
+
 @dataclass(frozen=True)
 class ServingSettings:
     """Where sis-live keeps the serving store: `sqlite:///<path>` or
