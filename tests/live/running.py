@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sis_platform.landing import START_POSITION, LandingZone
 from sis_platform.lease import ConsumerLease
@@ -71,22 +72,17 @@ def running(
     place: Place,
     config: LiveConfig = CONFIG,
     open_store_: Callable[[], ServingStore] | None = None,
+    source: Any = None,
 ) -> Iterator[LiveService]:
-    """The service running in a thread; stopped (and its thread joined) on leaving."""
+    """The service running in a thread, consuming `source` (default: the place's queue);
+    stopped (and its thread joined) on leaving."""
     service = LiveService(
-        place.queue,
+        source or place.queue,
         place.zone,
         place.lease(),
         open_store_ or (lambda: open_store(place.url)),
         config,
     )
-    with running_service(service):
-        yield service
-
-
-@contextmanager
-def running_service(service: LiveService) -> Iterator[LiveService]:
-    """`service` running in a thread; stopped (and its thread joined) on leaving."""
     failure: list[BaseException] = []
 
     def run() -> None:

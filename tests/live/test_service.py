@@ -16,7 +16,6 @@ from sis_platform.landing import START_POSITION, GroupWriter, LandingZone
 from sis_platform.lease import ConsumerLease
 from sis_platform.live.config import LiveConfig
 from sis_platform.live.fold import LiveFold
-from sis_platform.live.service import LiveService
 from sis_platform.queues.base import SourceUnavailable
 from sis_platform.queues.embedded import EmbeddedQueue
 from sis_platform.serving import ServingStore, ServingUnavailable, open_store
@@ -29,7 +28,6 @@ from tests.live.running import (
     assert_live_equals_reference,
     drained,
     running,
-    running_service,
 )
 
 pytestmark = pytest.mark.cost(25)
@@ -219,14 +217,7 @@ def test_a_queue_outage_is_reconnected_and_nothing_is_lost(tmp_path):
         retry_last_seconds=0.2,
     )
     source = _FlakySource(place.queue)
-    service = LiveService(
-        source,  # type: ignore[arg-type]
-        place.zone,
-        place.lease(),
-        lambda: open_store(place.url),
-        config,
-    )
-    with running_service(service):
+    with running(place, config, source=source) as service:
         assert service.wait_until(drained, BOUND_SECONDS)
         source.down.set()
         place.put(feed[100:])
@@ -282,23 +273,13 @@ class _WatchedSession:
         return getattr(self._session, name)
 
 
-def _watched_service(place: Place, source: _WatchedSource, config: LiveConfig) -> LiveService:
-    return LiveService(
-        source,  # type: ignore[arg-type]
-        place.zone,
-        place.lease(),
-        lambda: open_store(place.url),
-        config,
-    )
-
-
 def test_each_group_is_in_the_store_before_the_queue_is_committed(tmp_path):
     place = Place(tmp_path)
     feed = _feed(29, 100)
     place.put(feed)
     source = _WatchedSource(place)
     config = LiveConfig(group_max_messages=20, idle_wait_seconds=0.2)
-    with running_service(_watched_service(place, source, config)) as service:
+    with running(place, config, source=source) as service:
         assert service.wait_until(drained, BOUND_SECONDS)
     assert len(source.commits) == len(feed) // 20
     for store_position, landed in source.commits:
@@ -313,13 +294,13 @@ def test_on_a_broker_a_lone_message_is_a_group_at_once_and_a_burst_waits_for_mor
     config = LiveConfig(group_wait_seconds=group_wait, idle_wait_seconds=0.2)
     lone = _WatchedSource(place, broker=True)
     place.put(feed[:1])
-    with running_service(_watched_service(place, lone, config)) as service:
+    with running(place, config, source=lone) as service:
         assert service.wait_until(drained, BOUND_SECONDS)
     assert len(lone.commits) == 1 and group_wait not in lone.waits  # landed without a wait
 
     burst = _WatchedSource(place, broker=True)
     place.put(feed[1:])  # three at once: the first get has two behind it
-    with running_service(_watched_service(place, burst, config)) as service:
+    with running(place, config, source=burst) as service:
         assert service.wait_until(drained, BOUND_SECONDS)
     assert len(burst.commits) == 1  # one group of three
     assert burst.waits.count(group_wait) == 1  # then it waited once for a fourth
