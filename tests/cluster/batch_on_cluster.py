@@ -8,13 +8,16 @@ Its settings are the SIS_* variables of its environment (the master's URL, the l
 the S3A connector's jars and settings), its object store's keys in SIS_SPARK_SECRET_CONF as
 a deployment gives them. A child, because a process has one Spark driver and the suite's own
 is local. Prints `REPORT {json}`: the batches run, the application's master and the executors
-it ran on, and the Delta log store the lake's tables used.
+it ran on, and the Delta log store the lake's tables used. It then keeps the application (its
+driver and executors) running until a line or the end of its standard input, so the test can
+read their command lines while they certainly exist.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 from sis_platform.inprocess import InProcessPlatform
@@ -62,6 +65,7 @@ def main() -> None:
         "log_store": store.getClass().getName(),
     }
     print("REPORT " + json.dumps(report), flush=True)
+    sys.stdin.readline()
     spark.stop()
 
 

@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,16 +60,23 @@ class Outcome:
     report: dict[str, Any]
     data: Path  # the child's SIS_DATA_DIR
     output: str  # what the child printed
-    command_lines: list[str]  # of every process of the cluster and the child, seen while it ran
+    command_lines: list[str]  # of the cluster's and the child's processes, its application running
 
 
 def _command_lines(root_pids: list[int]) -> list[str]:
-    lines = []
+    """The command line of each root process and of every descendant that is still there (one
+    that ends or is a zombie while it is read is left out, not the whole tree)."""
+    processes: list[psutil.Process] = []
     for pid in root_pids:
         try:
             root = psutil.Process(pid)
-            for process in [root, *root.children(recursive=True)]:
-                lines.append(" ".join(process.cmdline()))
+            processes += [root, *root.children(recursive=True)]
+        except psutil.Error:
+            continue
+    lines = []
+    for process in processes:
+        try:
+            lines.append(" ".join(process.cmdline()))
         except psutil.Error:
             continue
     return lines
@@ -102,36 +108,29 @@ def outcome(
         [sys.executable, "-m", "tests.cluster.batch_on_cluster"],
         cwd=ROOT,
         env=env,
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
-    # The command lines while the application runs: the child's driver JVM, and the executors
-    # the workers launch for it (gone once it ends). No event says an executor has started, so
-    # the process table is sampled every 0.1 s until both have been seen or the child ends
-    # (sampling only when the child printed a line missed an executor on a loaded machine).
-    command_lines: dict[str, None] = {}  # in the order first seen
+    # The child reports once its batches ran on both executors, then keeps its application
+    # running until told to stop, so the command lines are read while its driver JVM and the
+    # executors the workers launched for it certainly exist.
+    command_lines: list[str] = []
     roots = [child.pid, *(p.pid for p in cluster.processes)]
-    finished = threading.Event()
-
-    def sample() -> None:
-        while sum(EXECUTOR in seen for seen in command_lines) < 2 and not finished.is_set():
-            command_lines.update(dict.fromkeys(_command_lines(roots)))
-            finished.wait(0.1)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
     output: list[str] = []
-    assert child.stdout is not None
+    assert child.stdin is not None and child.stdout is not None
     for line in child.stdout:
         output.append(line)
+        if line.startswith("REPORT "):
+            command_lines = _command_lines(roots)
+            child.stdin.close()
     code = child.wait(timeout=1200)
-    finished.set()
-    sampler.join(60)
+    child.stdin.close()  # if it ended before reporting
     text = "".join(output)
     assert code == 0, text[-8000:]
     line = next(x for x in text.splitlines() if x.startswith("REPORT "))
-    return Outcome(json.loads(line.removeprefix("REPORT ")), data, text, list(command_lines))
+    return Outcome(json.loads(line.removeprefix("REPORT ")), data, text, command_lines)
 
 
 def test_batches_run_on_the_cluster_and_the_lake_on_s3_equals_the_reference(
