@@ -27,7 +27,6 @@ removes the others once unused for `UNUSED_DAYS`, and any build a crash left hal
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -52,15 +51,6 @@ def cache_dir() -> Path:
 
 def _digest(parts: list[str]) -> str:
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
-
-
-def _spark_home() -> Path | None:
-    """The Spark distribution whose jars a local driver's class path holds: $SPARK_HOME, else
-    the installed pyspark's own folder (PySpark's rule), found without importing it."""
-    if home := spark_home():
-        return home
-    spec = importlib.util.find_spec("pyspark")
-    return Path(spec.origin).parent if spec and spec.origin else None
 
 
 def _stamp(files: list[Path]) -> str:
@@ -93,7 +83,7 @@ def archive_path() -> Path:
             delta_jars or "spark.jars.packages",
         ]
     )
-    home = _spark_home()
+    home = spark_home()
     files = sorted((home / "jars").glob("*.jar")) if home else []
     if delta_jars:
         files += sorted(Path(delta_jars).glob("*.jar"))

@@ -26,7 +26,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from sis_platform.resources.spark import delta_package
-from sis_platform.settings import cache_home
+from sis_platform.settings import cache_home, spark_home
 
 COMPLETE = "COMPLETE"
 
@@ -39,13 +39,13 @@ def jars_dir(package: str | None = None) -> Path:
 
 
 def hadoop_version() -> str:
-    """The version of the Hadoop client inside the installed pyspark (its jars folder holds
+    """The version of the Hadoop client in the Spark distribution a local driver runs from
+    ($SPARK_HOME, else the installed pyspark: its jars folder holds
     hadoop-client-api-<version>.jar). A connector (hadoop-aws, hadoop-azure) must match it."""
-    import pyspark
-
-    found = sorted(Path(pyspark.__file__).parent.glob("jars/hadoop-client-api-*.jar"))
+    home = spark_home()
+    found = sorted(home.glob("jars/hadoop-client-api-*.jar")) if home else []
     if not found:
-        raise RuntimeError("the installed pyspark ships no hadoop-client-api jar")
+        raise RuntimeError(f"no hadoop-client-api jar in Spark's jars folder ({home}/jars)")
     return found[-1].name.removeprefix("hadoop-client-api-").removesuffix(".jar")
 
 

@@ -4,6 +4,7 @@ fault-injection hooks, and the environment handed to child processes."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import secrets
@@ -219,10 +220,13 @@ def cache_home() -> Path:
 
 
 def spark_home() -> Path | None:
-    """$SPARK_HOME, the Spark distribution PySpark launches a local driver from when it is set
-    (otherwise the installed pyspark package's own folder)."""
-    home = os.environ.get("SPARK_HOME")
-    return Path(home) if home else None
+    """The Spark distribution a local driver runs from, whose jars are on its class path:
+    $SPARK_HOME when it is set, else the installed pyspark package's own folder (PySpark's
+    rule), found without importing pyspark; None if there is neither."""
+    if home := os.environ.get("SPARK_HOME"):
+        return Path(home)
+    spec = importlib.util.find_spec("pyspark")
+    return Path(spec.origin).parent if spec and spec.origin else None
 
 
 def python_workers_use_this_interpreter() -> None:

@@ -104,6 +104,17 @@ def test_the_s3a_connector_matches_the_hadoop_inside_pyspark() -> None:
     assert s3a_package() == f"org.apache.hadoop:hadoop-aws:{version}"
 
 
+def test_with_spark_home_set_the_connector_matches_the_hadoop_of_that_distribution(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A local driver runs from $SPARK_HOME when it is set, so its Hadoop is the one to match.
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path))
+    with pytest.raises(RuntimeError, match=f"no hadoop-client-api jar .*{tmp_path}/jars"):
+        hadoop_version()
+    _jars(tmp_path / "jars", "hadoop-client-api-3.9.1.jar", "hadoop-client-runtime-3.9.1.jar")
+    assert s3a_package() == "org.apache.hadoop:hadoop-aws:3.9.1"
+
+
 def test_extra_packages_get_a_folder_of_their_own_beside_deltas(
     cache: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
