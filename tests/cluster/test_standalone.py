@@ -120,13 +120,15 @@ def outcome(
     roots = [child.pid, *(p.pid for p in cluster.processes)]
     output: list[str] = []
     assert child.stdin is not None and child.stdout is not None
-    for line in child.stdout:
-        output.append(line)
-        if line.startswith("REPORT "):
-            command_lines = _command_lines(roots)
-            child.stdin.close()
+    try:
+        for line in child.stdout:
+            output.append(line)
+            if line.startswith("REPORT "):
+                command_lines = _command_lines(roots)
+                child.stdin.close()
+    finally:
+        child.stdin.close()  # the child stops whatever happened here
     code = child.wait(timeout=1200)
-    child.stdin.close()  # if it ended before reporting
     text = "".join(output)
     assert code == 0, text[-8000:]
     line = next(x for x in text.splitlines() if x.startswith("REPORT "))
