@@ -43,7 +43,9 @@ def hadoop_version() -> str:
     ($SPARK_HOME, else the installed pyspark: its jars folder holds
     hadoop-client-api-<version>.jar). A connector (hadoop-aws, hadoop-azure) must match it."""
     home = spark_home()
-    found = sorted(home.glob("jars/hadoop-client-api-*.jar")) if home else []
+    if home is None:
+        raise RuntimeError("no Spark distribution: SPARK_HOME is not set, pyspark not installed")
+    found = sorted(home.glob("jars/hadoop-client-api-*.jar"))
     if not found:
         raise RuntimeError(f"no hadoop-client-api jar in Spark's jars folder ({home}/jars)")
     return found[-1].name.removeprefix("hadoop-client-api-").removesuffix(".jar")

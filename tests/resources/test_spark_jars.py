@@ -7,6 +7,7 @@ before the suite, and the suite's Spark session takes its jars from the folder i
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -109,7 +110,8 @@ def test_with_spark_home_set_the_connector_matches_the_hadoop_of_that_distributi
 ) -> None:
     # A local driver runs from $SPARK_HOME when it is set, so its Hadoop is the one to match.
     monkeypatch.setenv("SPARK_HOME", str(tmp_path))
-    with pytest.raises(RuntimeError, match=f"no hadoop-client-api jar .*{tmp_path}/jars"):
+    folder = re.escape(str(tmp_path / "jars"))
+    with pytest.raises(RuntimeError, match=f"no hadoop-client-api jar .*{folder}"):
         hadoop_version()
     _jars(tmp_path / "jars", "hadoop-client-api-3.9.1.jar", "hadoop-client-runtime-3.9.1.jar")
     assert s3a_package() == "org.apache.hadoop:hadoop-aws:3.9.1"
