@@ -77,7 +77,7 @@ def running(
     """The service running in a thread, consuming `source` (default: the place's queue);
     stopped (and its thread joined) on leaving."""
     service = LiveService(
-        source or place.queue,
+        source if source is not None else place.queue,
         place.zone,
         place.lease(),
         open_store_ or (lambda: open_store(place.url)),
