@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -42,7 +42,7 @@ from sis_platform.domain.pipeline import (
     fold_stretch,
 )
 from sis_platform.domain.priority import Priority
-from sis_platform.landing import LandedMessage
+from sis_platform.landing import LandedMessage, LogPosition
 from sis_platform.live.workers import PARALLEL_MIN_ITEMS, FoldWorkers, SharedFold
 from sis_platform.serving.records import (
     ChangeRow,
@@ -124,6 +124,65 @@ class LiveFold:
         store has committed the result, or nothing if it has not."""
         return self._part(self._classified(messages, frozenset()), messages, last=True)
 
+    def classify(
+        self, messages: Sequence[LandedMessage], also_seen: Collection[str] = ()
+    ) -> ClassifiedStretch:
+        """The first step of `fold` alone, for a stretch that follows one still being folded:
+        `also_seen` holds that one's message ids (the store has not seen them yet)."""
+        return self._classified(messages, frozenset(), also_seen)
+
+    def launch(
+        self,
+        classified: ClassifiedStretch,
+        messages: Sequence[LandedMessage],
+        *,
+        own_share: float | None = None,
+    ) -> LaunchedFold:
+        """Start folding `classified` (of `messages`, the stretch right after the store's
+        position) in one part: the workers' shares sent and sis-live's own share (`own_share`
+        of the items; None: an equal share) folded. `complete` gives the commit; until then
+        the cache is not touched, so the next stretch may be classified meanwhile."""
+        before = self._states(classified.groups.keys())
+        shared = self._shared(classified.groups, before, own_share)
+        launched = LaunchedFold(classified, messages, before, shared)
+        if shared is not None:
+            try:
+                shared.fold_own()
+            except BaseException:
+                launched.abandon()
+                raise
+        return launched
+
+    def complete(self, launched: LaunchedFold, *, last: bool = True) -> GroupCommit:
+        """The commit of a launched fold (waiting for the workers' shares); the `last` part of
+        a stretch also takes the messages as a whole and completes every message of it (some
+        may have had all their items committed in earlier parts, even by an interrupted
+        earlier try)."""
+        options = self.options
+        classified, messages, before = launched.classified, launched.messages, launched.before
+        try:
+            folded = fold_stretch(
+                classified,
+                before.get,
+                selector=options.selector,
+                patches=self._patches,
+                limits=options.limits,
+                fold=launched.shared or self._fold,
+            )
+        finally:
+            launched.abandon()
+        masters = _changed_masters(folded, before, self._rows(classified.groups.keys()))
+        return GroupCommit(
+            position=messages[-1].position,
+            masters=masters,
+            model={row.master_id: _model(row) for row in masters},
+            changes=_changes(folded, messages),
+            dead_letters=_dead_letters(folded, messages),
+            outcomes=_outcomes(folded, messages),
+            ahead=() if last else tuple(classified.groups),
+            completes=len(messages) if last else None,
+        )
+
     def parts(
         self,
         messages: Sequence[LandedMessage],
@@ -150,13 +209,18 @@ class LiveFold:
         yield self._part(classified.part(rest, whole_messages=True), messages, last=True)
 
     def _classified(
-        self, messages: Sequence[LandedMessage], ahead: frozenset[str]
+        self,
+        messages: Sequence[LandedMessage],
+        ahead: frozenset[str],
+        also_seen: Collection[str] = (),
     ) -> ClassifiedStretch:
         if not messages:
             raise ValueError("nothing to fold: a stretch has at least one message")
         options = self.options
         logged = [landed.message for landed in messages]
-        seen = self.store.seen({message.message_id for message in logged})
+        ids = {message.message_id for message in logged}
+        seen = self.store.seen(ids)
+        seen.update(ids.intersection(also_seen))
         classified = classify_stretch(
             logged,
             seen,
@@ -177,38 +241,14 @@ class LiveFold:
         *,
         last: bool = False,
     ) -> GroupCommit:
-        """The commit of `classified`'s masters; the `last` part of a stretch also takes the
-        messages as a whole and completes every message of it (some may have had all their
-        items committed in earlier parts, even by an interrupted earlier try)."""
-        options = self.options
-        before = self._states(classified.groups.keys())
-        shared = self._shared(classified.groups, before)
-        try:
-            folded = fold_stretch(
-                classified,
-                before.get,
-                selector=options.selector,
-                patches=self._patches,
-                limits=options.limits,
-                fold=shared or self._fold,
-            )
-        finally:
-            if shared is not None:
-                shared.close()
-        masters = _changed_masters(folded, before, self._rows(classified.groups.keys()))
-        return GroupCommit(
-            position=messages[-1].position,
-            masters=masters,
-            model={row.master_id: _model(row) for row in masters},
-            changes=_changes(folded, messages),
-            dead_letters=_dead_letters(folded, messages),
-            outcomes=_outcomes(folded, messages),
-            ahead=() if last else tuple(classified.groups),
-            completes=len(messages) if last else None,
-        )
+        """The commit of `classified`'s masters, folded here and now (see `complete`)."""
+        return self.complete(self.launch(classified, messages), last=last)
 
     def _shared(
-        self, groups: dict[str, list[Item]], before: dict[str, MasterState]
+        self,
+        groups: dict[str, list[Item]],
+        before: dict[str, MasterState],
+        own_share: float | None = None,
     ) -> SharedFold | None:
         """The workers' share of a long stretch's fold (sis_platform/live/workers.py); None:
         this process folds it all."""
@@ -218,14 +258,16 @@ class LiveFold:
             return None
         if not self._workers.ready():
             return None  # starting: this stretch is folded here
-        return SharedFold(self._fold, self._budget, self._workers, groups, before.get)
+        return SharedFold(self._fold, self._budget, self._workers, groups, before.get, own_share)
 
     def committed(self, group: GroupCommit) -> None:
-        """The store has committed `group`: the cache takes its masters' rows."""
+        """The store has committed `group` (or commits it before it is read again, and this
+        fold is dropped if it fails): the cache takes its masters' rows, all of them kept
+        until the next stretch's are read."""
         for row in group.masters:
             self._cache[row.master_id] = row
             self._cache.move_to_end(row.master_id)
-        self._evict()
+        self._evict(keep=len(group.masters))
 
     def forget(self) -> None:
         """Drop the cache (e.g. when the store may have changed behind this process)."""
@@ -258,6 +300,37 @@ class LiveFold:
     def _evict(self, keep: int = 0) -> None:
         while len(self._cache) > max(self.options.max_masters, keep):
             self._cache.popitem(last=False)
+
+
+@dataclass
+class LaunchedFold:
+    """A stretch whose fold is under way (`LiveFold.launch`): classified, its masters' states
+    read, the workers' shares sent and sis-live's own folded."""
+
+    classified: ClassifiedStretch
+    messages: Sequence[LandedMessage]
+    before: dict[str, MasterState]
+    shared: SharedFold | None
+
+    @property
+    def end(self) -> LogPosition:
+        return self.messages[-1].position
+
+    @property
+    def with_workers(self) -> bool:
+        """Whether workers fold part of it (else `complete` folds it all)."""
+        return self.shared is not None
+
+    @property
+    def message_ids(self) -> set[str]:
+        return {landed.message.message_id for landed in self.messages}
+
+    def abandon(self) -> None:
+        """Take the workers' replies not taken (none is left in a pipe for the next stretch);
+        safe to call twice."""
+        shared, self.shared = self.shared, None
+        if shared is not None:
+            shared.close()
 
 
 def _document(state: MasterState | None) -> bytes | None:

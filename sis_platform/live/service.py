@@ -12,9 +12,10 @@ taken over: it stops consuming and stands by, as intake does), the service:
    none), the group holds `group_max_messages`, or the open batch would pass its bounds;
    crash point `live.after_get`; `GroupWriter.land` (durable part file); `live.after_land`;
    fold and store commit (`Applier.apply`, with `live.store_commit` inside the store's
-   transaction); `live.before_queue_commit`; queue commit; `live.after_queue_commit`; the
-   open batch sealed when it reached a bound (messages, bytes, or age, the last also when no
-   message comes).
+   transaction; a backlog's full groups are pipelined, each committed during the next
+   group's `apply`: see applier.py); `live.before_queue_commit`; queue commit;
+   `live.after_queue_commit`; the open batch sealed when it reached a bound (messages,
+   bytes, or age, the last also when no message comes).
 
 Landing comes first, as in the consumer (sis_platform/consumer.py, invariant 1): a crash before
 the land leaves every message on the queue (backed out by it). From the land on, the landed log
@@ -215,18 +216,26 @@ class LiveService:
             log.warning("sealed batch %s left open (%d messages)", sealed.key, sealed.messages)
         self._landed_to = self.zone.last_position()
         self.applier.catch_up(self._landed_to, self._keep_catching_up)
-        while not self.stopping:
-            if not self._still_held():
-                self._close_session()
-                return
-            try:
-                self._step(writer)
-            except FencedOff as error:
-                log.error("fenced off: %s; standing by", error)
-                self._close_session()
-                return
-            finally:
-                self._stepped_once()
+        try:
+            while not self.stopping:
+                if not self._still_held():
+                    self._close_session()
+                    return
+                try:
+                    self._step(writer)
+                except FencedOff as error:
+                    log.error("fenced off: %s; standing by", error)
+                    self._close_session()
+                    return
+                finally:
+                    self._stepped_once()
+        finally:
+            # A pipelined group (applier.py) is committed at a planned stop; holding no lease
+            # any more, it is left to the next holder, which refolds it from the log.
+            if self.stopping and self._still_held():
+                self.applier.flush()
+            else:
+                self.applier.abandon()
 
     def _step(self, writer: GroupWriter) -> None:
         """One group, or one wait for one."""
@@ -234,6 +243,7 @@ class LiveService:
             self.applier.catch_up(self._landed_to, self._keep_catching_up)
         session = self._connected()
         if session is None or not self._landing_ready():
+            self.applier.flush()  # nothing more comes for now: commit a pipelined group
             self._stop.wait(self._wait_seconds(writer))
             return
         try:

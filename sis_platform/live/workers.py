@@ -18,7 +18,9 @@ Quarantined masters are not shared (sis-live holds their items back itself).
 
 A worker holds nothing between requests: each request carries its masters' states and items, and
 the reply their `MasterFoldResult`s (documents are a few kilobytes; a 12,000-message stretch sends
-and receives a few tens of megabytes). A worker whose parent dies sees its pipe close and exits.
+and receives a few tens of megabytes). Requests are numbered and a reply names its request, so a
+reply left unread (its stretch abandoned) is never taken for a later request's. A worker whose
+parent dies sees its pipe close and exits.
 """
 
 from __future__ import annotations
@@ -103,14 +105,19 @@ class WorkerDied:
 Reply = Folded | FoldFailed | WorkerDied
 
 
-def split_shares(sizes: Mapping[str, int], shares: int) -> list[list[str]]:
+def split_shares(
+    sizes: Mapping[str, int], shares: int, first: float | None = None
+) -> list[list[str]]:
     """`sizes`' keys (masters in fold order, with their item counts) cut into at most `shares`
-    consecutive runs of about equal items; the first run is sis-live's own."""
+    consecutive runs; the first run is sis-live's own. The runs hold about equal items, or the
+    first about `first` of them (a fraction) and the others equal parts of the rest."""
     total = sum(sizes.values())
+    own = 1 / shares if first is None else first
+    others = (1 - own) / (shares - 1) if shares > 1 else 0.0
     runs: list[list[str]] = [[]]
     done = 0
     for master_id, size in sizes.items():
-        if done >= total * len(runs) / shares and len(runs) < shares:
+        if runs[-1] and len(runs) < shares and done >= total * (own + others * (len(runs) - 1)):
             runs.append([])
         runs[-1].append(master_id)
         done += size
@@ -131,6 +138,7 @@ class FoldWorkers:
         self.shared = 0  # masters the workers have been sent (for tests and figures)
         self._context = multiprocessing.get_context("spawn")
         self._workers: list[_Worker | None] = [None] * count
+        self._requests = 0  # requests sent, which numbers them
 
     def ready(self, wait_seconds: float = 0.0) -> bool:
         """Start the workers not running; whether every one has started (waiting up to
@@ -183,12 +191,13 @@ class FoldWorkers:
             worker = self._workers[index]
             if worker is None or not worker.started:
                 raise RuntimeError(f"fold worker {index} has not started")
+            self._requests += 1
             try:
-                worker.conn.send((tasks, dict(timed_out)))
+                worker.conn.send((self._requests, tasks, dict(timed_out)))
             except (OSError, EOFError):
                 pass  # it died meanwhile: its reply says so
             self.shared += len(tasks)
-            pending.append(PendingFold(self, index, worker))
+            pending.append(PendingFold(self, index, worker, self._requests))
         return pending
 
     def _died(self, index: int, worker: _Worker) -> WorkerDied:
@@ -229,18 +238,26 @@ class PendingFold:
     """A share sent to a worker; `reply` waits for it (bounded: the worker's watchdog ends any
     item that overruns its budget)."""
 
-    def __init__(self, workers: FoldWorkers, index: int, worker: _Worker) -> None:
+    def __init__(self, workers: FoldWorkers, index: int, worker: _Worker, request: int) -> None:
         self._workers = workers
         self._index = index
         self._worker = worker
+        self._request = request
         self._reply: Reply | None = None
 
     def reply(self) -> Reply:
-        if self._reply is None:
+        """The worker's reply to this request (earlier requests' replies still in the pipe are
+        dropped: their stretches were abandoned)."""
+        while self._reply is None:
             try:
-                self._reply = self._worker.conn.recv()
+                request, reply = self._worker.conn.recv()
             except (OSError, EOFError):
                 self._reply = self._workers._died(self._index, self._worker)
+                break
+            if request == self._request:
+                self._reply = reply
+            else:
+                log.debug("dropped fold worker reply %d (waiting for %d)", request, self._request)
         return self._reply
 
 
@@ -260,8 +277,12 @@ def _serve(conn: Connection, setup: WorkerSetup) -> None:
                 return  # sis-live is gone
             if request is None:
                 return
-            tasks, timed_out = request
-            conn.send(_fold_tasks(tasks, timed_out, setup, guard, patches, injected))
+            number, tasks, timed_out = request
+            reply = _fold_tasks(tasks, timed_out, setup, guard, patches, injected)
+            try:
+                conn.send((number, reply))
+            except OSError:
+                return  # sis-live died while this worker folded
     finally:
         guard.close()
         try:
@@ -315,20 +336,32 @@ class SharedFold:
         workers: FoldWorkers,
         groups: Mapping[str, list[Item]],
         state_of: Callable[[str], MasterState | None],
+        own_share: float | None = None,
     ) -> None:
         self._local = local
         self._budget = budget
         sizes = {m: len(items) for m, items in groups.items() if not budget.held(m)}
-        shares = split_shares(sizes, workers.count + 1)[1:]
+        own, *shares = split_shares(sizes, workers.count + 1, own_share) or [[]]
+        self._own = [(m, state_of(m), groups[m]) for m in own]
         tasks = [[FoldTask(m, state_of(m), groups[m]) for m in share] for share in shares]
         self._share_of = {m: index for index, share in enumerate(shares) for m in share}
         self._pending = workers.fold(tasks, budget.failures.timed_out_items)
         self._results: dict[str, MasterFoldResult] = {}
         self._taken: set[int] = set()
 
+    def fold_own(self) -> None:
+        """Fold sis-live's own share now, while the workers fold theirs (a pipelined group,
+        sis_platform/live/applier.py, is completed later: meanwhile sis-live lands the next)."""
+        own, self._own = self._own, []
+        for master_id, state, items in own:
+            self._results[master_id] = self._local(master_id, state, items)
+
     def __call__(
         self, master_id: str, state: MasterState | None, items: list[Item]
     ) -> MasterFoldResult:
+        folded = self._results.get(master_id)
+        if folded is not None:
+            return folded
         share = self._share_of.get(master_id)
         if share is None:
             return self._local(master_id, state, items)

@@ -13,6 +13,7 @@ from typing import Any
 
 from sis_platform.landing import START_POSITION, LandingZone
 from sis_platform.lease import ConsumerLease
+from sis_platform.live.budget import BudgetConfig
 from sis_platform.live.config import LiveConfig
 from sis_platform.live.service import LiveService
 from sis_platform.queues.embedded import EmbeddedQueue
@@ -73,15 +74,18 @@ def running(
     config: LiveConfig = CONFIG,
     open_store_: Callable[[], ServingStore] | None = None,
     source: Any = None,
+    budget: BudgetConfig | None = None,
 ) -> Iterator[LiveService]:
-    """The service running in a thread, consuming `source` (default: the place's queue);
-    stopped (and its thread joined) on leaving."""
+    """The service running in a thread, consuming `source` (default: the place's queue), its
+    fold under `budget` (None: unguarded, no fold workers); stopped (and its thread joined) on
+    leaving."""
     service = LiveService(
         source if source is not None else place.queue,
         place.zone,
         place.lease(),
         open_store_ or (lambda: open_store(place.url)),
         config,
+        budget=budget,
     )
     failure: list[BaseException] = []
 

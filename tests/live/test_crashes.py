@@ -56,3 +56,26 @@ def test_a_kill_at_a_crash_point_loses_nothing_and_applies_nothing_twice(tmp_pat
     # Killed anywhere before the queue commit, the group got came back (and if it was
     # landed, its second copies were landed too, to end `duplicate`).
     assert came_back == (point != "live.after_queue_commit")
+
+
+@pytest.mark.parametrize("point", ["live.after_land@3", "live.store_commit@2"])
+def test_a_kill_with_a_pipelined_group_in_flight_loses_nothing(tmp_path, point):
+    # Groups of 300: with the fold worker started (sis-live folds alone until it has), each is
+    # committed during the next one's apply, so the third land and the second store commit
+    # come with a group in flight. Whichever way the process got there, the restart converges.
+    place = Place(tmp_path / "data")
+    feed = list(generate_feed(37, 1500, invalid=INVALID, duplicates=0.05))
+    place.put(feed)
+    log = tmp_path / "sis-live.log"
+    groups = {"SIS_LIVE_GROUP_MAX_MESSAGES": "300", "SIS_BATCH_MAX_MESSAGES": "3000"}
+    proc = start_live(place.root, log, SIS_CRASH_AT=point, **groups)
+    code = finish(proc, BOUND_SECONDS, log)
+    assert code == SIGKILLED, log.read_text(errors="replace")[-4000:]
+    store = open_store(place.url)
+    try:
+        assert store.position() < place.zone.last_position()
+    finally:
+        store.close()
+    with running(place) as service:
+        assert service.wait_until(drained, BOUND_SECONDS)
+    assert_live_equals_reference(place, feed)

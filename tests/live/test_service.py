@@ -352,14 +352,14 @@ def test_a_failing_fold_leaves_landing_going_and_is_retried(tmp_path, monkeypatc
     place = Place(tmp_path)
     feed = _feed(28, 150)
     broken = threading.Event()
-    parts = LiveFold.parts
+    launch = LiveFold.launch  # every fold, a group's or a catch-up's, goes through it
 
-    def failing_parts(self, messages, ahead=(), **options):
+    def failing_launch(self, classified, messages, **options):
         if broken.is_set():
             raise ZeroDivisionError("a bug in the fold (the test)")
-        return parts(self, messages, ahead, **options)
+        return launch(self, classified, messages, **options)
 
-    monkeypatch.setattr(LiveFold, "parts", failing_parts)
+    monkeypatch.setattr(LiveFold, "launch", failing_launch)
     config = LiveConfig(
         group_max_messages=20,
         idle_wait_seconds=0.2,

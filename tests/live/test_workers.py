@@ -24,7 +24,13 @@ from sis_platform.guard import budget_detail, quarantine_detail
 from sis_platform.landing import LandedMessage
 from sis_platform.live.budget import DIED_FOLDING, FOLD, BudgetConfig, LiveBudget
 from sis_platform.live.fold import FoldOptions, LiveFold
-from sis_platform.live.workers import FoldWorkers, WorkerFoldError, split_shares
+from sis_platform.live.workers import (
+    Folded,
+    FoldTask,
+    FoldWorkers,
+    WorkerFoldError,
+    split_shares,
+)
 from sis_platform.serving import ServingStore, open_store
 from tests.live.feed import groups_of_varying_size, landed_feed
 from tests.live.store_view import assert_store_matches_reference
@@ -99,6 +105,21 @@ def test_a_log_folded_with_workers_equals_the_reference(place: Place, count, sel
     assert workers.shared > 50  # most stretches were long enough to share
     ref = reference_for([m.message for m in log], selector=compiled)
     assert_store_matches_reference(place.db, ref)
+
+
+def test_a_reply_left_unread_is_never_taken_for_a_later_requests(place: Place):
+    classified = classify_stretch([m.message for m in landed_feed(seed=17, messages=600)], set())
+    first, second = split_shares({m: len(i) for m, i in classified.groups.items()}, 2)
+    workers = place.workers(1, FoldOptions())
+    try:
+        # The first request's stretch is abandoned before its reply is read.
+        for share in (first, second):
+            [pending] = workers.fold([[FoldTask(m, None, classified.groups[m]) for m in share]], {})
+        reply = pending.reply()
+    finally:
+        workers.close()
+    assert isinstance(reply, Folded)
+    assert [result.state.master_id for result in reply.results] == second
 
 
 def _poisoned(log: list[LandedMessage]) -> tuple[str, str, int]:
