@@ -50,9 +50,9 @@ log = logging.getLogger(__name__)
 
 # sis-live's own share of a pipelined group's fold (the workers fold the rest): it also gets,
 # lands and classifies the next group, and completes and commits each group. Over a
-# 120,000-message backlog on 2 cores with one worker, a tenth left sis-live the busier process
-# by a little (CPU 21-35 s against the worker's 17-30 s) and none left the worker waiting for
-# its next group longer than sis-live waited for it (docs/performance.md).
+# 120,000-message backlog on 2 cores with one worker, a tenth left sis-live a little the busier
+# process, and none made the worker the busier one, which then waits between groups for
+# sis-live to launch the next (BENCHMARKS.md, "Pipelined groups").
 PIPELINED_OWN_SHARE = 0.1
 
 
