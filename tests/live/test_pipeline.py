@@ -28,14 +28,11 @@ from tests.live.running import (
     running,
 )
 from tests.live.store_view import assert_store_matches_reference
+from tests.live.test_workers import BUDGET_SECONDS, START_SECONDS
 from tests.reference import reference_for
 
 pytestmark = [pytest.mark.faults, pytest.mark.cost(40)]
 
-# This process folds its own share under its guard, whose watchdog SIGKILLs the process that
-# overruns: pytest's own worker here. So the budget is generous (as in test_workers.py).
-BUDGET_SECONDS = 60.0
-START_SECONDS = 60.0  # a spawned worker imports the domain: seconds on a loaded machine
 # Groups of 300 (long enough to share), in batches that do not cut them short.
 PIPELINED = replace(
     CONFIG,
