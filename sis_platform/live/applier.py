@@ -136,11 +136,15 @@ class Applier:
         if self._store is None or self._fold is None or self._applying_to != before or self._ahead:
             self.catch_up(messages[-1].position)
             return
+        if self.config.fold.priority is None:
+            self._attempt(lambda: self._pipeline(messages))
+        else:
+            self._attempt(lambda: self._commit_stretch(messages, prioritize=False))
+
+    def _attempt(self, action: Callable[[], None]) -> None:
+        """Run `action` (a fold and commit), turning its failure into the applier's retry."""
         try:
-            if self.config.fold.priority is None:
-                self._pipeline(messages)
-            else:
-                self._commit_stretch(messages, prioritize=False)
+            action()
         except ServingUnavailable as error:
             self._unavailable(error)
         except Exception as error:
@@ -230,14 +234,8 @@ class Applier:
     def flush(self) -> None:
         """Complete and commit a pipelined group now (nothing more follows it for a while: an
         idle queue, a planned stop)."""
-        if self._launched is None:
-            return
-        try:
-            self._complete()
-        except ServingUnavailable as error:
-            self._unavailable(error)
-        except Exception as error:
-            self._failed(error)
+        if self._launched is not None:
+            self._attempt(self._complete)
 
     def abandon(self) -> None:
         """Forget a pipelined group without committing it (the lease is lost: the next holder
