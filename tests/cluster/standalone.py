@@ -61,6 +61,11 @@ def standalone_cluster(
         # No REST submission server: it takes a fixed port (6066) and accepts applications
         # without authentication.
         "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
+        # The master and workers live for one test module and schedule a handful of tasks:
+        # the JIT and collector of a run's driver (sis_platform/resources/spark.py).
+        "SPARK_DAEMON_JAVA_OPTS": (
+            "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m -XX:+UseParallelGC"
+        ),
     }
     launcher = str(SPARK_HOME / "bin" / "spark-class")
     port, ui_port = free_port(), free_port()

@@ -110,7 +110,7 @@ def test_only_a_local_driver_gets_java_options():
     assert "spark.driver.extraJavaOptions" not in remote
     local = delta_spark_config(master="local[2]", class_archive=None)
     assert local["spark.driver.extraJavaOptions"] == (
-        "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
+        "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC -XX:ReservedCodeCacheSize=240m"
     )
 
 
@@ -118,7 +118,10 @@ def test_a_long_lived_driver_keeps_the_full_jit():
     # A run's driver stops at C1 (it lives for one run); a driver that serves run after run
     # repays C2's compile time.
     local = delta_spark_config(master="local[2]", class_archive=None, long_lived=True)
-    assert local["spark.driver.extraJavaOptions"] == "-XX:ReservedCodeCacheSize=240m"
+    assert (
+        local["spark.driver.extraJavaOptions"]
+        == "-XX:+UseParallelGC -XX:ReservedCodeCacheSize=240m"
+    )
     remote = delta_spark_config(master="sc://spark:15002", long_lived=True)
     assert "spark.driver.extraJavaOptions" not in remote
 
@@ -153,6 +156,14 @@ def test_the_test_session_runs_without_code_generation(spark):
         assert spark.conf.get(key) == value
 
 
+@pytest.mark.spark
+def test_the_test_sessions_driver_collects_with_the_throughput_collector(spark):
+    # Asked of the running driver: its collectors are ParallelGC's, not G1's.
+    beans = spark.sparkContext._jvm.java.lang.management.ManagementFactory
+    names = {bean.getName() for bean in beans.getGarbageCollectorMXBeans()}
+    assert names == {"PS Scavenge", "PS MarkSweep"}
+
+
 def test_a_c1_only_local_driver_keeps_a_code_cache_the_size_of_a_tiered_jvms():
     # Alone, TieredStopAtLevel=1 shrinks the code cache to 48 MB, which Spark and Delta fill
     # within a run: the JIT is then disabled, and the driver can die ("Out of space in
@@ -170,6 +181,12 @@ def test_a_c1_only_local_driver_keeps_a_code_cache_the_size_of_a_tiered_jvms():
         if "CodeCacheSize" in line
     }
     assert sizes["ReservedCodeCacheSize"] == 240 * 1024 * 1024
+    collectors = {
+        line.split()[1]: line.split()[3]
+        for line in flags.splitlines()
+        if line.split()[1:2] in (["UseParallelGC"], ["UseG1GC"])
+    }
+    assert collectors == {"UseParallelGC": "true", "UseG1GC": "false"}
 
 
 def test_if_missing_builds_nothing_when_the_archive_exists(cache, monkeypatch):
