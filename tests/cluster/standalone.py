@@ -21,6 +21,7 @@ from typing import Any
 
 import pyspark
 
+from sis_platform.resources.spark import delta_spark_config
 from tests.ports import free_port
 
 SPARK_HOME = Path(pyspark.__file__).parent
@@ -63,9 +64,9 @@ def standalone_cluster(
         "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
         # The master and workers live for one test module and schedule a handful of tasks:
         # the JIT and collector of a run's driver (sis_platform/resources/spark.py).
-        "SPARK_DAEMON_JAVA_OPTS": (
-            "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m -XX:+UseParallelGC"
-        ),
+        "SPARK_DAEMON_JAVA_OPTS": delta_spark_config(master="local[1]")[
+            "spark.driver.extraJavaOptions"
+        ],
     }
     launcher = str(SPARK_HOME / "bin" / "spark-class")
     port, ui_port = free_port(), free_port()

@@ -175,18 +175,14 @@ def test_a_c1_only_local_driver_keeps_a_code_cache_the_size_of_a_tiered_jvms():
         text=True,
         check=True,
     ).stdout
-    sizes = {
-        line.split()[1]: int(line.split()[3])
-        for line in flags.splitlines()
-        if "CodeCacheSize" in line
+    # Each line of the table: type, name, "=", value, origin.
+    final = {
+        parts[1]: parts[3]
+        for parts in map(str.split, flags.splitlines())
+        if len(parts) >= 4 and parts[2] == "="
     }
-    assert sizes["ReservedCodeCacheSize"] == 240 * 1024 * 1024
-    collectors = {
-        line.split()[1]: line.split()[3]
-        for line in flags.splitlines()
-        if line.split()[1:2] in (["UseParallelGC"], ["UseG1GC"])
-    }
-    assert collectors == {"UseParallelGC": "true", "UseG1GC": "false"}
+    assert int(final["ReservedCodeCacheSize"]) == 240 * 1024 * 1024
+    assert (final["UseParallelGC"], final["UseG1GC"]) == ("true", "false")
 
 
 def test_if_missing_builds_nothing_when_the_archive_exists(cache, monkeypatch):
