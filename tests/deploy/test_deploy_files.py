@@ -290,7 +290,7 @@ def test_the_values_instance_settings_load_in_dagster(tmp_path: Path) -> None:
     try:
         concurrency = instance.get_concurrency_config()
         assert concurrency.run_queue_config is not None
-        assert concurrency.run_queue_config.max_concurrent_runs == 2
+        assert concurrency.run_queue_config.max_concurrent_runs == 1
         assert concurrency.pool_config.default_pool_limit == 1
     finally:
         instance.dispose()
