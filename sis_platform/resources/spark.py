@@ -125,33 +125,37 @@ def delta_spark_config(
         "spark.hadoop.fs.permissions.umask-mode": "077",
         **LOCAL_FILE_WRITES,
     }
+    # A run's JVMs live for one run: the C2 JIT compiler would spend a core for minutes
+    # optimising code that runs a few times (measured: 128 s of C2 CPU in one small run). C1
+    # only starts fast and is plenty for batch-sized work. But a C1-only JVM sizes its code
+    # cache for a small client program (48 MB): Spark and Delta filled it within 40 s of a run
+    # (28,860 compiled methods), after which the JVM stops compiling (everything new runs
+    # interpreted) and dies with "Out of space in CodeCache for adapters". 240 MB is the tiered
+    # JVM's own default; only the part in use is resident.
+    # A long-lived driver keeps C2: it repays its compile time within a few runs (measured, one
+    # process running 40-message batches back to back on 2 cores: from the third run on 25-28 s
+    # a run with C2, 40 s with C1 only; about the same CPU over the first six runs, so the
+    # saving grows with every run after them).
+    # The throughput collector, not the JVM's default G1: the work is batches, where a pause of
+    # a few hundred milliseconds costs nothing, and G1's concurrent marking costs CPU beside
+    # every run (measured on 2 cores: a chain of seven cold 40-message runs 255 s of CPU with
+    # G1, 222-235 s with ParallelGC; the test suite's long-lived drivers 4-6 % less CPU).
+    options = ["-XX:+UseParallelGC", "-XX:ReservedCodeCacheSize=240m"]
+    if not long_lived:
+        options.insert(0, "-XX:TieredStopAtLevel=1")
     if is_local_master(master):
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"
-        # A run's local driver lives for one run: the C2 JIT compiler would spend a core for
-        # minutes optimising code that runs a few times (measured: 128 s of C2 CPU in one
-        # small run). C1 only starts fast and is plenty for batch-sized work. But a C1-only
-        # JVM sizes its code cache for a small client program (48 MB): Spark and Delta
-        # filled it within 40 s of a run (28,860 compiled methods), after which the JVM
-        # stops compiling (everything new runs interpreted) and dies with "Out of space in
-        # CodeCache for adapters". 240 MB is the tiered JVM's own default; only the part
-        # in use is resident.
-        # A long-lived driver keeps C2: it repays its compile time within a few runs
-        # (measured, one process running 40-message batches back to back on 2 cores: from
-        # the third run on 25-28 s a run with C2, 40 s with C1 only; about the same CPU
-        # over the first six runs, so the saving grows with every run after them).
-        # The throughput collector, not the JVM's default G1: a driver's work is batches,
-        # where a pause of a few hundred milliseconds costs nothing, and G1's concurrent
-        # marking costs CPU beside every run (measured on 2 cores: a chain of seven cold
-        # 40-message runs 255 s of CPU with G1, 222-235 s with ParallelGC; the test suite's
-        # long-lived drivers 4-6 % less CPU).
-        options = ["-XX:+UseParallelGC", "-XX:ReservedCodeCacheSize=240m"]
         if not long_lived:
-            options.insert(0, "-XX:TieredStopAtLevel=1")
             conf.update(SHORT_LIVED_SQL)
-        if class_archive:
-            options.append(f"-XX:SharedArchiveFile={class_archive}")
-        conf["spark.driver.extraJavaOptions"] = " ".join(options)
+        archive = [f"-XX:SharedArchiveFile={class_archive}"] if class_archive else []
+        conf["spark.driver.extraJavaOptions"] = " ".join(options + archive)
+    else:
+        # On a cluster the executors run the tasks, and they live as long as the driver that
+        # asked for them (one application per run), so they start the same way (measured,
+        # tests/cluster/test_standalone.py on 2 cores: 263 s of CPU with the JVM's defaults,
+        # 198 s with these).
+        conf["spark.executor.extraJavaOptions"] = " ".join(options)
     if jars_dir:
         jars = sorted(str(p) for p in Path(jars_dir).glob("*.jar"))
         if not jars:

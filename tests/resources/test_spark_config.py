@@ -105,12 +105,22 @@ def test_a_build_removes_the_archives_its_reinstalled_jars_superseded(
     assert f"removed {unstamped}: built for jars or a JDK since reinstalled" in printed
 
 
-def test_only_a_local_driver_gets_java_options():
+RUN_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC -XX:ReservedCodeCacheSize=240m"
+
+
+def test_a_local_driver_gets_a_runs_java_options_and_a_clusters_executors_get_them():
     remote = delta_spark_config(master="sc://spark:15002", class_archive="/a.jsa")
-    assert "spark.driver.extraJavaOptions" not in remote
+    assert not [key for key in remote if key.endswith("JavaOptions")]
     local = delta_spark_config(master="local[2]", class_archive=None)
-    assert local["spark.driver.extraJavaOptions"] == (
-        "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC -XX:ReservedCodeCacheSize=240m"
+    assert local["spark.driver.extraJavaOptions"] == RUN_JVM
+    assert "spark.executor.extraJavaOptions" not in local  # the driver is the executor
+    cluster = delta_spark_config(master="spark://10.0.0.5:7077", class_archive="/a.jsa")
+    assert "spark.driver.extraJavaOptions" not in cluster
+    assert cluster["spark.executor.extraJavaOptions"] == RUN_JVM
+    # A long-lived driver's executors live as long: they keep the full JIT.
+    server = delta_spark_config(master="spark://10.0.0.5:7077", long_lived=True)
+    assert server["spark.executor.extraJavaOptions"] == (
+        "-XX:+UseParallelGC -XX:ReservedCodeCacheSize=240m"
     )
 
 
