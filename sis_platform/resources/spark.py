@@ -59,7 +59,7 @@ SHORT_LIVED_SQL = {
 # through Hadoop's FileContext, whose no-overwrite rename asks each of the four names involved
 # (the file and its checksum file, before and after) for its link status, which Hadoop's local
 # file system answers by starting a `readlink` process: eight processes a commit at 5-7 ms of
-# CPU each (measured on 2 cores), 608 of the 920 processes of a cold two-batch run. Through the
+# CPU each (measured on 2 cores), 608 of the 931 processes of a cold two-batch run. Through the
 # FileSystem API the same exists-then-rename is a few system calls. For a commit it is not
 # weaker: on a local file system FileContext's no-overwrite rename is exists-then-rename too
 # (Delta's HDFSLogStore says as much), so neither is atomic between processes, and LocalLogStore

@@ -4,6 +4,7 @@ and the log store and checksum writer are the ones configured."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 pytestmark = [pytest.mark.spark, pytest.mark.cost(10)]
 
 
-def _processes_started(spark: Any, folder: Path, action: Any) -> list[str]:
+def _processes_started(spark: Any, folder: Path, action: Callable[[], None]) -> list[str]:
     """The command lines of the processes the driver's JVM started while `action` ran, from a
     Java Flight Recorder recording of its jdk.ProcessStart events."""
     jvm = spark.sparkContext._jvm
