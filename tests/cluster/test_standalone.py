@@ -145,10 +145,15 @@ def test_batches_run_on_the_cluster_and_the_lake_on_s3_equals_the_reference(
     assert report["executors"] == 2  # one per worker
     finished = {app["id"]: app for app in cluster.status()["completedapps"]}
     assert finished[report["application"]]["cores"] == 2
-    # The executors started as a run's JVMs do: C1 only, the throughput collector.
-    executors = [line.split() for line in outcome.command_lines if EXECUTOR in line]
-    assert len(executors) == 2
-    for words in executors:
+    # The driver and the executors started as a run's JVMs do: C1 only, the throughput
+    # collector.
+    jvms = [
+        line.split()
+        for line in outcome.command_lines
+        if EXECUTOR in line or "org.apache.spark.deploy.SparkSubmit" in line
+    ]
+    assert len(jvms) == 3
+    for words in jvms:
         assert {"-XX:TieredStopAtLevel=1", "-XX:+UseParallelGC"} <= set(words)
     # The tables are in the bucket, none on the local disk; Delta's single-driver S3 log store.
     assert report["lake"] == f"s3a://{BUCKET}/lake"

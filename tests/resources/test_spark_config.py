@@ -108,19 +108,23 @@ def test_a_build_removes_the_archives_its_reinstalled_jars_superseded(
 RUN_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC -XX:ReservedCodeCacheSize=240m"
 
 
-def test_a_local_driver_gets_a_runs_java_options_and_a_clusters_executors_get_them():
+def test_a_runs_jvms_get_a_runs_java_options_on_a_cluster_too():
     remote = delta_spark_config(master="sc://spark:15002", class_archive="/a.jsa")
     assert not [key for key in remote if key.endswith("JavaOptions")]
     local = delta_spark_config(master="local[2]", class_archive=None)
     assert local["spark.driver.extraJavaOptions"] == RUN_JVM
     assert "spark.executor.extraJavaOptions" not in local  # the driver is the executor
+    # On a cluster the run's process is still the driver (client mode); its executors live as
+    # long. The class-data archive is a local driver's.
     cluster = delta_spark_config(master="spark://10.0.0.5:7077", class_archive="/a.jsa")
-    assert "spark.driver.extraJavaOptions" not in cluster
+    assert cluster["spark.driver.extraJavaOptions"] == RUN_JVM
     assert cluster["spark.executor.extraJavaOptions"] == RUN_JVM
-    # A long-lived driver's executors live as long: they keep the full JIT.
+    # A long-lived driver's executors live as long as it does: they keep the full JIT.
     server = delta_spark_config(master="spark://10.0.0.5:7077", long_lived=True)
-    assert server["spark.executor.extraJavaOptions"] == (
-        "-XX:+UseParallelGC -XX:ReservedCodeCacheSize=240m"
+    assert (
+        server["spark.driver.extraJavaOptions"]
+        == server["spark.executor.extraJavaOptions"]
+        == "-XX:+UseParallelGC -XX:ReservedCodeCacheSize=240m"
     )
 
 
@@ -141,8 +145,10 @@ def test_a_runs_driver_evaluates_its_plans_without_compiling_them():
     # driver and a Spark Connect client keep Spark's defaults, and an operator's SIS_SPARK_CONF
     # has the last word.
     local = delta_spark_config(master="local[2]", class_archive=None)
+    cluster = delta_spark_config(master="spark://10.0.0.5:7077")
     assert (
         {k: local[k] for k in SHORT_LIVED_SQL}
+        == {k: cluster[k] for k in SHORT_LIVED_SQL}
         == SHORT_LIVED_SQL
         == {
             "spark.sql.codegen.wholeStage": "false",
@@ -150,8 +156,9 @@ def test_a_runs_driver_evaluates_its_plans_without_compiling_them():
         }
     )
     long_lived = delta_spark_config(master="local[2]", class_archive=None, long_lived=True)
+    long_lived_on_a_cluster = delta_spark_config(master="spark://10.0.0.5:7077", long_lived=True)
     remote = delta_spark_config(master="sc://spark:15002")
-    for conf in (long_lived, remote):
+    for conf in (long_lived, long_lived_on_a_cluster, remote):
         assert not set(SHORT_LIVED_SQL) & set(conf)
     overridden = delta_spark_config(
         master="local[2]", class_archive=None, extra={"spark.sql.codegen.wholeStage": "true"}
