@@ -23,6 +23,7 @@ from pathlib import Path
 from sis_platform.inprocess import InProcessPlatform
 from sis_platform.lake.tables import MASTER_DOCUMENTS
 from sis_platform.simulator.generator import generate_feed
+from tests.delta_log import log_store_class
 from tests.reference import assert_lake_matches_reference, reference_for
 
 MESSAGES = 120
@@ -45,15 +46,8 @@ def main() -> None:
     lake = h.lake(spark)
     assert_lake_matches_reference(lake, reference_for(h.logged_messages()))
     context = spark.sparkContext
-    jvm = spark._jvm
-    # The log store Delta chose for the lake's scheme (S3SingleDriverLogStore for s3a): its
-    # DeltaLog's store delegates by scheme, to a Java log store in an adaptor.
-    table = lake.path(MASTER_DOCUMENTS)
-    store = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, table).store()
-    if store.getClass().getSimpleName() == "DelegatingLogStore":
-        store = store.getDelegate(jvm.org.apache.hadoop.fs.Path(table))
-    if store.getClass().getSimpleName() == "LogStoreAdaptor":
-        store = store.logStoreImpl()
+    # The log store Delta chose for the lake's scheme (S3SingleDriverLogStore for s3a).
+    log_store = log_store_class(spark, lake.path(MASTER_DOCUMENTS))
     # Every block manager: the driver's and one per executor.
     managers = context._jsc.sc().getExecutorMemoryStatus().size()
     report = {
@@ -62,7 +56,7 @@ def main() -> None:
         "application": context.applicationId,
         "executors": managers - 1,
         "lake": lake.base_path,
-        "log_store": store.getClass().getName(),
+        "log_store": log_store,
     }
     print("REPORT " + json.dumps(report), flush=True)
     sys.stdin.readline()

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from tests.delta_log import log_store_class
+
 pytestmark = [pytest.mark.spark, pytest.mark.cost(10)]
 
 
@@ -50,14 +52,9 @@ def test_a_commit_to_a_local_table_starts_no_readlink_process(tmp_path, spark):
 def test_a_local_table_is_written_by_the_configured_log_store_and_checksum_writer(tmp_path, spark):
     table = str(tmp_path / "table")
     spark.range(1).write.format("delta").save(table)
+    assert log_store_class(spark, table) == "io.delta.storage.LocalLogStore"
     jvm = spark.sparkContext._jvm
     log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, table)
-    store = log.store()
-    if store.getClass().getSimpleName() == "DelegatingLogStore":
-        store = store.getDelegate(log.logPath())  # by the qualified path's scheme: file
-    if store.getClass().getSimpleName() == "LogStoreAdaptor":
-        store = store.logStoreImpl()
-    assert store.getClass().getName() == "io.delta.storage.LocalLogStore"
     # Delta writes a commit's .crc through Spark's checkpoint file manager, built from the
     # table's Hadoop configuration.
     manager = jvm.org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager
