@@ -94,19 +94,22 @@ write_config() {
     # - strictOrderDispatch: when the only consumer backs out (unsubscribes with messages
     #   unacked), ActiveMQ 5.17 puts them back *before* earlier backed-out messages it has not
     #   redelivered yet; without it, repeated partial backouts reorder the queue.
-    # - persistJMSRedelivered: keep the redelivered flag across a broker restart.
+    # Not persistJMSRedelivered (keep the redelivered flag across a broker restart): it makes
+    # the broker store every message synchronously and write it again before its first
+    # dispatch, which bounds a backlog's drain (1,400-2,000 msg/s with it, 4,100-5,300 without
+    # it here; BENCHMARKS.md). The platform counts deliveries as a lower bound anyway
+    # (sis_platform/queues/stomp/source.py).
     sed -i \
         -e '/<persistenceAdapter>/i\
         <destinationPolicy>\
             <policyMap>\
                 <policyEntries>\
-                    <policyEntry queue=">" strictOrderDispatch="true" persistJMSRedelivered="true"/>\
+                    <policyEntry queue=">" strictOrderDispatch="true"/>\
                 </policyEntries>\
             </policyMap>\
         </destinationPolicy>\
 ' "$dir/activemq.xml"
-    grep -q 'strictOrderDispatch="true"' "$dir/activemq.xml" &&
-        grep -q 'persistJMSRedelivered="true"' "$dir/activemq.xml" ||
+    grep -q 'strictOrderDispatch="true"' "$dir/activemq.xml" ||
         die "could not add the destination policy to $dir/activemq.xml (Debian config changed?)"
     # Debian builds ActiveMQ against log4j 1.2 (lib/optional/log4j-1.2.jar), so the instance's
     # log4j2.properties is never read; without this file the broker logs nothing at all.

@@ -56,6 +56,10 @@ class SourceKind:
     # True: messages the broker pushed to a consumer ahead of its gets (prefetch) come back
     # flagged redelivered when that consumer dies, although nobody got them.
     prefetch_may_mark_redelivered: bool = False
+    # True: a message that was out with a consumer when the server went away comes back flagged
+    # redelivered. False: it may come back unflagged (ActiveMQ keeps the flag in memory unless
+    # its destination policy persists it, which scripts/activemq.sh leaves off for throughput).
+    redelivered_survives_outage: bool = True
     # Takes the source's server away inside the block and brings it back after (None: the
     # source has no server; the suite then checks the queue survives closing and reopening).
     outage: Callable[[Context], AbstractContextManager[None]] | None = None
@@ -336,6 +340,7 @@ SOURCES: list[SourceKind] = [
         # new source object (another process) knows them too.
         exact_delivery_count_after_reopen=True,
         prefetch_may_mark_redelivered=True,
+        redelivered_survives_outage=False,
         outage=outage_stomp,
     ),
     SourceKind(

@@ -385,7 +385,7 @@ def test_session_recovers_after_the_connection_drops(queue: QueueUnderTest) -> N
     finally:
         session.close()
     assert ids(again) == put_ids
-    assert again[0].redelivered
+    assert again[0].redelivered or not queue.kind.redelivered_survives_outage
     queue.assert_empty()
 
 

@@ -362,5 +362,6 @@ def test_connection_lost_with_a_unit_open_must_be_backed_out(
             session.backout()  # the broker already did it; this just ends the unit
         again = [session.get(WAIT), session.get(WAIT)]
         session.commit()
+    # Back in order, as the same messages. Not necessarily flagged redelivered: the broker
+    # restarted, and scripts/activemq.sh does not persist the flag.
     assert [m.message_id if m else None for m in again] == put_ids
-    assert again[0] is not None and again[0].redelivered

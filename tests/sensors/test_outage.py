@@ -38,10 +38,10 @@ __all__ = ["activemq", "activemq_outage"]  # the broker fixtures, used by name b
 BATCH = 25
 
 # A message that was out with a consumer when the broker stopped comes back after the restart,
-# usually flagged `redelivered` (persistJMSRedelivered), but not always: on a loaded machine
-# ActiveMQ 5.17 can return one unflagged after a stop. The tests below assert what the platform
-# relies on, the same id and bytes (dedupe is by id); the flag only raises a delivery count,
-# which is a lower bound anyway.
+# not necessarily flagged `redelivered`: ActiveMQ keeps the flag in memory unless its policy
+# persists it (scripts/activemq.sh does not), and even then a loaded broker can return one
+# unflagged. The tests below assert what the platform relies on, the same id and bytes (dedupe
+# is by id); the flag only raises a delivery count, which is a lower bound anyway.
 
 
 def _harness(tmp_path, broker: Broker, intake: str = "sensor") -> Harness:

@@ -9,8 +9,8 @@ Modules:
 - frames.py: message ids, bodies, properties, the backout copy;
 - producer.py: persistent, receipted sends.
 
-The broker settings the platform relies on (`strictOrderDispatch`, `persistJMSRedelivered`)
-are set by scripts/activemq.sh; session.py and source.py say why.
+The broker setting the platform relies on (`strictOrderDispatch`) is set by
+scripts/activemq.sh, which leaves `persistJMSRedelivered` off; session.py and source.py say why.
 """
 
 from sis_platform.queues.stomp.frames import (
