@@ -1,13 +1,18 @@
 """The STOMP consumer session: MQ syncpoint semantics on a JMS broker over STOMP 1.2, as
 ActiveMQ 5.17 actually behaves (each point is exercised by tests/queues against a real broker).
 
-- Consuming: one subscription with `ack:client` and a bounded `activemq.prefetchSize`. Every
-  message handed to the caller is ACKed at once *inside a STOMP transaction* that is the unit
-  of work. For a `client` subscription ActiveMQ turns a transacted ACK into a "delivered" ack:
-  it acknowledges nothing yet, it only opens the prefetch window by one, so a unit can be far
-  larger than the prefetch while the broker never pushes more than `prefetch` messages we have
-  not asked for. `commit()` sends COMMIT with a receipt and waits for it; the broker then acks
-  everything the transaction ACKed (one cumulative ack) and only then are the messages gone.
+- Consuming: one subscription with `ack:client` and a bounded `activemq.prefetchSize`. The
+  messages handed to the caller are ACKed *inside a STOMP transaction* that is the unit of
+  work. For a `client` subscription ActiveMQ turns a transacted ACK into a "delivered" ack:
+  it acknowledges nothing yet, it only opens the prefetch window, so a unit can be far larger
+  than the prefetch while the broker never pushes more than `prefetch` messages we have not
+  asked for. A `client` ACK is cumulative (it covers every earlier message of the
+  subscription), so a get ACKs only every half prefetch (enough to keep the window open), and
+  `commit()` ACKs the unit's last message if that is not ACKed yet. ActiveMQ's cost for each
+  transacted ACK grows with the square of the unit's size (it walks the unit's messages, checking
+  each against a list), so fewer ACKs is less of the broker's time (BENCHMARKS.md). `commit()`
+  then sends COMMIT with a receipt and waits for it; the broker acks everything the
+  transaction ACKed and only then are the messages gone.
   Why not `client-individual`: there a transacted ACK is a real ack inside the broker
   transaction, and when a consumer dies with the unit open ActiveMQ removes the consumer
   first (redelivering the messages it had only prefetched) and rolls the transaction back
@@ -84,6 +89,7 @@ class StompSession(QueueSession):
         self._subscription = ""
         self._tx: str | None = None
         self._unit: list[_Got] = []
+        self._acked = 0  # how many of the unit's messages its ACKs cover so far
         self._moves: list[BackoutCopy] = []
         self._unit_lost = False
         self._closed = False
@@ -122,6 +128,9 @@ class StompSession(QueueSession):
             try:
                 if link is None:
                     raise LinkLost("not connected")
+                if self._acked < len(unit):
+                    last = unit[-1]
+                    link.send(lambda: link.conn.ack(last.ack_id, transaction=tx))
                 for move in moves:
                     link.request(_send_copy(link, source.backout_queue, move), "move")
                 link.request(
@@ -228,8 +237,9 @@ class StompSession(QueueSession):
         return self._link
 
     def _take(self, link: Link, frame: Any, counted: bool) -> None:
-        """ACK inside the unit's transaction (begun with the unit's first message): with a
-        `client` subscription that only opens the prefetch window; COMMIT makes it an ack."""
+        """Add the message to the unit (its transaction begun with its first message), ACKing
+        every half prefetch inside the transaction: with a `client` subscription that only opens
+        the prefetch window; COMMIT makes it an ack (module docstring)."""
         if self._tx is None:
             tx = f"tx-{uuid.uuid4().hex}"
             self._tx = tx
@@ -237,7 +247,9 @@ class StompSession(QueueSession):
         tx = self._tx
         got = _Got(broker_id=broker_id(frame), ack_id=frame.headers["ack"], counted=counted)
         self._unit.append(got)
-        link.send(lambda: link.conn.ack(got.ack_id, transaction=tx))
+        if len(self._unit) - self._acked >= max(1, self._source.prefetch // 2):
+            link.send(lambda: link.conn.ack(got.ack_id, transaction=tx))
+            self._acked = len(self._unit)
 
     def _move_to_backout(self, frame: Any, message: ReceivedMessage) -> None:
         source = self._source
@@ -249,11 +261,13 @@ class StompSession(QueueSession):
             message.delivery_count - 1,
             source.backout_queue,
         )
-        # Already ACKed in the unit by _take; the copy is sent by commit().
+        # In the unit like any other message (ACKed by commit() at the latest); the copy is
+        # sent by commit().
         self._moves.append(copy)
 
     def _end_unit(self) -> None:
         self._unit = []
+        self._acked = 0
         self._moves = []
         self._tx = None
 
