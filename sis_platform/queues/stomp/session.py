@@ -129,8 +129,7 @@ class StompSession(QueueSession):
                 if link is None:
                     raise LinkLost("not connected")
                 if self._acked < len(unit):
-                    last = unit[-1]
-                    link.send(lambda: link.conn.ack(last.ack_id, transaction=tx))
+                    self._ack_unit(link, tx)
                 for move in moves:
                     link.request(_send_copy(link, source.backout_queue, move), "move")
                 link.request(
@@ -248,8 +247,14 @@ class StompSession(QueueSession):
         got = _Got(broker_id=broker_id(frame), ack_id=frame.headers["ack"], counted=counted)
         self._unit.append(got)
         if len(self._unit) - self._acked >= max(1, self._source.prefetch // 2):
-            link.send(lambda: link.conn.ack(got.ack_id, transaction=tx))
-            self._acked = len(self._unit)
+            self._ack_unit(link, tx)
+
+    def _ack_unit(self, link: Link, tx: str) -> None:
+        """ACK the unit's last message in its transaction: a `client` ACK covers every
+        message of the unit before it too."""
+        last = self._unit[-1]
+        link.send(lambda: link.conn.ack(last.ack_id, transaction=tx))
+        self._acked = len(self._unit)
 
     def _move_to_backout(self, frame: Any, message: ReceivedMessage) -> None:
         source = self._source
