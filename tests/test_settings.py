@@ -106,7 +106,7 @@ def test_profiles_pick_the_source(tmp_path: Path) -> None:
         "127.0.0.1",
         61613,
         "/queue/SPORTSDATA",
-        10,
+        100,
     )
     ibmmq = load_settings({**base, **IBMMQ}).source
     assert isinstance(ibmmq, IbmMqSourceSettings)

@@ -115,8 +115,9 @@ class StompQueueResource(QueueSourceResource):
     )
     prefetch: int = Field(
         default=DEFAULT_STOMP_PREFETCH,
-        description="Messages the broker pushes ahead of our gets. Keep it small: those not "
-        "got by the end of a tick come back flagged redelivered.",
+        description="Messages the broker pushes ahead of our gets; half of it is ACKed at "
+        "once. Those a consumer had not got when it crashed or backed out come back flagged "
+        "redelivered and are counted as a delivery.",
     )
     backout_threshold: int = Field(default=DEFAULT_BACKOUT_THRESHOLD, ge=0, description=_THRESHOLD)
     backout_queue: str | None = Field(

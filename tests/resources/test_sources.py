@@ -107,7 +107,7 @@ def test_stomp_settings_reach_the_source(tmp_path):
     defaults = config.resources({"SIS_DATA_DIR": str(tmp_path), "SIS_PROFILE": "activemq"})
     plain = defaults["queue"].build()
     assert isinstance(plain, StompQueue)
-    assert (plain.selector, plain.prefetch) == (None, 10)
+    assert (plain.selector, plain.prefetch) == (None, 100)
     assert (plain.backout_threshold, plain.backout_queue) == (10, "/queue/ActiveMQ.DLQ")
     # Redeliveries are counted in a file under the data folder, so they outlive the process.
     assert plain._redeliveries.path == tmp_path / "stomp" / "redeliveries.db"

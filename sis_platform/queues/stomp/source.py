@@ -57,6 +57,7 @@ from sis_platform.queues.stomp.link import Endpoint, Link, LinkLost
 from sis_platform.queues.stomp.producer import StompProducer
 from sis_platform.queues.stomp.session import StompSession
 from sis_platform.queues.transport import TlsFiles, is_loopback
+from sis_platform.settings.variables import DEFAULT_STOMP_PREFETCH
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,7 @@ class StompQueue(QueueSource):
         heartbeats: tuple[int, int] = (10_000, 10_000),
         selector: str | None = None,
         *,
-        prefetch: int = 10,
+        prefetch: int = DEFAULT_STOMP_PREFETCH,
         backout_threshold: int = DEFAULT_BACKOUT_THRESHOLD,
         backout_queue: str | None = None,
         redelivery_counts: Path | None = None,
