@@ -15,6 +15,9 @@
 #   ACTIVEMQ_OPENWIRE_PORT  OpenWire port (default 61616)
 #   ACTIVEMQ_START_TIMEOUT  seconds to wait for the STOMP port (default 90)
 #   ACTIVEMQ_JAVA_OPTS      JVM options (default -Xms64m -Xmx512m)
+#   ACTIVEMQ_MAX_MESSAGE_BYTES  largest message body a producer may send over STOMP (default
+#                           4194304, 4 MiB; ActiveMQ's own is 100 MiB): a consumer holds up to
+#                           its prefetch of them, so this bounds its memory
 #   ACTIVEMQ_STOMP_SSL_PORT STOMP over TLS port (default: none, no TLS connector); needs
 #   ACTIVEMQ_KEYSTORE       PKCS12 file with the broker's key and certificate chain, and
 #   ACTIVEMQ_STORE_PASSWORD its password (also the truststore's); written only into the
@@ -34,7 +37,12 @@ SSL_PORT=${ACTIVEMQ_STOMP_SSL_PORT:-}
 KEYSTORE=${ACTIVEMQ_KEYSTORE:-}
 TRUSTSTORE=${ACTIVEMQ_TRUSTSTORE:-}
 STORE_PASSWORD=${ACTIVEMQ_STORE_PASSWORD:-}
-NO_DELAY=transport.tcpNoDelay=true  # the STOMP connectors' option (see write_config)
+MAX_MESSAGE_BYTES=${ACTIVEMQ_MAX_MESSAGE_BYTES:-4194304}
+[[ $MAX_MESSAGE_BYTES =~ ^[1-9][0-9]*$ ]] ||
+    { echo "activemq.sh: ACTIVEMQ_MAX_MESSAGE_BYTES must be a whole number of bytes" >&2; exit 2; }
+# The STOMP connectors' options (see write_config): "\&amp;" is an & in an XML attribute,
+# written through sed's replacement.
+CONNECTOR_OPTIONS="transport.tcpNoDelay=true\\&amp;transport.maxDataLength=$MAX_MESSAGE_BYTES"
 
 die() {
     echo "activemq.sh: $*" >&2
@@ -85,7 +93,7 @@ write_config() {
     # The Debian instance listens on OpenWire only; the STOMP connector is added next to it,
     # with TCP_NODELAY on its sockets (ActiveMQ's default leaves Nagle's algorithm on: a small
     # MESSAGE frame can wait for the consumer's delayed ACK of the one before).
-    sed -e "s#<transportConnector name=\"openwire\"[^>]*/>#<transportConnector name=\"openwire\" uri=\"tcp://$HOST:$OPENWIRE_PORT\"/>\n            <transportConnector name=\"stomp\" uri=\"stomp://$HOST:$STOMP_PORT?$NO_DELAY\"/>#" \
+    sed -e "s#<transportConnector name=\"openwire\"[^>]*/>#<transportConnector name=\"openwire\" uri=\"tcp://$HOST:$OPENWIRE_PORT\"/>\n            <transportConnector name=\"stomp\" uri=\"stomp://$HOST:$STOMP_PORT?$CONNECTOR_OPTIONS\"/>#" \
         "$DEBIAN_INSTANCE/activemq.xml" >"$dir/activemq.xml"
     grep -q "name=\"stomp\"" "$dir/activemq.xml" ||
         die "could not add the STOMP connector to $dir/activemq.xml (Debian config changed?)"
@@ -132,7 +140,7 @@ write_tls_config() {
     [[ -n $STORE_PASSWORD ]] || die "ACTIVEMQ_STOMP_SSL_PORT needs ACTIVEMQ_STORE_PASSWORD"
     [[ $STORE_PASSWORD != *[\"\'\<\>\&#]* ]] ||
         die "ACTIVEMQ_STORE_PASSWORD must not contain quotes, <, >, & or #"
-    local trust="" options="?$NO_DELAY"
+    local trust="" options="?$CONNECTOR_OPTIONS"
     if [[ -n $TRUSTSTORE ]]; then
         [[ -f $TRUSTSTORE ]] || die "ACTIVEMQ_TRUSTSTORE=$TRUSTSTORE is not a file"
         trust=" trustStore=\"file:$TRUSTSTORE\" trustStorePassword=\"$STORE_PASSWORD\" trustStoreType=\"pkcs12\""

@@ -26,7 +26,9 @@ DEFAULT_STOMP_DESTINATION = "/queue/SPORTSDATA"
 # Half of it is the batch the STOMP session ACKs at once (queues/stomp/session.py): with 10, a
 # 12,000-message backlog drained in 4.7-6.4 s; with 100, 3.8-4.0 s (BENCHMARKS.md). What a
 # larger one costs: after a consumer crashes or backs out, messages it only had prefetched come
-# back flagged redelivered and are counted as one more delivery (docs/configuration.md).
+# back flagged redelivered and are counted as one more delivery (docs/configuration.md); and
+# the pushed messages wait in memory, bounded by the broker's message size limit (4 MiB on
+# scripts/activemq.sh's broker: 400 MiB at worst; docs/operations.md).
 DEFAULT_STOMP_PREFETCH = 100
 DEFAULT_IBMMQ_RECONNECT: IbmMqReconnect = "disabled"
 # The default bounds of one landing batch. Every batch run pays a fixed cost (Delta commits and

@@ -236,6 +236,24 @@ def test_prefetch_bounds_what_a_consumer_holds_back_from_others(
 
 
 @pytest.mark.broker
+def test_the_broker_refuses_a_message_over_its_size_limit(activemq: Broker, name: str) -> None:
+    """scripts/activemq.sh bounds a message body (ACTIVEMQ_MAX_MESSAGE_BYTES, 4 MiB by default),
+    which bounds what a consumer's prefetch holds; the producer is told why."""
+    limit = 4 * 1024 * 1024
+    src = source(activemq, name)
+    with src.producer() as producer:
+        producer.put(b"x" * limit)
+    with pytest.raises(SourceUnavailable, match="ERROR: The maximum data length was exceeded"):
+        with src.producer() as producer:
+            producer.put(b"y" * (limit + 1))
+    with src.connect() as session:
+        m = session.get(WAIT)
+        assert m is not None and m.body == b"x" * limit
+        assert session.get(0.5) is None
+        session.commit()
+
+
+@pytest.mark.broker
 def test_selector_filters_and_application_properties_are_returned(
     wire: Wire, activemq: Broker, name: str
 ) -> None:

@@ -66,6 +66,7 @@ class Link(stomp.ConnectionListener):
         self._replies: dict[str, Any] = {}
         self._connected = False
         self._lost: str | None = None
+        self._refusal = ""  # an ERROR without a receipt: the broker closes the connection next
         self.conn = stomp.Connection12(
             [(endpoint.host, endpoint.port)],
             heartbeats=endpoint.heartbeats,
@@ -116,12 +117,18 @@ class Link(stomp.ConnectionListener):
             elif not self._connected:
                 # Refused at CONNECT (bad credentials, unknown vhost): no point waiting.
                 self._lost = f"broker refused the connection: {message}"
+            else:
+                # E.g. a SEND over the broker's size limit: the reason the connection ends.
+                self._refusal = message
             self._cond.notify_all()
         if not receipt_id:
             log.warning("STOMP broker %s sent ERROR: %s", self.endpoint, message)
 
     def on_disconnected(self) -> None:
-        self._mark_lost("connection closed")
+        refusal = self._refusal
+        self._mark_lost(
+            f"connection closed after ERROR: {refusal}" if refusal else "connection closed"
+        )
 
     def on_heartbeat_timeout(self) -> None:
         self._mark_lost("heartbeat timeout")

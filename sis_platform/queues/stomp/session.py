@@ -23,10 +23,11 @@ ActiveMQ 5.17 actually behaves (each point is exercised by tests/queues against 
   UNSUBSCRIBE + SUBSCRIBE (a new subscription id): the broker puts the messages back at the
   head of the queue in their original order and marks them `redelivered:true`. Messages that
   were prefetched but never handed to the caller are redelivered (and marked) too, so each is
-  counted as one more delivery than it had: that is what a larger prefetch costs (up to
-  `prefetch` messages per backout or crash), and what it buys is fewer round trips and fewer
-  ACKs on a backlog (settings/variables.py has the figures). A consumer that disconnects, crashes (SIGKILL) or loses its TCP connection
-  gets the same treatment from the broker. Keeping the order across *repeated* backouts needs
+  counted as one more delivery than it had. That is what a larger prefetch costs (up to
+  `prefetch` messages per backout or crash, and that many messages held in memory); what it
+  buys is fewer round trips and fewer ACKs on a backlog (settings/variables.py). A consumer
+  that disconnects, crashes (SIGKILL) or loses its TCP connection gets the same treatment
+  from the broker. Keeping the order across *repeated* backouts needs
   the destination policy `strictOrderDispatch="true"` on the broker (scripts/activemq.sh sets
   it): without it ActiveMQ 5.17 appends a backed-out unit behind earlier backed-out messages
   it has not redelivered yet.
