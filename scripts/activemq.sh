@@ -38,8 +38,6 @@ KEYSTORE=${ACTIVEMQ_KEYSTORE:-}
 TRUSTSTORE=${ACTIVEMQ_TRUSTSTORE:-}
 STORE_PASSWORD=${ACTIVEMQ_STORE_PASSWORD:-}
 MAX_MESSAGE_BYTES=${ACTIVEMQ_MAX_MESSAGE_BYTES:-4194304}
-[[ $MAX_MESSAGE_BYTES =~ ^[1-9][0-9]*$ ]] ||
-    { echo "activemq.sh: ACTIVEMQ_MAX_MESSAGE_BYTES must be a whole number of bytes" >&2; exit 2; }
 # The STOMP connectors' options (see write_config): "\&amp;" is an & in an XML attribute,
 # written through sed's replacement.
 CONNECTOR_OPTIONS="transport.tcpNoDelay=true\\&amp;transport.maxDataLength=$MAX_MESSAGE_BYTES"
@@ -92,7 +90,10 @@ write_config() {
     mkdir -p "$dir/data"
     # The Debian instance listens on OpenWire only; the STOMP connector is added next to it,
     # with TCP_NODELAY on its sockets (ActiveMQ's default leaves Nagle's algorithm on: a small
-    # MESSAGE frame can wait for the consumer's delayed ACK of the one before).
+    # MESSAGE frame can wait for the consumer's delayed ACK of the one before) and a bound on
+    # a message's body (a consumer holds up to its prefetch of them in memory).
+    [[ $MAX_MESSAGE_BYTES =~ ^[1-9][0-9]*$ ]] ||
+        die "ACTIVEMQ_MAX_MESSAGE_BYTES must be a whole number of bytes, got '$MAX_MESSAGE_BYTES'"
     sed -e "s#<transportConnector name=\"openwire\"[^>]*/>#<transportConnector name=\"openwire\" uri=\"tcp://$HOST:$OPENWIRE_PORT\"/>\n            <transportConnector name=\"stomp\" uri=\"stomp://$HOST:$STOMP_PORT?$CONNECTOR_OPTIONS\"/>#" \
         "$DEBIAN_INSTANCE/activemq.xml" >"$dir/activemq.xml"
     grep -q "name=\"stomp\"" "$dir/activemq.xml" ||
