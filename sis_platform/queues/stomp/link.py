@@ -117,8 +117,10 @@ class Link(stomp.ConnectionListener):
             elif not self._connected:
                 # Refused at CONNECT (bad credentials, unknown vhost): no point waiting.
                 self._lost = f"broker refused the connection: {message}"
-            else:
-                # E.g. a SEND over the broker's size limit: the reason the connection ends.
+            elif not self._refusal:
+                # E.g. a SEND over the broker's size limit: the reason the connection ends. The
+                # first one: ActiveMQ may go on to read the rest of the refused frame as another
+                # command and refuse that too ("The maximum command length was exceeded").
                 self._refusal = message
             self._cond.notify_all()
         if not receipt_id:
