@@ -185,10 +185,8 @@ def warm(broker: Broker, log: Path, messages: int = WARM_MESSAGES) -> None:
     that is the broker's start-up, not the live path's."""
     source = stomp_source(broker, f"/queue/sis.bench.warm.{os.getpid()}")
     t0 = time.monotonic()
-    options = ["--url", source.url, "--out", os.devnull, "--messages", str(messages)]
-    with log.open("ab") as out:
-        if _role("publish", *options, stdout=out).wait() != 0:
-            raise RuntimeError(f"warming the broker failed: see {log}")
+    if start_publisher(source, log, Path(os.devnull), messages).wait() != 0:
+        raise RuntimeError(f"warming the broker failed: see {log}")
     drained = 0
     with open_source_from_environment(source.url).connect() as session:
         while drained < messages:
@@ -424,11 +422,21 @@ def _line_within(stream: IO[str], timeout: float) -> str:
 def publish(
     source: Source, run: Run, out: Path, messages: int, rate: float | None, args: Any
 ) -> subprocess.Popen[Any]:
+    options = ["--seed", str(args.seed), "--duplicates", str(args.live_duplicates)]
+    return start_publisher(
+        source, run.log, out, messages, *options, *(["--rate", str(rate)] if rate else [])
+    )
+
+
+def start_publisher(
+    source: Source, log: Path, out: Path, messages: int, *options: str
+) -> subprocess.Popen[Any]:
+    """The publish role putting `messages` of the simulated feed on `source`, with further
+    `options` of that role; its output appended to `log`."""
     url = source.url or f"embedded://{source.env['SIS_QUEUE_DIR']}"
-    options = ["--url", url, "--out", str(out), "--messages", str(messages)]
-    options += ["--seed", str(args.seed), "--duplicates", str(args.live_duplicates)]
-    with run.log.open("ab") as log:
-        return _role("publish", *options, *(["--rate", str(rate)] if rate else []), stdout=log)
+    command = ["--url", url, "--out", str(out), "--messages", str(messages), *options]
+    with log.open("ab") as output:
+        return _role("publish", *command, stdout=output)
 
 
 def caught_up(store: ServingStore, zone: LandingZone, messages: int) -> bool:
