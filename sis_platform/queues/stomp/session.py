@@ -27,10 +27,10 @@ ActiveMQ 5.17 actually behaves (each point is exercised by tests/queues against 
   `prefetch` messages per backout or crash, and that many messages held in memory); what it
   buys is fewer round trips and fewer ACKs on a backlog (settings/variables.py). A consumer
   that disconnects, crashes (SIGKILL) or loses its TCP connection gets the same treatment
-  from the broker. Keeping the order across *repeated* backouts needs
-  the destination policy `strictOrderDispatch="true"` on the broker (scripts/activemq.sh sets
-  it): without it ActiveMQ 5.17 appends a backed-out unit behind earlier backed-out messages
-  it has not redelivered yet.
+  from the broker. Keeping the order across *repeated* backouts needs the destination policy
+  `strictOrderDispatch="true"` on the broker (scripts/activemq.sh sets it): without it
+  ActiveMQ 5.17 appends a backed-out unit behind earlier backed-out messages it has not
+  redelivered yet.
 - NACK is not a backout on ActiveMQ: it is a "poison ack" that moves the message straight to
   the dead-letter queue (ActiveMQ.DLQ by default), and it is refused inside a transaction
   ("Poison ack cannot be transacted", which also marks the transaction rollback-only). We never
