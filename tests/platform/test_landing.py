@@ -57,6 +57,24 @@ def test_hash_chain_links_each_message_to_the_previous_batch(tmp_path):
     assert zone.last() == (2, prev)
 
 
+def test_a_large_batch_is_landed_in_row_groups_spark_can_split(tmp_path, monkeypatch):
+    # Spark reads a Parquet file with several tasks only if it has several row groups.
+    monkeypatch.setattr("sis_platform.landing.rows.ROW_GROUP_BYTES", 16 * 1024)
+    zone = LandingZone(tmp_path)
+    msgs = _messages(400)
+    large = zone.land(msgs)
+    single = zone.land(_messages(1, 400))
+    assert pq.ParquetFile(zone.batch_files(large.key)[0]).num_row_groups > 4
+    assert pq.ParquetFile(zone.batch_files(single.key)[0]).num_row_groups == 1
+    rows = zone.read(large.key).to_pylist()
+    assert [r["message_id"] for r in rows] == [m.message_id for m in msgs]
+    assert [r["msg_seq"] for r in rows] == list(range(400))
+    prev = GENESIS_LINK
+    for stored in zone.stored_messages(large.key):
+        prev = chain_link(prev, stored.record)
+        assert stored.chain_link == prev.hex()
+
+
 def test_landing_never_overwrites_a_batch_landed_concurrently(tmp_path, monkeypatch):
     zone = LandingZone(tmp_path)
     zone.land(_messages(1))
