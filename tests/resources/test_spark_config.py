@@ -278,6 +278,7 @@ def test_a_spark_connect_client_sets_only_its_sessions_sql_settings():
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.databricks.delta.snapshotPartitions": "2",
+        "spark.sql.files.openCostInBytes": "1048576",
         "spark.sql.ansi.enabled": "false",
     }
 
