@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from sis_platform.domain.limits import Limits
@@ -66,6 +67,17 @@ class Tail(NamedTuple):
     head: bytes
     messages: int
     open: OpenBatch | None
+
+
+class BatchFigures(NamedTuple):
+    """What a landed batch holds, counted (raw_messages reports them)."""
+
+    messages: int
+    body_bytes: int  # bodies held in the batch (a body moved aside holds none)
+    moved_aside: int  # bodies intake moved aside
+    redelivered: int  # messages delivered more than once
+    first_put: datetime | None  # the earliest put time (None: no message has one)
+    last_put: datetime | None
 
 
 class LandingZone:
@@ -374,6 +386,38 @@ class LandingZone:
             raise FileNotFoundError(f"batch {key} has no landing file in {self.batches_dir}")
         tables = [pq.read_table(p, schema=LANDING_SCHEMA) for p in files]
         return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+
+    def figures(self, key: str) -> BatchFigures:
+        """The batch's figures, from a few of its columns read a row group at a time."""
+        files = self.batch_files(key)
+        if not files:
+            raise FileNotFoundError(f"batch {key} has no landing file in {self.batches_dir}")
+        messages = body_bytes = moved_aside = redelivered = 0
+        puts: list[datetime] = []
+        for path in files:
+            parquet = pq.ParquetFile(path)
+            # A file landed before bodies could be moved aside has no body_location.
+            columns = [
+                c
+                for c in ("body", "body_location", "delivery_count", "put_time")
+                if c in parquet.schema_arrow.names
+            ]
+            for rows in parquet.iter_batches(batch_size=READ_ROWS, columns=columns):
+                messages += rows.num_rows
+                body_bytes += pc.sum(pc.binary_length(rows.column("body"))).as_py() or 0
+                if "body_location" in columns:
+                    moved_aside += pc.count(rows.column("body_location")).as_py()
+                redelivered += pc.sum(pc.greater(rows.column("delivery_count"), 1)).as_py() or 0
+                bounds = pc.min_max(rows.column("put_time")).as_py()
+                puts += [t for t in (bounds["min"], bounds["max"]) if t is not None]
+        return BatchFigures(
+            messages,
+            body_bytes,
+            moved_aside,
+            redelivered,
+            min(puts, default=None),
+            max(puts, default=None),
+        )
 
     def iter_messages(self) -> Iterator[dict[str, object]]:
         """Every landed message in landing order (for tests, trace and the reference check)."""

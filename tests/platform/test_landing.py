@@ -9,6 +9,7 @@ from sis_platform.landing import (
     GENESIS_LINK,
     ClosedBy,
     LandingZone,
+    MovedAside,
     batch_key,
     batch_seq_of,
     chain_link,
@@ -73,6 +74,20 @@ def test_a_large_batch_is_landed_in_row_groups_spark_can_split(tmp_path, monkeyp
     for stored in zone.stored_messages(large.key):
         prev = chain_link(prev, stored.record)
         assert stored.chain_link == prev.hex()
+
+
+def test_a_batch_is_counted_from_its_landing_file(tmp_path):
+    zone = LandingZone(tmp_path)
+    msgs = _messages(5)  # delivery counts 1, 2, 1, 2, 1
+    later = datetime(2026, 11, 21, 15, 0, tzinfo=UTC)
+    large = ReceivedMessage(new_message_id(), b"", later, 3)
+    aside = MovedAside(large, zone.move_aside(b"x" * 1000))
+    key = zone.land([*msgs, aside]).key
+    figures = zone.figures(key)
+    assert figures.messages == 6
+    assert figures.body_bytes == sum(len(m.body) for m in msgs)  # the moved body is not held
+    assert (figures.moved_aside, figures.redelivered) == (1, 3)
+    assert (figures.first_put, figures.last_put) == (msgs[0].put_time, later)
 
 
 def test_landing_never_overwrites_a_batch_landed_concurrently(tmp_path, monkeypatch):
