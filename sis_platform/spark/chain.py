@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 
 from sis_platform.lake.tables import RAW_MESSAGES
 from sis_platform.landing import batch_key, batch_seq_of
+from sis_platform.landing.rows import READ_ROWS
 from sis_platform.logchain import (
     Anchor,
     ChainRecord,
@@ -179,25 +180,27 @@ def delta_messages(lake: Lake, key: str) -> Iterator[StoredMessage]:
         .orderBy("msg_seq", "chain_link")
     )
     # One Arrow table per batch (bounded by the batch bounds, and without its bodies): far
-    # cheaper than a Row object per message (50,000 messages: 1.5 s instead of 3.4 s).
-    for r in rows.toArrow().to_pylist():
-        yield StoredMessage(
-            batch_key=str(r["batch_key"]),
-            record=ChainRecord(
-                batch_seq=int(r["batch_seq"]),
-                msg_seq=int(r["msg_seq"]),
-                message_id=str(r["message_id"]),
-                put_time_us=r["put_us"],
-                received_at_us=int(r["received_us"]),
-                delivery_count=int(r["delivery_count"]),
-                properties_json=r["properties_json"],
-                # Null in rows logged before the column existed (the link then fails).
-                body_size=int(r["body_size"] if r["body_size"] is not None else r["row_size"]),
-                body_sha256=str(r["body_sha256"]),
-                body_location=r["body_location"],
-            ),
-            prev_link=str(r["prev_link"]),
-            chain_link=str(r["chain_link"]),
-            row_body_size=int(r["row_size"]),
-            row_body_sha256=str(r["row_sha256"]),
-        )
+    # cheaper than a Row object per message (50,000 messages: 1.5 s instead of 3.4 s). Made
+    # into Python objects a thousand rows at a time.
+    for chunk in rows.toArrow().to_batches(max_chunksize=READ_ROWS):
+        for r in chunk.to_pylist():
+            yield StoredMessage(
+                batch_key=str(r["batch_key"]),
+                record=ChainRecord(
+                    batch_seq=int(r["batch_seq"]),
+                    msg_seq=int(r["msg_seq"]),
+                    message_id=str(r["message_id"]),
+                    put_time_us=r["put_us"],
+                    received_at_us=int(r["received_us"]),
+                    delivery_count=int(r["delivery_count"]),
+                    properties_json=r["properties_json"],
+                    # Null in rows logged before the column existed (the link then fails).
+                    body_size=int(r["body_size"] if r["body_size"] is not None else r["row_size"]),
+                    body_sha256=str(r["body_sha256"]),
+                    body_location=r["body_location"],
+                ),
+                prev_link=str(r["prev_link"]),
+                chain_link=str(r["chain_link"]),
+                row_body_size=int(r["row_size"]),
+                row_body_sha256=str(r["row_sha256"]),
+            )
