@@ -60,9 +60,7 @@ def raw_messages(
             "before they existed hold nulls)"
         )
     zone = landing.zone()
-    files = zone.batch_files(key)  # the batch's file, or its parts (a batch landed in groups)
-    if not files:
-        raise FileNotFoundError(f"batch {key} has no landing file in {zone.root}")
+    files = zone.landed_files(key)  # the batch's file, or its parts (a batch landed in groups)
     landed = session.read.parquet(*[str(p) for p in files])
     if "body_size" not in landed.columns:  # landed before bodies could be moved aside
         landed = landed.withColumn("body_size", F.length("body")).withColumn(

@@ -124,6 +124,13 @@ class LandingZone:
             return [self.batch_path(key)]
         return self.parts(key)
 
+    def landed_files(self, key: str) -> list[Path]:
+        """`batch_files`, for a batch that must have been landed: FileNotFoundError if not."""
+        files = self.batch_files(key)
+        if not files:
+            raise FileNotFoundError(f"batch {key} has no landing file in {self.batches_dir}")
+        return files
+
     def batch_location(self, key: str) -> Path:
         """The batch's file, or its folder when it was landed in parts."""
         return self.batch_dir(key) if self._is_segmented(key) else self.batch_path(key)
@@ -319,9 +326,7 @@ class LandingZone:
 
     def _metadata(self, key: str) -> dict[bytes, bytes]:
         """The Parquet key-value metadata of the batch's file, or of its last part."""
-        files = self.batch_files(key)
-        if not files:
-            raise FileNotFoundError(f"batch {key} has no landing file in {self.batches_dir}")
+        files = self.landed_files(key)
         return pq.read_schema(files[-1]).metadata or {}
 
     def anchor_from_file(self, key: str) -> Anchor | None:
@@ -381,17 +386,13 @@ class LandingZone:
 
     def read(self, key: str) -> pa.Table:
         """The batch's rows, from its file or its parts in order."""
-        files = self.batch_files(key)
-        if not files:
-            raise FileNotFoundError(f"batch {key} has no landing file in {self.batches_dir}")
+        files = self.landed_files(key)
         tables = [pq.read_table(p, schema=LANDING_SCHEMA) for p in files]
         return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
     def figures(self, key: str) -> BatchFigures:
         """The batch's figures, from a few of its columns read a row group at a time."""
-        files = self.batch_files(key)
-        if not files:
-            raise FileNotFoundError(f"batch {key} has no landing file in {self.batches_dir}")
+        files = self.landed_files(key)
         messages = body_bytes = moved_aside = redelivered = 0
         puts: list[datetime] = []
         for path in files:
@@ -428,9 +429,7 @@ class LandingZone:
         """The batch's messages as its landing file (or its parts, in order) holds them, read a
         few rows at a time, each body hashed again (and a moved-aside body's file when
         `check_overflow`)."""
-        files = self.batch_files(key)
-        if not files:
-            raise FileNotFoundError(f"batch {key} has no landing file in {self.batches_dir}")
+        files = self.landed_files(key)
         for path in files:
             for record_batch in pq.ParquetFile(path).iter_batches(batch_size=READ_ROWS):
                 yield from self._stored(record_batch, check_overflow)
