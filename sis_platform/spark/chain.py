@@ -177,12 +177,15 @@ def delta_messages(lake: Lake, key: str) -> Iterator[StoredMessage]:
             "prev_link",
             "chain_link",
         )
-        .orderBy("msg_seq", "chain_link")
+        .toArrow()
     )
     # One Arrow table per batch (bounded by the batch bounds, and without its bodies): far
-    # cheaper than a Row object per message (50,000 messages: 1.5 s instead of 3.4 s). Made
-    # into Python objects a thousand rows at a time.
-    for chunk in rows.toArrow().to_batches(max_chunksize=READ_ROWS):
+    # cheaper than a Row object per message (50,000 messages: 1.5 s instead of 3.4 s). Put in
+    # message order here, where a Spark sort would be a sampling job and a shuffle more; the
+    # link orders rows that claim one msg_seq (an inserted row). Made into Python objects a
+    # thousand rows at a time.
+    rows = rows.sort_by([("msg_seq", "ascending"), ("chain_link", "ascending")])
+    for chunk in rows.to_batches(max_chunksize=READ_ROWS):
         for r in chunk.to_pylist():
             yield StoredMessage(
                 batch_key=str(r["batch_key"]),

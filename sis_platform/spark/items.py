@@ -343,13 +343,18 @@ def items_summary(items: DataFrame) -> ItemsSummary:
         ),
         256,
     )
-    # One batch's rows (bounded by the batch bounds) come to the driver as one Arrow table, in
-    # feed order: no Row object per item.
-    rows = (
-        items.select(row_hash.alias("h"), "msg_seq", "position", "status", "reason")
-        .orderBy("msg_seq", "position")
-        .toArrow()
-    )
+    # One batch's rows (bounded by the batch bounds) come to the driver as one Arrow table, no
+    # Row object per item, and are put in feed order there: a Spark sort of the same rows is a
+    # sampling job and a shuffle, ~0.5 s of a 50,000-message batch. An invalid message's one
+    # row has no position: -1 sorts it first among its message's rows, where Spark puts nulls.
+    rows = items.select(
+        row_hash.alias("h"),
+        "msg_seq",
+        F.coalesce("position", F.lit(-1)).alias("order"),
+        "status",
+        "reason",
+    ).toArrow()
+    rows = rows.sort_by([("msg_seq", "ascending"), ("order", "ascending")])
     digest = hashlib.sha256()
     for h in rows.column("h").to_pylist():
         digest.update(bytes.fromhex(h))
