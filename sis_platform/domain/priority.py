@@ -32,7 +32,9 @@ _CHUNK = 4096
 def split_selectors(text: str) -> list[str]:
     """The selectors of a `SIS_PRIORITY` value, split at each `;` outside a quoted string
     (a JMS string literal is in single quotes, with `''` for a quote inside it)."""
-    parts, current, quoted = [], [], False
+    parts: list[str] = []
+    current: list[str] = []
+    quoted = False
     for char in text:
         if char == "'":
             quoted = not quoted

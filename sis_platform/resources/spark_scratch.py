@@ -50,7 +50,7 @@ def driver_scratch(root: Path) -> Path:
 def sweep(root: Path) -> list[Path]:
     """Remove the scratch folders under `root` of this host's processes that no longer exist;
     return them. Folders of other hosts, and anything not named like a scratch folder, stay."""
-    removed = []
+    removed: list[Path] = []
     try:
         entries = list(root.iterdir())
     except FileNotFoundError:
