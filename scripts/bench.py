@@ -13,8 +13,9 @@ backlog  The embedded queue preloaded by the simulator with N messages, then the
          wall time (not counting the preload), messages/s, and the peak memory of the whole
          process tree (Python, the Spark JVM and its Python workers; sum of PSS, and of RSS).
          `--mode inprocess` (default): sensor ticks and runs in one process through Dagster's
-         APIs, one Spark session for all runs; batches are landed by a thread while runs
-         run, within the daemon's backpressure (`--landing serial`: land, run, land...).
+         APIs, one Spark session for all runs; batches are landed by a process of their own
+         while runs run, within the daemon's backpressure (`--landing overlap-thread`: by a
+         thread of the runs' process; `--landing serial`: land, run, land...).
          `--mode daemon`: a real dagster-daemon
          launching each run in its own process with its own Spark driver, as scripts/run.sh.
 fold     The same simulated feed landed and classified (raw_messages, message_items), then
@@ -405,10 +406,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--mode", choices=["inprocess", "daemon"], default="inprocess")
     parser.add_argument(
         "--landing",
-        choices=["overlap", "serial"],
+        choices=["overlap", "overlap-thread", "serial"],
         default="overlap",
-        help="backlog --mode inprocess: overlap: batches landed while runs run, "
-        "as under the daemon; serial: land a batch, run it, land the next",
+        help="backlog --mode inprocess: overlap: batches landed while runs run by a process "
+        "of its own, as under the daemon; overlap-thread: the same from a thread of the runs' "
+        "process (sharing its interpreter lock); serial: land a batch, run it, land the next",
     )
     parser.add_argument(
         "--batch", type=int, default=None, help="SIS_BATCH_MAX_MESSAGES (default: the platform's)"

@@ -25,7 +25,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -170,17 +170,33 @@ class RunTimings:
             )
 
 
-def run_inprocess(
-    data: Path, env: Mapping[str, str], timings: dict[str, Any], *, overlap: bool = True
-) -> int:
-    """Sensor ticks and the runs they request, in this process, on one Spark session; returns
-    the number of runs.
+# How a backlog measurement lands its batches (--landing).
+LANDING_PROCESS = "overlap"  # while runs run, by a process of its own (`_run_beside_landing`)
+LANDING_THREAD = "overlap-thread"  # while runs run, by a thread of the runs' process
+LANDING_SERIAL = "serial"  # land a batch, run it, land the next
+LANDINGS = (LANDING_PROCESS, LANDING_THREAD, LANDING_SERIAL)
 
-    `overlap` (the default): as under the daemon, batches are landed while runs run (see
-    `_run_overlapped`). Without it, land one batch, run it, land the next."""
+
+def run_inprocess(
+    data: Path,
+    env: Mapping[str, str],
+    timings: dict[str, Any],
+    *,
+    landing: str = LANDING_PROCESS,
+    log: str = "-",
+) -> int:
+    """Sensor ticks and the runs they request, the runs in this process on one Spark session;
+    returns the number of runs.
+
+    `landing` (LANDINGS): by default, as under the daemon, batches are landed while runs run by
+    a process of its own (`_run_beside_landing`); LANDING_THREAD lands them from a thread of
+    this process instead (`_run_overlapped`); LANDING_SERIAL lands one batch, runs it, lands
+    the next."""
     python_workers_use_this_interpreter()
     record = RunTimings(timings)
-    if overlap:
+    if landing == LANDING_PROCESS:
+        return _run_beside_landing(data, env, record, log)
+    if landing == LANDING_THREAD:
         return _run_overlapped(data, env, record)
     platform = InProcessPlatform(data, env)
     runs = 0
@@ -198,46 +214,46 @@ def run_inprocess(
 
 
 class _Landing(threading.Thread):
-    """Ticks the sensor whenever fewer than SIS_MAX_RUNS_IN_FLIGHT requested runs wait or run
-    (the daemon's backpressure, with its sensor interval taken as zero), while the caller's
-    thread runs the requested batches in order (`next_run`, `done`)."""
+    """Ticks the sensor (`_landing_ticks`) while the caller's thread runs the requested batches
+    in order (`next_run`, `done`)."""
 
     def __init__(self, platform: InProcessPlatform, queue: EmbeddedQueue, record: RunTimings):
         super().__init__(name="bench-landing", daemon=True)
         self.platform = platform
         self.queue = queue
         self.record = record
-        self.limit = platform.resources["landing"].max_runs_in_flight
         self.changed = threading.Condition()
         self.ran = 0
+        self.seen = 0  # runs ended that the ticks have been told of
         self.landed_all = False
         self.error: BaseException | None = None
 
     def run(self) -> None:
-        requested = self.platform.requested
         try:
-            while True:
-                with self.changed:
-                    self.changed.wait_for(lambda: len(requested) - self.ran < self.limit)
-                    ran = self.ran
-                t0 = time.monotonic()
-                result = self.platform.tick()
-                self.record.landed(time.monotonic() - t0)
-                with self.changed:
-                    self.changed.notify_all()
-                if isinstance(result, dg.SkipReason):
-                    if not self.queue.depth():
-                        return
-                    # Held back by the sensor's own backpressure (the last batch was not full):
-                    # the next tick after the run in flight ends, not a tick a moment from now.
-                    with self.changed:
-                        self.changed.wait_for(lambda ran=ran: self.ran != ran)
+            self.record.landed(
+                _landing_ticks(
+                    self.platform,
+                    self.queue,
+                    requested=lambda key: self._notify(),
+                    run_ended=self._run_ended,
+                    ran=lambda: self.seen,
+                )
+            )
         except BaseException as error:  # re-raised by the running thread
             self.error = error
         finally:
             with self.changed:
                 self.landed_all = True
                 self.changed.notify_all()
+
+    def _notify(self) -> None:
+        with self.changed:
+            self.changed.notify_all()
+
+    def _run_ended(self) -> None:
+        with self.changed:
+            self.changed.wait_for(lambda: self.ran > self.seen)
+            self.seen += 1
 
     def next_run(self) -> str | None:
         """The next requested batch, once landed; None when everything is landed and run."""
@@ -254,6 +270,130 @@ class _Landing(threading.Thread):
         with self.changed:
             self.ran += 1
             self.changed.notify_all()
+
+
+def _landing_ticks(
+    platform: InProcessPlatform,
+    queue: EmbeddedQueue,
+    *,
+    requested: Callable[[str], None],
+    run_ended: Callable[[], None],
+    ran: Callable[[], int],
+) -> float:
+    """Tick the sensor whenever fewer than SIS_MAX_RUNS_IN_FLIGHT requested runs wait or run
+    (the daemon's backpressure, with its sensor interval taken as zero) until the queue is
+    empty, handing each requested batch to `requested`; `run_ended` returns once one more run
+    has ended (`ran` counts them). Returns the seconds spent in ticks."""
+    limit = platform.resources["landing"].max_runs_in_flight
+    landed = 0.0
+    while True:
+        while len(platform.requested) - ran() >= limit:
+            run_ended()
+        before = len(platform.requested)
+        t0 = time.monotonic()
+        result = platform.tick()
+        landed += time.monotonic() - t0
+        for key in platform.requested[before:]:
+            requested(key)
+        if isinstance(result, dg.SkipReason):
+            if not queue.depth():
+                return landed
+            # Held back by the sensor's own backpressure (the last batch was not full): the
+            # next tick after the run in flight ends, not a tick a moment from now.
+            if ran() == len(platform.requested):
+                raise RuntimeError(
+                    f"the sensor skipped with messages queued and no run in flight: {result}"
+                )
+            run_ended()
+
+
+def _run_beside_landing(data: Path, env: Mapping[str, str], record: RunTimings, log: str) -> int:
+    """The runs in this process, the sensor ticked by a process of its own (this script's
+    `--worker landing`), as dagster-daemon ticks its sensors in its own process (or sis-live
+    lands): the landing shares the machine's cores with the runs but not their interpreter's
+    lock. The child names each batch it requests on one pipe, and is told of each run's end on
+    another (its backpressure)."""
+    (data / "dagster").mkdir()
+    instance = dg.DagsterInstance.local_temp(str(data / "dagster"))
+    # The instance's storage is created here, before the child opens it (see start_daemon).
+    instance.get_run_records(limit=1)
+    platform = InProcessPlatform(data, env, instance=instance)
+    keys_r, keys_w = os.pipe()
+    ended_r, ended_w = os.pipe()
+    result = data / "landing-result.json"
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            __file__,
+            "--worker",
+            "landing",
+            "--keys-fd",
+            str(keys_w),
+            "--ended-fd",
+            str(ended_r),
+            "--result",
+            str(result),
+            "--log",
+            log,
+        ],
+        env={**os.environ, **env},
+        pass_fds=(keys_w, ended_r),
+    )
+    os.close(keys_w)
+    os.close(ended_r)
+    runs = 0
+    waited = 0.0
+    try:
+        with os.fdopen(keys_r) as keys:
+            t0 = time.monotonic()
+            for line in keys:  # a batch requested; the end of the file when the child is done
+                waited += time.monotonic() - t0
+                key = line.strip()
+                t0 = time.monotonic()
+                record.ran(platform.run(key), time.monotonic() - t0)
+                runs += 1
+                try:
+                    os.write(ended_w, b"ended\n")
+                except BrokenPipeError:
+                    pass  # the child has landed everything and gone: no backpressure left
+                t0 = time.monotonic()
+    finally:
+        os.close(ended_w)
+    if child.wait() != 0:
+        raise RuntimeError(f"the landing process exited with status {child.returncode}")
+    record.landed(json.loads(result.read_text())["landing_s"])
+    record.timings["waited_for_landing_s"] = round(waited, 1)
+    return runs
+
+
+def worker_landing(args: argparse.Namespace) -> dict[str, Any]:
+    """`--worker landing`, started by a backlog measurement (`_run_beside_landing`): the
+    sensor ticked until the queue is empty, on the measurement's data folder and instance,
+    with the SIS_* settings of this process's environment."""
+    env = {k: v for k, v in os.environ.items() if k.startswith("SIS_")}
+    data = Path(env["SIS_DATA_DIR"])
+    instance = dg.DagsterInstance.local_temp(str(data / "dagster"))
+    platform = InProcessPlatform(data, env, instance=instance)
+    ran = 0
+    with (
+        open(args.keys_fd, "w", buffering=1) as keys,
+        open(args.ended_fd) as ended,
+    ):
+
+        def run_ended() -> None:
+            nonlocal ran
+            if not ended.readline():
+                raise RuntimeError("the runs' process closed its pipe")
+            ran += 1
+
+        landed = _landing_ticks(
+            platform,
+            EmbeddedQueue(data / "queue"),
+            requested=lambda key: keys.write(key + "\n"),
+            run_ended=run_ended,
+            ran=lambda: ran,
+        )
+    return {"landing_s": landed}
 
 
 def _run_overlapped(data: Path, env: Mapping[str, str], record: RunTimings) -> int:
@@ -385,8 +525,10 @@ def spark_for(args: argparse.Namespace, env: dict[str, str]) -> Iterator[dict[st
 
 
 def backlog_mode(args: argparse.Namespace) -> str:
-    serial = args.mode == "inprocess" and args.landing == "serial"
-    return f"{args.mode}, serial landing" if serial else args.mode
+    labels = {LANDING_SERIAL: "serial landing", LANDING_THREAD: "landing in a thread"}
+    if args.mode == "inprocess" and args.landing in labels:
+        return f"{args.mode}, {labels[args.landing]}"
+    return args.mode
 
 
 def mode_label(args: argparse.Namespace, mode: str) -> str:
@@ -422,7 +564,7 @@ def _backlog(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
         timings: dict[str, Any] = {}
         t0 = time.monotonic()
         if args.mode == "inprocess":
-            runs = run_inprocess(data, env, timings, overlap=args.landing == "overlap")
+            runs = run_inprocess(data, env, timings, landing=args.landing, log=args.log)
         else:
             runs = run_daemon(data, env, Path(args.log))
         wall = time.monotonic() - t0
@@ -670,10 +812,14 @@ def _latencies(zone: LandingZone, steps: list[FoldCommit]) -> list[float]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The options scripts/bench.py passes to one measurement."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--worker", choices=["backlog", "fold", "latency"], required=True)
+    parser.add_argument(
+        "--worker", choices=["backlog", "fold", "latency", "landing"], required=True
+    )
     parser.add_argument("--messages", type=int)
     parser.add_argument("--mode", choices=["inprocess", "daemon"], default="inprocess")
-    parser.add_argument("--landing", choices=["overlap", "serial"], default="overlap")
+    parser.add_argument("--landing", choices=LANDINGS, default=LANDING_PROCESS)
+    parser.add_argument("--keys-fd", type=int, help="--worker landing: its pipe of batches")
+    parser.add_argument("--ended-fd", type=int, help="--worker landing: the pipe of runs ended")
     parser.add_argument("--batch", type=int, default=None)
     parser.add_argument("--spark", choices=["local", "connect", "standalone"], default="local")
     parser.add_argument("--rate", type=float)
@@ -691,6 +837,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.worker == "backlog":
         result = worker_backlog(args)
+    elif args.worker == "landing":
+        result = worker_landing(args)
     elif args.worker == "fold":
         result = worker_fold(args)
     else:
