@@ -47,6 +47,10 @@ from sis_platform.settings import (
 if TYPE_CHECKING:
     from sis_platform.lease import Fence
 
+# The most messages one `get_available` claims while a batch gathers: a few hundred
+# milliseconds of a backlog's landing at most, and the feed's messages one at a time.
+GET_CHUNK_MESSAGES = 1_000
+
 
 @dataclass(frozen=True)
 class BatchLimits:
@@ -93,18 +97,30 @@ def consume_batch(
             if remaining <= 0:
                 closed_by = ClosedBy.SECONDS
                 break
-            message = session.get(wait_seconds=min(limits.get_wait_seconds, remaining))
-            if message is None:
-                # No message within the wait. Cut short by the deadline, it says nothing of
-                # the queue: a backlog is still one.
-                closed_by = ClosedBy.SECONDS if clock() >= deadline else ClosedBy.DRAINED
-                break
-            if len(message.body) > message_limits.max_message_bytes:
-                messages.append(move_aside(zone, message))
-                del message  # drop this loop's reference to the body before the next get
-            else:
-                messages.append(message)
-                size += len(message.body)
+            # What is available now, claimed together (one transaction on the embedded queue,
+            # instead of two a message); a chunk ends after the body that brings it to the
+            # per-message bound, so it holds at most one body over that bound.
+            arrived = session.get_available(
+                min(GET_CHUNK_MESSAGES, limits.max_messages - len(messages)),
+                min(limits.max_bytes - size, message_limits.max_message_bytes),
+            )
+            if not arrived:
+                message = session.get(wait_seconds=min(limits.get_wait_seconds, remaining))
+                if message is None:
+                    # No message within the wait. Cut short by the deadline, it says nothing
+                    # of the queue: a backlog is still one.
+                    closed_by = ClosedBy.SECONDS if clock() >= deadline else ClosedBy.DRAINED
+                    break
+                arrived = [message]
+                del message  # the chunk's list holds the only reference to the body
+            for message in arrived:
+                if len(message.body) > message_limits.max_message_bytes:
+                    messages.append(move_aside(zone, message))
+                else:
+                    messages.append(message)
+                    size += len(message.body)
+            del message  # drop this loop's reference to the last body before the next get
+            arrived.clear()
         if not messages:
             session.commit()  # nothing got; ends the (empty) unit of work cleanly
             return None

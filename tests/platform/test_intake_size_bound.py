@@ -92,3 +92,41 @@ def test_a_moved_aside_body_is_restored_only_when_it_fits_and_its_file_is_intact
     (zone.root / where).write_bytes(big.replace(b"x", b"y", 1))
     assert zone.restored_body(where, size, digest, max_bytes=size) is None
     assert zone.restored_body("../queue/queue.db", size, digest, max_bytes=10 * size) is None
+
+
+class _HeldBodies:
+    """The embedded queue's session, recording how many bodies over the bound each claim
+    handed over at once."""
+
+    def __init__(self, session):
+        self.session = session
+        self.over_bound_per_claim: list[int] = []
+
+    def get_available(self, max_messages, max_bytes):
+        got = self.session.get_available(max_messages, max_bytes)
+        self.over_bound_per_claim.append(sum(len(m.body) > BOUND for m in got))
+        return got
+
+    def __getattr__(self, name):
+        return getattr(self.session, name)
+
+
+def test_intake_claims_at_most_one_body_over_the_bound_at_a_time(tmp_path):
+    queue = EmbeddedQueue(tmp_path / "queue")
+    zone = LandingZone(tmp_path / "landing")
+    big = b"z" * (BOUND + 1)
+    with queue.producer() as producer:
+        for body in [b"<a/>", big, big, b"<b/>", big]:
+            producer.put(body)
+    with queue.connect() as session:
+        held = _HeldBodies(session)
+        batch = consume_batch(
+            held,
+            zone,
+            BatchLimits(get_wait_seconds=0.05),
+            message_limits=Limits(max_message_bytes=BOUND),
+        )
+    assert batch is not None and batch.messages == 5
+    # Several messages a claim (not one get a message), never two bodies over the bound.
+    assert len(held.over_bound_per_claim) == 4
+    assert max(held.over_bound_per_claim) == 1
