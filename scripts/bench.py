@@ -13,7 +13,9 @@ backlog  The embedded queue preloaded by the simulator with N messages, then the
          wall time (not counting the preload), messages/s, and the peak memory of the whole
          process tree (Python, the Spark JVM and its Python workers; sum of PSS, and of RSS).
          `--mode inprocess` (default): sensor ticks and runs in one process through Dagster's
-         APIs, one Spark session for all runs; batches are landed by a process of their own
+         APIs, one Spark session for all runs, tuned as the long-lived driver it is
+         (`--driver short-lived`: tuned for one run, as each run's driver under the daemon
+         is); batches are landed by a process of their own
          while runs run, within the daemon's backpressure (`--landing overlap-thread`: by a
          thread of the runs' process; `--landing serial`: land, run, land...).
          `--mode daemon`: a real dagster-daemon
@@ -83,9 +85,15 @@ TARGET_P95_S = 20.0
 
 
 class PeakMemory(threading.Thread):
-    """Samples the memory of a process and all its descendants every 0.25 s: the sum of RSS
-    (counts pages shared between forked Python workers once per worker: an upper bound) and
-    the sum of PSS (shared pages divided among their sharers: the tree's real footprint)."""
+    """Samples the memory of a process and all its descendants: the sum of RSS every 0.25 s
+    (counts pages shared between forked Python workers once per worker: an upper bound), and
+    the sum of PSS (shared pages divided among their sharers: the tree's real footprint) every
+    PSS_EVERY samples and at every new peak of the RSS sum. RSS is one read of a few numbers
+    per process; PSS walks every page table of a process (/proc/PID/smaps_rollup), ~60 ms of
+    kernel time for the tree of a backlog run (28 of them the JVM's): read four times a second,
+    it took a quarter of one of a 2-core machine's cores from the measurement it measured."""
+
+    PSS_EVERY = 4  # samples: once a second
 
     def __init__(self, root: psutil.Process) -> None:
         super().__init__(daemon=True)
@@ -96,33 +104,49 @@ class PeakMemory(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
+        sample = 0
         while not self.stop.wait(0.25):
-            rss = pss = 0
-            kinds: dict[str, int] = {}
             try:
                 tree = [self.root, *self.root.children(recursive=True)]
             except psutil.Error:
                 continue
-            for p in tree:
-                try:
-                    info = p.memory_full_info()
-                    name = (
-                        "java"
-                        if p.name().startswith("java")
-                        else (
-                            "spark python worker"
-                            if "pyspark" in " ".join(p.cmdline()[:4])
-                            else "python / other"
-                        )
+            sample += 1
+            rss = self._rss(tree)
+            if rss > self.peak or sample % self.PSS_EVERY == 0:
+                self.peak = max(self.peak, rss)
+                self._pss(tree)
+
+    @staticmethod
+    def _rss(tree: list[psutil.Process]) -> int:
+        total = 0
+        for p in tree:
+            try:
+                total += p.memory_info().rss
+            except psutil.Error:
+                continue
+        return total
+
+    def _pss(self, tree: list[psutil.Process]) -> None:
+        pss = 0
+        kinds: dict[str, int] = {}
+        for p in tree:
+            try:
+                info = p.memory_full_info()
+                name = (
+                    "java"
+                    if p.name().startswith("java")
+                    else (
+                        "spark python worker"
+                        if "pyspark" in " ".join(p.cmdline()[:4])
+                        else "python / other"
                     )
-                except psutil.Error:
-                    continue
-                rss += info.rss
-                pss += getattr(info, "pss", info.rss)
-                kinds[name] = kinds.get(name, 0) + getattr(info, "pss", info.rss)
-            self.peak = max(self.peak, rss)
-            if pss > self.peak_pss:
-                self.peak_pss, self.at_peak = pss, kinds
+                )
+            except psutil.Error:
+                continue
+            pss += getattr(info, "pss", info.rss)
+            kinds[name] = kinds.get(name, 0) + getattr(info, "pss", info.rss)
+        if pss > self.peak_pss:
+            self.peak_pss, self.at_peak = pss, kinds
 
 
 class ChildResult(NamedTuple):
@@ -413,6 +437,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "process (sharing its interpreter lock); serial: land a batch, run it, land the next",
     )
     parser.add_argument(
+        "--driver",
+        choices=["long-lived", "short-lived"],
+        default="long-lived",
+        help="backlog --mode inprocess: the runs' one Spark driver tuned as the long-lived "
+        "driver it is (C2 JIT, Spark's code generation), or as a driver that serves one run "
+        "(as each run's own driver is under the daemon)",
+    )
+    parser.add_argument(
         "--batch", type=int, default=None, help="SIS_BATCH_MAX_MESSAGES (default: the platform's)"
     )
     parser.add_argument("--fold-messages", type=int, default=12_000)
@@ -483,6 +515,8 @@ def worker_options(args: argparse.Namespace, log: Path) -> list[str]:
         args.spark,
         "--landing",
         args.landing,
+        "--driver",
+        args.driver,
     ]
     if args.batch is not None:
         options += ["--batch", str(args.batch)]

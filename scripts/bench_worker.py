@@ -175,6 +175,10 @@ LANDING_PROCESS = "overlap"  # while runs run, by a process of its own (`_run_be
 LANDING_THREAD = "overlap-thread"  # while runs run, by a thread of the runs' process
 LANDING_SERIAL = "serial"  # land a batch, run it, land the next
 LANDINGS = (LANDING_PROCESS, LANDING_THREAD, LANDING_SERIAL)
+# How the in-process runs' one Spark driver is tuned (--driver).
+DRIVER_LONG_LIVED = "long-lived"
+DRIVER_SHORT_LIVED = "short-lived"
+DRIVERS = (DRIVER_LONG_LIVED, DRIVER_SHORT_LIVED)
 
 
 def run_inprocess(
@@ -183,6 +187,7 @@ def run_inprocess(
     timings: dict[str, Any],
     *,
     landing: str = LANDING_PROCESS,
+    driver: str = DRIVER_LONG_LIVED,
     log: str = "-",
 ) -> int:
     """Sensor ticks and the runs they request, the runs in this process on one Spark session;
@@ -191,14 +196,21 @@ def run_inprocess(
     `landing` (LANDINGS): by default, as under the daemon, batches are landed while runs run by
     a process of its own (`_run_beside_landing`); LANDING_THREAD lands them from a thread of
     this process instead (`_run_overlapped`); LANDING_SERIAL lands one batch, runs it, lands
-    the next."""
+    the next.
+
+    `driver` (DRIVERS): the runs share one Spark driver, by default tuned as the long-lived
+    driver it is (`start_long_lived_driver`); DRIVER_SHORT_LIVED keeps the tuning of a driver
+    that serves one run, as each run's own driver has under the daemon (the harness before)."""
     python_workers_use_this_interpreter()
     record = RunTimings(timings)
+    long_lived = driver == DRIVER_LONG_LIVED
     if landing == LANDING_PROCESS:
-        return _run_beside_landing(data, env, record, log)
+        return _run_beside_landing(data, env, record, log, long_lived=long_lived)
     if landing == LANDING_THREAD:
-        return _run_overlapped(data, env, record)
+        return _run_overlapped(data, env, record, long_lived=long_lived)
     platform = InProcessPlatform(data, env)
+    if long_lived:
+        start_long_lived_driver(platform)
     runs = 0
     while True:
         before = len(platform.requested)
@@ -307,7 +319,9 @@ def _landing_ticks(
             run_ended()
 
 
-def _run_beside_landing(data: Path, env: Mapping[str, str], record: RunTimings, log: str) -> int:
+def _run_beside_landing(
+    data: Path, env: Mapping[str, str], record: RunTimings, log: str, *, long_lived: bool
+) -> int:
     """The runs in this process, the sensor ticked by a process of its own (this script's
     `--worker landing`), as dagster-daemon ticks its sensors in its own process (or sis-live
     lands): the landing shares the machine's cores with the runs but not their interpreter's
@@ -318,6 +332,8 @@ def _run_beside_landing(data: Path, env: Mapping[str, str], record: RunTimings, 
     # The instance's storage is created here, before the child opens it (see start_daemon).
     instance.get_run_records(limit=1)
     platform = InProcessPlatform(data, env, instance=instance)
+    if long_lived:
+        start_long_lived_driver(platform)
     keys_r, keys_w = os.pipe()
     ended_r, ended_w = os.pipe()
     result = data / "landing-result.json"
@@ -396,11 +412,15 @@ def worker_landing(args: argparse.Namespace) -> dict[str, Any]:
     return {"landing_s": landed}
 
 
-def _run_overlapped(data: Path, env: Mapping[str, str], record: RunTimings) -> int:
+def _run_overlapped(
+    data: Path, env: Mapping[str, str], record: RunTimings, *, long_lived: bool
+) -> int:
     # Two threads write the instance: its storage on disk, not in memory.
     (data / "dagster").mkdir()
     instance = dg.DagsterInstance.local_temp(str(data / "dagster"))
     platform = InProcessPlatform(data, env, instance=instance)
+    if long_lived:
+        start_long_lived_driver(platform)
     landing = _Landing(platform, EmbeddedQueue(data / "queue"), record)
     landing.start()
     waited = 0.0
@@ -525,10 +545,15 @@ def spark_for(args: argparse.Namespace, env: dict[str, str]) -> Iterator[dict[st
 
 
 def backlog_mode(args: argparse.Namespace) -> str:
+    if args.mode != "inprocess":
+        return args.mode
     labels = {LANDING_SERIAL: "serial landing", LANDING_THREAD: "landing in a thread"}
-    if args.mode == "inprocess" and args.landing in labels:
-        return f"{args.mode}, {labels[args.landing]}"
-    return args.mode
+    parts = [args.mode]
+    if args.landing in labels:
+        parts.append(labels[args.landing])
+    if args.driver == DRIVER_SHORT_LIVED:
+        parts.append("a driver tuned for one run")
+    return ", ".join(parts)
 
 
 def mode_label(args: argparse.Namespace, mode: str) -> str:
@@ -564,7 +589,9 @@ def _backlog(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
         timings: dict[str, Any] = {}
         t0 = time.monotonic()
         if args.mode == "inprocess":
-            runs = run_inprocess(data, env, timings, landing=args.landing, log=args.log)
+            runs = run_inprocess(
+                data, env, timings, landing=args.landing, driver=args.driver, log=args.log
+            )
         else:
             runs = run_daemon(data, env, Path(args.log))
         wall = time.monotonic() - t0
@@ -667,6 +694,15 @@ def _inprocess_with_spark(data: Path, env: Mapping[str, str]) -> InProcessPlatfo
     message: the runs' resource gets this same session."""
     python_workers_use_this_interpreter()
     platform = InProcessPlatform(data, env)
+    start_long_lived_driver(platform)
+    return platform
+
+
+def start_long_lived_driver(platform: InProcessPlatform) -> None:
+    """Start the Spark session every run of `platform` will get (its resource's getOrCreate
+    finds it), tuned as the long-lived driver it is: C2 and Spark's code generation
+    (config.spark_config's `long_lived`), where a driver per run is tuned to start fast. A
+    Spark Connect client is left alone: its server is long-lived already."""
     builder = SparkSession.builder
     conf = platform.resources["spark"].spark_config
     if "spark.master" in conf:  # a local driver (not Spark Connect): it serves every run
@@ -674,7 +710,6 @@ def _inprocess_with_spark(data: Path, env: Mapping[str, str]) -> InProcessPlatfo
     for key, value in conf.items():
         builder = builder.config(key, value)
     builder.getOrCreate().range(1).count()
-    return platform
 
 
 def _publish(
@@ -818,6 +853,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--messages", type=int)
     parser.add_argument("--mode", choices=["inprocess", "daemon"], default="inprocess")
     parser.add_argument("--landing", choices=LANDINGS, default=LANDING_PROCESS)
+    parser.add_argument("--driver", choices=DRIVERS, default=DRIVER_LONG_LIVED)
     parser.add_argument("--keys-fd", type=int, help="--worker landing: its pipe of batches")
     parser.add_argument("--ended-fd", type=int, help="--worker landing: the pipe of runs ended")
     parser.add_argument("--batch", type=int, default=None)
