@@ -15,10 +15,9 @@ backlog  The embedded queue preloaded by the simulator with N messages, then the
          `--mode inprocess` (default): sensor ticks and runs in one process through Dagster's
          APIs, one Spark session for all runs, tuned as the long-lived driver it is
          (`--driver short-lived`: tuned for one run, as each run's driver under the daemon
-         is); batches are landed by a process of their own
-         while runs run, within the daemon's backpressure (`--landing overlap-thread`: by a
-         thread of the runs' process; `--landing serial`: land, run, land...).
-         `--mode daemon`: a real dagster-daemon
+         is); batches are landed by a process of their own while runs run, within the
+         daemon's backpressure (`--landing overlap-thread`: by a thread of the runs' process;
+         `--landing serial`: land, run, land...). `--mode daemon`: a real dagster-daemon
          launching each run in its own process with its own Spark driver, as scripts/run.sh.
 fold     The same simulated feed landed and classified (raw_messages, message_items), then
          the Spark fold (`fold_step` over every batch, one step) timed alone, against the
