@@ -167,16 +167,25 @@ stop, idle, freeze = (control / f"{name}.{w}" for w in ("stop", "idle", "freeze"
 log = (control / f"{name}.log").open("a")
 
 class Freezable:
-    # A "paused" process: after getting a message, it stops while the freeze file exists.
+    # A "paused" process: after getting messages (one, or a claim of several), it stops while
+    # the freeze file exists.
     def __init__(self, inner):
         self.inner = inner
     def get(self, wait_seconds=0.0):
         m = self.inner.get(wait_seconds)
-        if m is not None and freeze.exists():
+        if m is not None:
+            self.pause_if_frozen()
+        return m
+    def get_available(self, max_messages, max_bytes):
+        got = self.inner.get_available(max_messages, max_bytes)
+        if got:
+            self.pause_if_frozen()
+        return got
+    def pause_if_frozen(self):
+        if freeze.exists():
             (control / f"{name}.frozen").touch()
             while freeze.exists():
                 time.sleep(0.01)
-        return m
     def __getattr__(self, attr):
         return getattr(self.inner, attr)
     def __enter__(self):
