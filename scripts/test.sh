@@ -12,9 +12,11 @@ fi
 if [ -x scripts/chromium.sh ]; then
   ./scripts/chromium.sh install
 fi
-# Lint and formatting first: a minute's check that fails fast before the long suite.
+# Lint, formatting and types (pyproject.toml's [tool.mypy]) first: checks that fail fast
+# before the long suite.
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+.venv/bin/mypy sis_platform
 # Two pytest-xdist workers, a test file at a time each: the Spark tests spend much of their time
 # waiting (JVM starts, Delta commits), so two of them overlap well even on two cores. Files go
 # out in collection order, which tests/conftest.py sorts heaviest first (their `cost` marks).
