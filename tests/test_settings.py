@@ -596,6 +596,8 @@ def test_a_local_master_is_told_from_a_clusters_and_spark_connects(master, local
 
 def test_sis_live_s_stall_bound_must_outlast_a_standby_s_wait(tmp_path: Path) -> None:
     base = {"SIS_DATA_DIR": str(tmp_path), "SIS_LEASE_SECONDS": "120"}
+    assert load_settings(base).live.stall_seconds == 120.0  # unset: the lease, when longer
+    assert load_settings({"SIS_DATA_DIR": str(tmp_path)}).live.stall_seconds == 60.0
     live = load_settings({**base, "SIS_LIVE_STALL_SECONDS": "61"}).live
     assert live.stall_seconds == 61.0
     assert live.heartbeat_file == tmp_path / "run" / "sis-live.heartbeat"

@@ -474,8 +474,10 @@ def _live(read: Reader, data_dir: Path, lease_seconds: float) -> LiveSettings:
 
 
 def _stall_seconds(read: Reader, lease_seconds: float) -> float:
-    """SIS_LIVE_STALL_SECONDS: more than half the lease, which a standby beats a quarter of."""
-    stall = read.number("SIS_LIVE_STALL_SECONDS", DEFAULT_LIVE_STALL_SECONDS)
+    """SIS_LIVE_STALL_SECONDS: more than half the lease, which a standby beats a quarter of
+    (unset: the default, or the lease if that is longer)."""
+    default = max(DEFAULT_LIVE_STALL_SECONDS, lease_seconds)
+    stall = read.number("SIS_LIVE_STALL_SECONDS", default)
     if stall <= lease_seconds / 2:
         raise ConfigurationError(
             f"SIS_LIVE_STALL_SECONDS={stall:g} must be more than half of "

@@ -92,7 +92,8 @@ DEFAULT_LIVE_MAX_LAG_SECONDS = 30.0  # landed but not yet in the store for longe
 # sis-live's liveness (sis_platform/live/heartbeat.py): its loop beats at least every second or
 # so when idle, every quarter lease while standing by; a beat older than this is a process that
 # has stopped making progress, which the supervisor (sis-run) and the Kubernetes liveness probe
-# restart. It must exceed half the lease (SIS_LEASE_SECONDS): a standby beats once per quarter.
+# restart. It must exceed half the lease (SIS_LEASE_SECONDS): a standby beats once per quarter;
+# unset, it is the lease when that is longer.
 DEFAULT_LIVE_STALL_SECONDS = 60.0
 # Where sis-live's heartbeat is written unless SIS_LIVE_HEARTBEAT_FILE says: under the data
 # folder, private to this host (a pod puts it on an emptyDir of its own).
