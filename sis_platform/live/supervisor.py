@@ -184,11 +184,15 @@ def _port_open(endpoint: Endpoint) -> bool:
         return False
 
 
-def _group(proc: psutil.Process) -> int | None:
+def _pgid(pid: int) -> int | None:
     try:
-        return os.getpgid(proc.pid)
+        return os.getpgid(pid)
     except ProcessLookupError:
         return None
+
+
+def _group(proc: psutil.Process) -> int | None:
+    return _pgid(proc.pid)
 
 
 def _alive(proc: psutil.Process) -> bool:
@@ -396,22 +400,23 @@ class Supervisor:
             return None
         return child.program.liveness
 
-    def _last_progress(self, child: _Child, liveness: Liveness) -> float:
-        """The monotonic time of its last beat, or of its start if it has not beaten since."""
-        assert child.proc is not None
+    @staticmethod
+    def _last_progress(liveness: Liveness, pid: int, started_at: float) -> float:
+        """The monotonic time of the last beat of process group `pid` (the child's: the program
+        itself, or a process it runs it under), or `started_at` if it has not beaten since."""
         beat = read_beat(liveness.heartbeat)
-        if beat is None or beat.pid != child.proc.pid:
-            return child.started_at  # none yet, or a previous process's
-        return max(child.started_at, beat.at)
+        if beat is None or not (beat.pid == pid or _pgid(beat.pid) == pid):
+            return started_at  # none yet, or a previous process's
+        return max(started_at, beat.at)
 
     def _check_liveness(self, child: _Child, now: float) -> None:
         """Read its heartbeat; a hung process gets SIGTERM, and SIGKILL after the grace."""
         liveness = self._watched(child)
-        if liveness is None or now < child.next_check:
+        if liveness is None or child.proc is None or now < child.next_check:
             return
-        assert child.proc is not None
         child.next_check = now + liveness.check_seconds
-        silent = now - self._last_progress(child, liveness)
+        pid = child.proc.pid
+        silent = now - self._last_progress(liveness, pid, child.started_at)
         if silent <= liveness.stall_seconds:
             return
         grace = self._settings.grace_seconds
@@ -419,7 +424,7 @@ class Supervisor:
             f"{child.program.name}: no progress for {silent:.1f} s (bound "
             f"{liveness.stall_seconds:g} s): SIGTERM, SIGKILL after {grace:g} s"
         )
-        self._signal_group(child.proc.pid, signal.SIGTERM)
+        self._signal_group(pid, signal.SIGTERM)
         child.hung, child.kill_at = True, now + grace
 
     def _kill_hung(self, child: _Child, now: float) -> None:
