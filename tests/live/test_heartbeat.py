@@ -61,6 +61,19 @@ def test_a_heartbeat_writes_a_changed_state_at_once_and_the_same_one_at_most_onc
     assert beat_of(path).at == 101.6
 
 
+def test_a_heartbeat_that_cannot_be_written_is_logged_not_raised(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    heartbeat = Heartbeat(blocked / "beat", every=0.0)  # its folder cannot be made
+    heartbeat.beat(holding=True, caught_up=True)
+    heartbeat.beat(holding=True, caught_up=True)
+    assert read_beat(blocked / "beat") is None  # so the beat goes stale: the probe fails
+    assert [r.message for r in caplog.records].count(caplog.records[0].message) == 1
+    assert "cannot write the heartbeat" in caplog.records[0].message
+
+
 @pytest.mark.timeout(300)
 def test_the_loop_beats_while_it_consumes_and_while_the_queue_is_empty(tmp_path: Path) -> None:
     place = Place(tmp_path)
