@@ -59,6 +59,7 @@ class PgCluster:
     bin: Path
     run_as: str | None  # the account the server runs as; None: this process's user
     port: int | None = None  # a loopback TCP port to listen on as well; None: the socket only
+    tls: bool = False  # TCP offers TLS with a certificate for 127.0.0.1 (`ca_file` verifies it)
     password: str = field(default_factory=lambda: secrets.token_hex(16), repr=False)
     _databases: int = 0
 
@@ -110,6 +111,8 @@ class PgCluster:
         # test cluster need not survive a power cut, and it makes commits cheap for the suite.
         tcp = f"127.0.0.1 -p {self.port}" if self.port else "''"
         options = f"-c listen_addresses={tcp} -k {self.socket_dir} -c fsync=off"
+        if self.tls:
+            options += f" {self._certify()}"
         self._run(
             str(self.bin / "pg_ctl"),
             "start",
@@ -123,6 +126,27 @@ class PgCluster:
             "-o",
             options,
         )
+
+    @property
+    def ca_file(self) -> Path:
+        """The server's self-signed certificate for 127.0.0.1 (and localhost): its own CA."""
+        return self.folder / "server.crt"
+
+    def _certify(self) -> str:
+        """Make the server's key and certificate; the server options that use them."""
+        key = self.folder / "server.key"
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
+            + ["-keyout", str(key), "-out", str(self.ca_file), "-subj", "/CN=127.0.0.1"]
+            + ["-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+            capture_output=True,
+            check=True,
+        )
+        key.chmod(0o600)
+        self.ca_file.chmod(0o644)
+        self._own(key)
+        self._own(self.ca_file)
+        return f"-c ssl=on -c ssl_cert_file={self.ca_file} -c ssl_key_file={key}"
 
     def stop(self) -> None:
         self._run(
@@ -187,13 +211,13 @@ def _server_account() -> str | None:
 
 
 @contextmanager
-def cluster(port: int | None = None) -> Iterator[PgCluster]:
-    """A started cluster (also on loopback TCP `port` if given), stopped and removed on exit
-    whatever happened meanwhile."""
+def cluster(port: int | None = None, tls: bool = False) -> Iterator[PgCluster]:
+    """A started cluster (also on loopback TCP `port` if given, offering TLS if `tls`), stopped
+    and removed on exit whatever happened meanwhile."""
     # Directly under /tmp (not pytest's tmp_path, whose parents are private to this user): the
     # server's account must reach its folder; the socket path stays short (sun_path is 108).
     folder = Path(tempfile.mkdtemp(prefix="sis-pg-"))
-    pg = PgCluster(folder, pg_bin(), _server_account(), port)
+    pg = PgCluster(folder, pg_bin(), _server_account(), port, tls)
     try:
         pg._own(folder)
         pg.init()

@@ -65,7 +65,7 @@ def test_the_live_path_is_the_default_intake(tmp_path: Path) -> None:
     s = load_settings({"SIS_DATA_DIR": str(tmp_path)})
     assert s.intake == "live"
     assert s.serving == settings.ServingSettings(f"sqlite:///{tmp_path}/serving/serving.db")
-    assert s.live == settings.LiveSettings()
+    assert s.live == settings.LiveSettings(heartbeat_file=tmp_path / "run" / "sis-live.heartbeat")
     assert (s.live.group_wait_seconds, s.live.group_max_messages) == (0.002, 2000)
     chosen = load_settings(
         {
@@ -487,6 +487,22 @@ def test_the_configuration_reference_lists_every_variable() -> None:
         "spark.ssl.keyStorePassword",
         "spark.authenticate.secret",
         "spark.connect.authenticate.token",
+        # Azure: an account key, a SAS per container (WASB) or fixed (ABFS), OAuth's secrets.
+        "spark.hadoop.fs.azure.sas.lake.acct.blob.core.windows.net",
+        "spark.hadoop.fs.azure.sas.fixed.token",
+        "spark.hadoop.fs.azure.account.oauth2.client.secret",
+        "spark.hadoop.fs.azure.account.oauth2.refresh.token",
+        "spark.hadoop.fs.azure.account.oauth2.user.password",
+        "spark.hadoop.fs.azure.encryption.encoded.client-provided-key",
+        # Encryption keys of S3A (per bucket too, and the old name) and GCS.
+        "spark.hadoop.fs.s3a.encryption.key",
+        "spark.hadoop.fs.s3a.bucket.lake.encryption.key",
+        "spark.hadoop.fs.s3a.server-side-encryption.key",
+        "spark.hadoop.fs.gs.encryption.key",
+        # GCS's service account and client credentials, a proxy's password.
+        "spark.hadoop.fs.gs.auth.service.account.private.key",
+        "spark.hadoop.fs.gs.auth.client.secret",
+        "spark.hadoop.fs.s3a.proxy.password",
     ],
 )
 def test_a_secret_in_spark_conf_is_refused_without_echoing_it(tmp_path: Path, key: str) -> None:
@@ -504,9 +520,11 @@ def test_spark_conf_keeps_settings_that_only_say_where_credentials_come_from(
         "spark.hadoop.fs.s3a.aws.credentials.provider=com.amazonaws.auth.EnvironmentVariables"
         " spark.hadoop.hadoop.security.credential.provider.path=jceks://file/etc/sis.jceks"
         " spark.security.credentials.hive.enabled=false"
+        " spark.hadoop.fs.azure.sas.token.provider.type=org.example.SasTokens"
+        " spark.hadoop.fs.s3a.encryption.algorithm=SSE-KMS"
     )
     spark = load_settings({"SIS_DATA_DIR": str(tmp_path), "SIS_SPARK_CONF": conf}).spark
-    assert len(spark.extra_conf) == 3
+    assert len(spark.extra_conf) == 5
 
 
 def test_secret_spark_settings_come_from_the_environment_under_their_hadoop_names() -> None:
@@ -574,3 +592,16 @@ def test_sis_run_gives_its_spark_connect_server_and_runs_a_token_unless_one_is_s
 )
 def test_a_local_master_is_told_from_a_clusters_and_spark_connects(master, local):
     assert settings.is_local_master(master) is local
+
+
+def test_sis_live_s_stall_bound_must_outlast_a_standby_s_wait(tmp_path: Path) -> None:
+    base = {"SIS_DATA_DIR": str(tmp_path), "SIS_LEASE_SECONDS": "120"}
+    assert load_settings(base).live.stall_seconds == 120.0  # unset: the lease, when longer
+    assert load_settings({"SIS_DATA_DIR": str(tmp_path)}).live.stall_seconds == 60.0
+    live = load_settings({**base, "SIS_LIVE_STALL_SECONDS": "61"}).live
+    assert live.stall_seconds == 61.0
+    assert live.heartbeat_file == tmp_path / "run" / "sis-live.heartbeat"
+    with pytest.raises(ConfigurationError, match="SIS_LIVE_STALL_SECONDS=60 must be more than"):
+        load_settings({**base, "SIS_LIVE_STALL_SECONDS": "60"})
+    chosen = load_settings({"SIS_DATA_DIR": str(tmp_path), "SIS_LIVE_HEARTBEAT_FILE": "/run/sis/b"})
+    assert chosen.live.heartbeat_file == Path("/run/sis/b")

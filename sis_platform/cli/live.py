@@ -1,16 +1,23 @@
 """`sis-live`: the live path's resident consumer (docs/live.md). It takes everything from the
 settings (SIS_* variables, sis_platform/settings/) and runs until SIGTERM or SIGINT, which end
 it cleanly (exit 0) after the group in hand. It refuses to start when SIS_INTAKE=sensor: one
-intake mode consumes at a time."""
+intake mode consumes at a time.
+
+`sis-live health` answers a liveness probe from the running process's heartbeat
+(sis_platform/live/heartbeat.py): exit 0 when its loop went round within
+SIS_LIVE_STALL_SECONDS, 1 otherwise; `sis-live health --ready`, a readiness probe: 0 when it is
+alive, holds the consumer lease and its serving store has caught up. Neither touches the store,
+the queue or Dagster; each prints one line saying why."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import sys
+import time
 
 from sis_platform.private import private_files, private_folder
-from sis_platform.settings import ConfigurationError, load_settings
+from sis_platform.settings import ConfigurationError, Settings, load_settings
 
 DESCRIPTION = (
     "Consume the queue: land small groups durably, commit the queue, fold them in memory and "
@@ -21,6 +28,19 @@ DESCRIPTION = (
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sis-live", description=DESCRIPTION)
+    parser.add_argument(
+        "command",
+        nargs="?",
+        default="run",
+        choices=("run", "health"),
+        help="run (the default): consume; health: probe the running process's heartbeat "
+        "(exit 0 alive, 1 not)",
+    )
+    parser.add_argument(
+        "--ready",
+        action="store_true",
+        help="with health: exit 0 only if it also holds the consumer lease and has caught up",
+    )
     parser.add_argument(
         "--log-level",
         default="INFO",
@@ -41,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigurationError as error:
         print(f"sis-live: {error}", file=sys.stderr)
         return 2
+    if args.command == "health":
+        return _health(settings, ready=args.ready)
     if settings.intake == "sensor":
         print(
             "sis-live: SIS_INTAKE=sensor: the queue sensor is this deployment's consumer, and "
@@ -56,6 +78,16 @@ def main(argv: list[str] | None = None) -> int:
 
     run_until_signalled(build_service(settings), settings)
     return 0
+
+
+def _health(settings: Settings, *, ready: bool) -> int:
+    """The probe: the heartbeat file's verdict, printed, as the exit status."""
+    from sis_platform.live.heartbeat import health, read_beat
+
+    beat = read_beat(settings.live.heartbeat_file)
+    verdict = health(beat, time.monotonic(), settings.live.stall_seconds)
+    print(f"sis-live: {verdict.reason}")
+    return 0 if (verdict.ready if ready else verdict.alive) else 1
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@
             [--sim-messages 12000] [--sim-rate 4.2|backlog] [--sim-seed 1] [--grace 20]
 
 Starts, each in a session of its own (sis_platform/live/supervisor.py): `sis-live` when
-SIS_INTAKE is live (the default); the feed simulator publishing into the embedded queue (a
+SIS_INTAKE is live (the default), watched through its heartbeat (restarted when it makes no
+progress for SIS_LIVE_STALL_SECONDS); the feed simulator publishing into the embedded queue (a
 one-shot; none with `--sim-messages 0` or when the source is not the embedded queue); the Spark
 Connect server when `--spark connect` (Dagster starts once it listens; the runs must have
 SIS_SPARK_MASTER=sc://localhost:PORT in their environment, which run.sh exports, and share the
@@ -26,6 +27,7 @@ from pathlib import Path
 from sis_platform.cli.spark_connect import READY as SPARK_CONNECT_READY
 from sis_platform.live.supervisor import (
     Endpoint,
+    Liveness,
     Program,
     Supervisor,
     SupervisorSettings,
@@ -109,7 +111,8 @@ def platform_programs(options: RunOptions, settings: Settings) -> list[Program]:
     cwd = options.workspace.resolve().parent
     programs = []
     if settings.intake == "live":
-        programs.append(Program("sis-live", (tool("sis-live"),), cwd=cwd))
+        liveness = Liveness(settings.live.heartbeat_file, settings.live.stall_seconds)
+        programs.append(Program("sis-live", (tool("sis-live"),), cwd=cwd, liveness=liveness))
     simulator = simulator_program(options, settings)
     if simulator is not None:
         programs.append(simulator)

@@ -16,6 +16,7 @@ from sis_platform.landing import rows as landing_rows
 from sis_platform.lease import ConsumerLease, holder_id
 from sis_platform.live.budget import BudgetConfig
 from sis_platform.live.config import LiveConfig
+from sis_platform.live.heartbeat import Heartbeat
 from sis_platform.live.service import LiveService
 from sis_platform.live.source import source_from_settings
 from sis_platform.serving import ServingStore, open_store
@@ -43,6 +44,7 @@ def build_service(settings: Settings) -> LiveService:
         store,
         LiveConfig.from_settings(settings),
         budget=BudgetConfig.from_settings(settings),
+        heartbeat=Heartbeat(settings.live.heartbeat_file),
     )
 
 

@@ -59,6 +59,7 @@ from sis_platform.lease import ConsumerLease, Lease, LeaseError
 from sis_platform.live.applier import Applier
 from sis_platform.live.budget import BudgetConfig
 from sis_platform.live.config import LiveConfig, Retry
+from sis_platform.live.heartbeat import Heartbeat
 from sis_platform.queues.base import (
     FencedOff,
     QueueSession,
@@ -92,6 +93,7 @@ class LiveService:
         *,
         clock: Callable[[], float] = time.monotonic,
         budget: BudgetConfig | None = None,
+        heartbeat: Heartbeat | None = None,
     ) -> None:
         self.source = source
         self.zone = zone
@@ -100,6 +102,8 @@ class LiveService:
         # `budget`: the fold's per-item budget and in-flight folder (sis_platform/live/budget.py)
         self.applier = Applier(zone, open_store, config, clock=clock, budget=budget)
         self._clock = clock
+        # Beaten each time the loop goes round (sis_platform/live/heartbeat.py): liveness.
+        self._heartbeat = heartbeat
         self._stop = threading.Event()
         self._session: QueueSession | None = None
         self._source_retry = Retry(config.retry_first_seconds, config.retry_last_seconds)
@@ -133,13 +137,24 @@ class LiveService:
             return self._stepped.wait_for(lambda: done(self), timeout)
 
     def _stepped_once(self) -> None:
+        self._beat()
         with self._stepped:
             self._stepped.notify_all()
+
+    def _beat(self) -> None:
+        """The loop went round: tell the heartbeat, with whether the store has caught up."""
+        if self._heartbeat is None:
+            return
+        caught_up = (
+            self.holding and self.applier.available and not self.applier.behind(self._landed_to)
+        )
+        self._heartbeat.beat(holding=self.holding, caught_up=caught_up)
 
     def run(self) -> None:
         """Consume while holding the lease, stand by otherwise, until a stop is requested."""
         try:
             while not self.stopping:
+                self._stepped_once()  # a beat standing by too (and before a first get)
                 current = self._acquire()
                 if current is None or not self.lease.holds(current):
                     self._stop.wait(self._standby_seconds())
@@ -190,6 +205,7 @@ class LiveService:
         return True
 
     def _keep_catching_up(self) -> bool:
+        self._beat()  # a stretch was committed: a long catch-up is progress
         return not self.stopping and self._still_held()
 
     def _standby_seconds(self) -> float:

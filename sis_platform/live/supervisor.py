@@ -13,10 +13,17 @@ child starts and abandons (a daemonized grandchild, a Dagster run worker whose c
 is re-parented to the supervisor instead of init, so it is still among the supervisor's
 descendants when everything stops, and the supervisor reaps it when it exits.
 
+A program with `liveness` is watched for progress, not only for its exit: it writes a heartbeat
+(sis_platform/live/heartbeat.py) each time its loop goes round, and once its last beat (or its
+start, before a first beat) is older than `stall_seconds`, the supervisor sends its process
+group SIGTERM, SIGKILL after the grace period, and restarts it as if it had died. A process
+that exists but hangs (a deadlock, a call that never returns, SIGSTOP) is so told apart from a
+slow one that still goes round.
+
 One thread, one event loop: `selectors` over the children's output pipes and a self-pipe the
 signal handlers write to (`signal.set_wakeup_fd`; SIGCHLD wakes it when a child exits). Timers
-(a restart after its backoff, a readiness probe, the stop deadline) are the select timeout.
-Imports neither Dagster nor Spark.
+(a restart after its backoff, a readiness probe, a liveness check, a watchdog's SIGKILL, the
+stop deadline) are the select timeout. Imports neither Dagster nor Spark.
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ from typing import BinaryIO
 
 import psutil
 
+from sis_platform.live.heartbeat import read_beat
+
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # A line longer than this is passed on in pieces of this size: a child that writes megabytes
 # without a newline costs the supervisor this much memory, not the whole run.
@@ -49,6 +58,9 @@ KILL_WAIT_SECONDS = 5.0
 # How often liveness is checked while stopping: descendants that are not the supervisor's own
 # children signal nothing when they exit.
 STOP_POLL_SECONDS = 0.1
+# The most time between two reads of a watched program's heartbeat (a quarter of its bound if
+# that is less): how much later than its bound a hang is seen.
+LIVENESS_CHECK_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -60,6 +72,19 @@ class Endpoint:
 
 
 @dataclass(frozen=True)
+class Liveness:
+    """Where a program writes its heartbeat, and how old its last beat may be before the program
+    counts as hung (killed and restarted)."""
+
+    heartbeat: Path
+    stall_seconds: float
+
+    @property
+    def check_seconds(self) -> float:
+        return min(LIVENESS_CHECK_SECONDS, self.stall_seconds / 4)
+
+
+@dataclass(frozen=True)
 class Program:
     """One supervised command.
 
@@ -68,7 +93,8 @@ class Program:
     connection (if set); a program with neither is ready once started. `ready_message` is
     printed each time it becomes ready. `gate`: the programs listed after it start only once it
     has been ready (the first time). `quiet`: an output line containing one of these is not
-    echoed (a program's own routine chatter, e.g. a line per scheduler tick).
+    echoed (a program's own routine chatter, e.g. a line per scheduler tick). `liveness`: its
+    heartbeat is watched, and a stale one restarts it (module docstring).
     """
 
     name: str
@@ -80,6 +106,7 @@ class Program:
     gate: bool = False
     cwd: Path | None = None
     quiet: tuple[str, ...] = ()
+    liveness: Liveness | None = None
 
 
 @dataclass(frozen=True)
@@ -117,6 +144,9 @@ class _Child:
     been_ready: bool = False
     finished: bool = False  # a one-shot that exited 0
     next_probe: float = 0.0
+    next_check: float = 0.0  # when its heartbeat is read next (a program with liveness)
+    hung: bool = False  # stopped making progress: being killed, to be restarted
+    kill_at: float | None = None  # hung and sent SIGTERM: when SIGKILL follows
 
 
 @dataclass
@@ -154,11 +184,15 @@ def _port_open(endpoint: Endpoint) -> bool:
         return False
 
 
-def _group(proc: psutil.Process) -> int | None:
+def _pgid(pid: int) -> int | None:
     try:
-        return os.getpgid(proc.pid)
+        return os.getpgid(pid)
     except ProcessLookupError:
         return None
+
+
+def _group(proc: psutil.Process) -> int | None:
+    return _pgid(proc.pid)
 
 
 def _alive(proc: psutil.Process) -> bool:
@@ -284,6 +318,8 @@ class Supervisor:
         self._selector.register(read_end, selectors.EVENT_READ, _Stream(child, read_end))
         child.started_at = now
         child.next_probe = now
+        if program.liveness is not None:
+            child.next_check = now + program.liveness.check_seconds
         command = shlex.join(program.argv).replace("\n", "\\n")
         self.say(f"{program.name}: started (pid {child.proc.pid}): {command}")
         if program.ready_line is None:
@@ -319,6 +355,7 @@ class Supervisor:
             pid = child.proc.pid
             child.proc = None
             child.ready = False
+            child.hung, child.kill_at = False, None
             ran_for = now - child.started_at
             # Whatever it left in its process group goes with it (a restart starts afresh).
             self._signal_group(pid, signal.SIGTERM)
@@ -354,6 +391,49 @@ class Supervisor:
             os.killpg(pgid, sig)
         except (ProcessLookupError, PermissionError):
             pass
+
+    # -- liveness ----------------------------------------------------------------------------
+
+    def _watched(self, child: _Child) -> Liveness | None:
+        """Its liveness, if it is running, watched, and not already being killed."""
+        if child.proc is None or child.hung:
+            return None
+        return child.program.liveness
+
+    @staticmethod
+    def _last_progress(liveness: Liveness, pid: int, started_at: float) -> float:
+        """The monotonic time of the last beat of process group `pid` (the child's: the program
+        itself, or a process it runs it under), or `started_at` if it has not beaten since."""
+        beat = read_beat(liveness.heartbeat)
+        if beat is None or not (beat.pid == pid or _pgid(beat.pid) == pid):
+            return started_at  # none yet, or a previous process's
+        return max(started_at, beat.at)
+
+    def _check_liveness(self, child: _Child, now: float) -> None:
+        """Read its heartbeat; a hung process gets SIGTERM, and SIGKILL after the grace."""
+        liveness = self._watched(child)
+        if liveness is None or child.proc is None or now < child.next_check:
+            return
+        child.next_check = now + liveness.check_seconds
+        pid = child.proc.pid
+        silent = now - self._last_progress(liveness, pid, child.started_at)
+        if silent <= liveness.stall_seconds:
+            return
+        grace = self._settings.grace_seconds
+        self.say(
+            f"{child.program.name}: no progress for {silent:.1f} s (bound "
+            f"{liveness.stall_seconds:g} s): SIGTERM, SIGKILL after {grace:g} s"
+        )
+        self._signal_group(pid, signal.SIGTERM)
+        child.hung, child.kill_at = True, now + grace
+
+    def _kill_hung(self, child: _Child, now: float) -> None:
+        """SIGKILL a hung process whose grace has run out (its exit restarts it)."""
+        if child.proc is None or child.kill_at is None or now < child.kill_at:
+            return
+        child.kill_at = None  # once: its exit follows, and restarts it
+        self.say(f"{child.program.name}: still running after the grace: SIGKILL")
+        self._signal_group(child.proc.pid, signal.SIGKILL)
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -395,6 +475,8 @@ class Supervisor:
     def _timeout(self, now: float) -> float | None:
         times = [c.restart_at for c in self._children if c.restart_at is not None]
         times += [c.next_probe for c in self._children if self._probing(c)]
+        times += [c.next_check for c in self._children if self._watched(c) is not None]
+        times += [c.kill_at for c in self._children if c.kill_at is not None]
         return max(0.0, min(times) - now) if times else None
 
     def _wait(self, timeout: float | None) -> None:
@@ -425,6 +507,8 @@ class Supervisor:
             for child in self._children:
                 if self._probing(child) and child.next_probe <= now:
                     self._probe(child, now)
+                self._check_liveness(child, now)
+                self._kill_hung(child, now)
             self._start_due(now)
         return self._stop_everything()
 

@@ -3,16 +3,23 @@
 `sqlite:///relative/path.db` or `sqlite:////absolute/path.db` (as SQLAlchemy reads them: the
 path is what follows the third slash), or `postgresql://user@host:port/dbname[?params]` (a libpq
 URL; the host may be a Unix socket folder, `%2F`-encoded or as `?host=/folder`). A password in
-the URL is refused: it comes from SIS_SERVING_PASSWORD. A PostgreSQL host that is neither
-loopback nor a socket gets `sslmode=verify-full` unless the URL names an sslmode.
+the URL is refused: it comes from SIS_SERVING_PASSWORD. A connection that can reach a server
+other than this host's gets `sslmode=verify-full` unless the URL names an sslmode. Which server
+that is, is decided as libpq decides it, not on the URL's text: `hostaddr` (where libpq connects;
+the host name then only checks the certificate) over the host list, the URL's over PGHOSTADDR
+and PGHOST, and a service (`service=` or PGSERVICE, whose file may name any host) counts as
+another host.
 """
 
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
+
+from sis_platform.settings.environment import libpq_host_environment
 
 PASSWORD_VARIABLE = "SIS_SERVING_PASSWORD"
 SQLITE_PREFIX = "sqlite:///"
@@ -50,13 +57,17 @@ def shown_url(url: str) -> str:
     return urlunsplit(parts)
 
 
-def parse_location(url: str) -> SqliteLocation | PostgresLocation:
-    """The store `url` names; ValueError (naming the URL, password-free) if it is not one."""
+def parse_location(
+    url: str, libpq_env: Mapping[str, str] | None = None
+) -> SqliteLocation | PostgresLocation:
+    """The store `url` names; ValueError (naming the URL, password-free) if it is not one.
+    `libpq_env`: libpq's host variables (PGHOST, PGHOSTADDR, PGSERVICE) as the connection will
+    see them; by default this process's."""
     scheme = url.partition(":")[0].lower()
     if scheme == "sqlite":
         return _sqlite(url)
     if scheme in POSTGRES_SCHEMES:
-        return _postgres(url)
+        return _postgres(url, libpq_host_environment(libpq_env))
     raise ValueError(
         f"serving store URL {shown_url(url)!r}: unknown scheme {scheme!r}; expected "
         "sqlite:///<path> or postgresql://user@host:port/dbname"
@@ -75,7 +86,7 @@ def _sqlite(url: str) -> SqliteLocation:
     return SqliteLocation(Path(path))
 
 
-def _postgres(url: str) -> PostgresLocation:
+def _postgres(url: str, libpq_env: Mapping[str, str]) -> PostgresLocation:
     shown = shown_url(url)
     try:
         parts = urlsplit(url)
@@ -97,16 +108,43 @@ def _postgres(url: str) -> PostgresLocation:
             f"serving store URL {shown!r} holds a password parameter: set "
             f"{PASSWORD_VARIABLE} instead"
         )
-    if "sslmode" not in params and not all(_is_local(h) for h in _hosts(parts.netloc, params)):
+    if "sslmode" not in params and not _reaches_this_host_only(parts.netloc, params, libpq_env):
         params["sslmode"] = "verify-full"
     query = urlencode(params, quote_via=quote, safe="/")
     return PostgresLocation(urlunsplit(parts._replace(query=query)), shown)
 
 
-def _hosts(netloc: str, params: dict[str, str]) -> list[str]:
-    """The hosts libpq would connect to: `?host=` over the URL's (several, comma-separated)."""
+def _reaches_this_host_only(
+    netloc: str, params: dict[str, str], libpq_env: Mapping[str, str]
+) -> bool:
+    """Whether every server libpq would try is on this host: for each entry of the host list,
+    its `hostaddr` if it has one (a numeric address, where libpq connects), else its host."""
+    if "service" in params or "PGSERVICE" in libpq_env:
+        return False
+    hosts = _hosts(netloc, params, libpq_env)
+    hostaddr = params["hostaddr"] if "hostaddr" in params else libpq_env.get("PGHOSTADDR", "")
+    addresses = hostaddr.split(",") if hostaddr else []
+    for index in range(max(len(hosts), len(addresses))):
+        address = addresses[index] if index < len(addresses) else ""
+        host = hosts[index] if index < len(hosts) else ""
+        if not (_is_loopback_address(address) if address else _is_local(host)):
+            return False
+    return True
+
+
+def _hosts(netloc: str, params: dict[str, str], libpq_env: Mapping[str, str]) -> list[str]:
+    """The hosts libpq would connect to: `?host=` over the URL's (several, comma-separated),
+    and PGHOST when the URL names none."""
     if "host" in params:
         return params["host"].split(",")
+    named = _netloc_hosts(netloc)
+    if any(named):
+        return named
+    return libpq_env.get("PGHOST", "").split(",")
+
+
+def _netloc_hosts(netloc: str) -> list[str]:
+    """The hosts in the URL's authority (empty names where it has none)."""
     hostport = netloc.rpartition("@")[2]
     hosts = []
     for entry in hostport.split(","):
@@ -123,7 +161,11 @@ def _is_local(host: str) -> bool:
     """No host (libpq's default socket), a Unix socket folder, or a loopback name or address."""
     if not host or host.startswith("/") or host.startswith("@") or host == "localhost":
         return True
+    return _is_loopback_address(host)
+
+
+def _is_loopback_address(address: str) -> bool:
     try:
-        return ipaddress.ip_address(host).is_loopback
+        return ipaddress.ip_address(address).is_loopback
     except ValueError:
         return False

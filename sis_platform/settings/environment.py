@@ -138,6 +138,16 @@ def is_secret_spark_key(key: str) -> bool:
 
 # -- read at call time ----------------------------------------------------------------------
 
+# libpq's own variables that choose the server a connection reaches. libpq reads them itself;
+# the serving store reads them only to know whether that server is this host (serving/location.py).
+LIBPQ_HOST_VARIABLES = ("PGHOST", "PGHOSTADDR", "PGSERVICE")
+
+
+def libpq_host_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The set (non-empty) LIBPQ_HOST_VARIABLES of `env` (default: this process's)."""
+    source = os.environ if env is None else env
+    return {name: source[name] for name in LIBPQ_HOST_VARIABLES if source.get(name)}
+
 
 def secret(name: str, env: Mapping[str, str] | None = None) -> str | None:
     """The secret variable `name` (e.g. SIS_STOMP_PASSWORD) from the environment, or None if it

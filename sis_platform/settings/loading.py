@@ -52,6 +52,7 @@ from sis_platform.settings.variables import (
     DEFAULT_LIVE_MAX_MASTERS,
     DEFAULT_LIVE_PRIORITY_WINDOW,
     DEFAULT_LIVE_REPORT_SECONDS,
+    DEFAULT_LIVE_STALL_SECONDS,
     DEFAULT_MAX_RUNS_IN_FLIGHT,
     DEFAULT_PROFILE,
     DEFAULT_QUARANTINE_AFTER,
@@ -69,6 +70,7 @@ from sis_platform.settings.variables import (
     IBMMQ_REQUIRED,
     INTAKE_MODES,
     LIMIT_VARIABLES,
+    LIVE_HEARTBEAT_FILE,
     MAX_LIVE_FOLD_WORKERS,
     PROFILES,
     SERVING_SCHEMES,
@@ -92,6 +94,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         priority=_priority(read),
     )
     spark = _spark(read, data_dir)
+    batch = _batch(read)
     if profile == "cluster" and is_local_master(spark.master):
         raise ConfigurationError(
             "profile 'cluster' needs SIS_SPARK_MASTER (spark://, k8s://, yarn or sc://)"
@@ -100,14 +103,14 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         profile=profile,
         data_dir=data_dir,
         source=_source(read, profile, data_dir, limits, processing.redelivery_limit),
-        batch=_batch(read),
+        batch=batch,
         limits=limits,
         processing=processing,
         spark=spark,
         lake_path=read.text("SIS_LAKE_PATH", str(data_dir / "lake")),
         landing_dir=read.text("SIS_LANDING_DIR", str(data_dir / "landing")),
         serving=_serving(read, data_dir),
-        live=_live(read),
+        live=_live(read, data_dir, batch.lease_seconds),
         intake=cast(IntakeMode, read.choice("SIS_INTAKE", INTAKE_MODES)),
         sensor_interval_seconds=_sensor_interval(read),
         checks=_checks(read),
@@ -439,7 +442,7 @@ def _serving(read: Reader, data_dir: Path) -> ServingSettings:
     return ServingSettings(url, has_password=read.optional("SIS_SERVING_PASSWORD") is not None)
 
 
-def _live(read: Reader) -> LiveSettings:
+def _live(read: Reader, data_dir: Path, lease_seconds: float) -> LiveSettings:
     wait_ms = read.number("SIS_LIVE_GROUP_WAIT_MS", DEFAULT_LIVE_GROUP_WAIT_MS)
     if not 0 <= wait_ms <= 1000:
         raise ConfigurationError(f"SIS_LIVE_GROUP_WAIT_MS={wait_ms:g} must be 0 to 1000")
@@ -451,6 +454,9 @@ def _live(read: Reader) -> LiveSettings:
             f"SIS_LIVE_MAX_LAG_SECONDS={lag:g} positive"
         )
     return LiveSettings(
+        heartbeat_file=Path(
+            read.text("SIS_LIVE_HEARTBEAT_FILE", str(data_dir / LIVE_HEARTBEAT_FILE))
+        ),
         group_wait_seconds=wait_ms / 1000,
         group_max_messages=read.at_least(
             "SIS_LIVE_GROUP_MAX_MESSAGES", DEFAULT_LIVE_GROUP_MAX_MESSAGES, 1
@@ -463,7 +469,21 @@ def _live(read: Reader) -> LiveSettings:
         ),
         priority_window=read.at_least("SIS_LIVE_PRIORITY_WINDOW", DEFAULT_LIVE_PRIORITY_WINDOW, 1),
         fold_workers=_fold_workers(read),
+        stall_seconds=_stall_seconds(read, lease_seconds),
     )
+
+
+def _stall_seconds(read: Reader, lease_seconds: float) -> float:
+    """SIS_LIVE_STALL_SECONDS: more than half the lease, which a standby beats a quarter of
+    (unset: the default, or the lease if that is longer)."""
+    default = max(DEFAULT_LIVE_STALL_SECONDS, lease_seconds)
+    stall = read.number("SIS_LIVE_STALL_SECONDS", default)
+    if stall <= lease_seconds / 2:
+        raise ConfigurationError(
+            f"SIS_LIVE_STALL_SECONDS={stall:g} must be more than half of "
+            f"SIS_LEASE_SECONDS={lease_seconds:g}"
+        )
+    return stall
 
 
 def _fold_workers(read: Reader) -> int:

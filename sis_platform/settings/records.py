@@ -28,6 +28,7 @@ from sis_platform.settings.variables import (
     DEFAULT_LIVE_MAX_MASTERS,
     DEFAULT_LIVE_PRIORITY_WINDOW,
     DEFAULT_LIVE_REPORT_SECONDS,
+    DEFAULT_LIVE_STALL_SECONDS,
     DEFAULT_MAX_RUNS_IN_FLIGHT,
     DEFAULT_QUARANTINE_AFTER,
     DEFAULT_QUEUE_NAME,
@@ -160,8 +161,9 @@ class ServingSettings:
 
 @dataclass(frozen=True)
 class LiveSettings:
-    """sis-live's group bounds, its in-memory bound, and how Dagster watches it."""
+    """sis-live's group bounds, its in-memory bound, its liveness, and how Dagster watches it."""
 
+    heartbeat_file: Path  # sis_platform/live/heartbeat.py
     group_wait_seconds: float = DEFAULT_LIVE_GROUP_WAIT_MS / 1000
     group_max_messages: int = DEFAULT_LIVE_GROUP_MAX_MESSAGES
     max_masters_in_memory: int = DEFAULT_LIVE_MAX_MASTERS
@@ -170,6 +172,7 @@ class LiveSettings:
     batch_seconds: float = DEFAULT_LIVE_BATCH_SECONDS  # the age at which a batch is sealed
     priority_window: int = DEFAULT_LIVE_PRIORITY_WINDOW
     fold_workers: int = DEFAULT_LIVE_FOLD_WORKERS
+    stall_seconds: float = DEFAULT_LIVE_STALL_SECONDS  # no beat for longer: restarted
 
 
 @dataclass(frozen=True)

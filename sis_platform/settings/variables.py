@@ -3,6 +3,7 @@ set, with the reason beside it)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from sis_platform.domain.limits import DEFAULT_LIMITS as DEFAULT_LIMITS
@@ -88,6 +89,15 @@ MAX_LIVE_FOLD_WORKERS = 64
 DEFAULT_LIVE_BATCH_SECONDS = 120.0
 DEFAULT_LIVE_REPORT_SECONDS = 5.0  # how often the serving store's progress is shown in Dagster
 DEFAULT_LIVE_MAX_LAG_SECONDS = 30.0  # landed but not yet in the store for longer: not fresh
+# sis-live's liveness (sis_platform/live/heartbeat.py): its loop beats at least every second or
+# so when idle, every quarter lease while standing by; a beat older than this is a process that
+# has stopped making progress, which the supervisor (sis-run) and the Kubernetes liveness probe
+# restart. It must exceed half the lease (SIS_LEASE_SECONDS): a standby beats once per quarter;
+# unset, it is the lease when that is longer.
+DEFAULT_LIVE_STALL_SECONDS = 60.0
+# Where sis-live's heartbeat is written unless SIS_LIVE_HEARTBEAT_FILE says: under the data
+# folder, private to this host (a pod puts it on an emptyDir of its own).
+LIVE_HEARTBEAT_FILE = Path("run") / "sis-live.heartbeat"
 # The checks that watch the lake (docs/operations.md, "Checks that watch the feed"). The lake
 # lag: how long the oldest landed message has waited for the fold. With live intake a batch is
 # sealed at SIS_LIVE_BATCH_SECONDS (120 s) and its run takes tens of seconds, so a healthy lake
@@ -132,9 +142,12 @@ SECRET_VARIABLES = (
 # code location's configuration (the webserver shows it, every run's snapshot stores it) and
 # the driver JVM's command line; SIS_SPARK_SECRET_CONF takes it instead. Spark's own
 # `spark.redaction.regex` default is the model, widened to credentials and account keys.
+# Besides those words: Azure's shared access signatures (fs.azure.sas.<container>.<account>)
+# and the encryption keys of S3A, GCS and ABFS (fs.s3a.encryption.key, fs.gs.encryption.key,
+# fs.azure.encryption.encoded.client-provided-key).
 SPARK_SECRET_KEY_PATTERN = (
     r"(?i)secret|password|passwd|token|credential|access[._-]?key|account[._-]key"
-    r"|private[._-]?key|signature"
+    r"|private[._-]?key|signature|(^|\.)sas\.|encryption[._-]key|provided[._-]key"
 )
 # Names the pattern matches that hold no secret: where credentials are looked up (a provider's
 # class, a credential store's path) or whether they are used, never the credentials themselves
@@ -171,7 +184,7 @@ VARIABLES = (
     SIS_INTAKE SIS_SERVING_URL SIS_SERVING_PASSWORD SIS_LIVE_GROUP_WAIT_MS
     SIS_LIVE_GROUP_MAX_MESSAGES SIS_LIVE_MAX_MASTERS SIS_LIVE_REPORT_SECONDS
     SIS_LIVE_MAX_LAG_SECONDS SIS_LIVE_BATCH_SECONDS SIS_LIVE_PRIORITY_WINDOW
-    SIS_LIVE_FOLD_WORKERS
+    SIS_LIVE_FOLD_WORKERS SIS_LIVE_HEARTBEAT_FILE SIS_LIVE_STALL_SECONDS
     SIS_LAKE_LAG_WARN_SECONDS SIS_LAKE_LAG_FAIL_SECONDS SIS_DEAD_LETTER_RATE_WARN
     SIS_FRESHNESS_WARN_SECONDS SIS_FRESHNESS_FAIL_SECONDS
     """.split(),

@@ -16,6 +16,7 @@ import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import dagster as dg
 import psycopg
@@ -197,7 +198,101 @@ def test_every_pod_mounts_the_same_volumes_settings_and_user() -> None:
 def test_sis_live_is_one_replica_whose_successor_waits_for_the_lease() -> None:
     spec = manifests()[("Deployment", "sis-live")]["spec"]
     assert spec["replicas"] == 1
-    assert spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    # Only the lease holder is ready: a rollout that kept the old pod until the new one is ready
+    # would never end, so the old one stops while the new one starts and waits for the lease.
+    assert spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 1
+
+
+def mounted_at(pod: dict[str, Any], container: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The volume of `pod` that `container` mounts at a folder holding `path`."""
+    for mount in container["volumeMounts"]:
+        if path.is_relative_to(mount["mountPath"]):
+            (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+            return dict(volume)
+    raise AssertionError(f"nothing mounted at {path}")
+
+
+def test_sis_live_s_probes_read_its_heartbeat_on_a_volume_of_its_own() -> None:
+    from sis_platform.cli.live import _parser
+
+    pod = sis_live_pod()
+    (container,) = pod["containers"]
+    liveness = container["livenessProbe"]["exec"]["command"]
+    readiness = container["readinessProbe"]["exec"]["command"]
+    assert liveness == ["sis-live", "health"]
+    assert readiness == ["sis-live", "health", "--ready"]
+    assert container["startupProbe"]["exec"]["command"] == liveness
+    for command in (liveness, readiness):
+        args = _parser().parse_args(command[1:])
+        assert args.command == "health"
+    # The heartbeat's folder is the pod's own (never a shared claim another pod's beats reach).
+    objects = manifests()
+    env = {
+        **objects[("ConfigMap", "sis-platform-env")]["data"],
+        **objects[("ConfigMap", "sis-live-env")]["data"],
+    }
+    heartbeat = Path(env["SIS_LIVE_HEARTBEAT_FILE"])
+    assert "emptyDir" in mounted_at(pod, container, heartbeat)
+    # A beat older than the probe's bound fails it: the default bound, and one probe period on
+    # top of it at most before a restart is due.
+    assert "SIS_LIVE_STALL_SECONDS" not in env
+    probe = container["livenessProbe"]
+    assert probe["periodSeconds"] * probe["failureThreshold"] <= 60
+
+
+def test_the_code_server_s_port_admits_only_the_webserver_and_the_daemon() -> None:
+    values = load(VALUES)
+    deployment = user_deployment()
+    policy = manifests()[("NetworkPolicy", "sis-code-server")]["spec"]
+    assert policy["policyTypes"] == ["Ingress"]
+    selected = policy["podSelector"]["matchLabels"]
+    assert selected.items() <= deployment["labels"].items()
+    (rule,) = policy["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": deployment["port"]}]
+    (source,) = rule["from"]
+    clients = source["podSelector"]["matchLabels"]
+    assert set(source) == {"podSelector"}  # no namespaceSelector or ipBlock beside it
+    for component in ("dagsterWebserver", "dagsterDaemon"):
+        assert clients.items() <= values[component]["labels"].items(), component
+    assert not clients.items() <= deployment["labels"].items()
+    assert not clients.items() <= run_launcher().get("labels", {}).items()
+    # The image run bare (no chart) serves on loopback only.
+    cmd = dockerfile_json("CMD")
+    assert cmd[cmd.index("--host") + 1] == "127.0.0.1"
+    sis_live = manifests()[("NetworkPolicy", "sis-live")]["spec"]
+    assert sis_live["ingress"] == [] and sis_live["policyTypes"] == ["Ingress"]
+
+
+PG_CA = Path("/etc/sis/pg-tls/ca.pem")
+
+
+def test_every_postgresql_connection_verifies_the_server_s_certificate() -> None:
+    from sis_platform.serving.location import PostgresLocation, parse_location
+
+    values = load(VALUES)
+    params = values["postgresql"]["postgresqlParams"]
+    assert params == {"sslmode": "verify-full", "sslrootcert": str(PG_CA)}
+    instance = load(INSTANCE)["storage"]["postgres"]["postgres_db"]
+    assert instance["params"]["sslmode"] == "verify-full"
+    serving = manifests()[("ConfigMap", "sis-platform-env")]["data"]["SIS_SERVING_URL"]
+    location = parse_location(serving, {})
+    assert isinstance(location, PostgresLocation)
+    query = dict(parse_qsl(urlsplit(location.url).query))
+    assert query == {"sslmode": "verify-full", "sslrootcert": str(PG_CA)}
+    # The CA is mounted wherever a connection is made: Dagster's storage (webserver, daemon,
+    # code server, runs) and the serving store (sis-live, code server, runs).
+    pods = {
+        "webserver": values["dagsterWebserver"],
+        "daemon": values["dagsterDaemon"],
+        "code server": user_deployment(),
+        "runs": run_launcher(),
+    }
+    for name, spec in pods.items():
+        volume = mounted_at(spec, spec, PG_CA)
+        assert volume["secret"]["secretName"] == "sis-pg-tls", name
+    pod = sis_live_pod()
+    (container,) = pod["containers"]
+    assert mounted_at(pod, container, PG_CA)["secret"]["secretName"] == "sis-pg-tls"
 
 
 def test_run_pods_hold_the_spark_driver_within_their_memory_limit() -> None:
@@ -246,7 +341,7 @@ def test_no_secret_is_written_in_any_deploy_file() -> None:
 def test_instance_file_takes_every_connection_setting_from_the_environment() -> None:
     postgres_db = load(INSTANCE)["storage"]["postgres"]["postgres_db"]
     assert postgres_db["password"] == {"env": "DAGSTER_PG_PASSWORD"}
-    connection = {k: v for k, v in postgres_db.items() if k != "scheme"}
+    connection = {k: v for k, v in postgres_db.items() if k not in ("scheme", "params")}
     assert all(set(value) == {"env"} for value in connection.values())
 
 
@@ -298,9 +393,9 @@ def test_the_values_instance_settings_load_in_dagster(tmp_path: Path) -> None:
 
 @pytest.fixture
 def pg_on_loopback() -> Iterator[PgCluster]:
-    """A throwaway cluster (tests/pg.py) on a loopback TCP port: dagster-postgres connects by
-    host name and port."""
-    with cluster(port=free_port()) as running:
+    """A throwaway cluster (tests/pg.py) on a loopback TCP port, with TLS: dagster-postgres
+    connects by host name and port, and the instance file verifies the server."""
+    with cluster(port=free_port(), tls=True) as running:
         yield running
 
 
@@ -314,6 +409,7 @@ def test_postgres_instance_file_loads_as_a_dagster_instance(
         conn.execute("CREATE DATABASE dagster")
     for name, value in pg.dagster_env("dagster").items():
         monkeypatch.setenv(name, value)
+    monkeypatch.setenv("PGSSLROOTCERT", str(pg.ca_file))  # libpq's CA for verify-full
     shutil.copy(INSTANCE, tmp_path / "dagster.yaml")
 
     instance = dg.DagsterInstance.from_config(str(tmp_path))

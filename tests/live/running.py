@@ -15,6 +15,7 @@ from sis_platform.landing import START_POSITION, LandingZone
 from sis_platform.lease import ConsumerLease
 from sis_platform.live.budget import BudgetConfig
 from sis_platform.live.config import LiveConfig
+from sis_platform.live.heartbeat import Heartbeat
 from sis_platform.live.service import LiveService
 from sis_platform.queues.embedded import EmbeddedQueue
 from sis_platform.serving import ServingStore, open_store
@@ -75,6 +76,7 @@ def running(
     open_store_: Callable[[], ServingStore] | None = None,
     source: Any = None,
     budget: BudgetConfig | None = None,
+    heartbeat: Heartbeat | None = None,
 ) -> Iterator[LiveService]:
     """The service running in a thread, consuming `source` (default: the place's queue), its
     fold under `budget` (None: unguarded, no fold workers); stopped (and its thread joined) on
@@ -86,6 +88,7 @@ def running(
         open_store_ or (lambda: open_store(place.url)),
         config,
         budget=budget,
+        heartbeat=heartbeat,
     )
     failure: list[BaseException] = []
 

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from sis_platform.cli.run import RunOptions, platform_programs
-from sis_platform.live.supervisor import MAX_LINE_BYTES, Backoff
+from sis_platform.live.supervisor import MAX_LINE_BYTES, Backoff, Liveness
 from sis_platform.settings import load_settings
 from tests.ports import free_port
 from tests.supervised import SupervisedProcess
@@ -23,12 +23,15 @@ from tests.supervised import SupervisedProcess
 DRIVER = textwrap.dedent(
     """
     import json, sys
+    from pathlib import Path
     from sis_platform.live.supervisor import (
-        Backoff, Endpoint, Program, Supervisor, SupervisorSettings)
+        Backoff, Endpoint, Liveness, Program, Supervisor, SupervisorSettings)
     spec = json.loads(sys.argv[1])
     programs = [
         Program(**{**p, "argv": tuple(p["argv"]), "quiet": tuple(p.get("quiet", ())),
-                   "ready_port": Endpoint(*p["ready_port"]) if p.get("ready_port") else None})
+                   "ready_port": Endpoint(*p["ready_port"]) if p.get("ready_port") else None,
+                   "liveness": Liveness(Path(p["liveness"][0]), p["liveness"][1])
+                   if p.get("liveness") else None})
         for p in spec["programs"]
     ]
     settings = SupervisorSettings(
@@ -311,6 +314,80 @@ def test_a_grandchild_orphaned_while_running_is_still_stopped(cleanup):
     sup.proc.send_signal(signal.SIGTERM)
     assert sup.finish(60) == 0
     assert not alive(orphan)
+
+
+# A stand-in for sis-live's loop: beats (sis_platform/live/heartbeat.py) as it goes round, and
+# says so once its first beat is written.
+BEATING = textwrap.dedent(
+    """
+    import pathlib, sys, time
+    from sis_platform.live.heartbeat import Heartbeat
+    heartbeat = Heartbeat(pathlib.Path(sys.argv[1]), every=0.0)
+    heartbeat.beat(holding=True, caught_up=True)
+    print('beating', flush=True)
+    while True:
+        time.sleep(0.05)
+        heartbeat.beat(holding=True, caught_up=True)
+    """
+)
+
+
+@pytest.mark.timeout(240)
+def test_a_frozen_program_is_killed_and_restarted(cleanup, tmp_path):
+    """SIGSTOP freezes it: it exists but makes no progress. SIGTERM cannot reach a stopped
+    process, so the watchdog's SIGKILL after the grace ends it, and it is started again."""
+    heartbeat = tmp_path / "run" / "beater.heartbeat"
+    sup = supervise(
+        [
+            {
+                "name": "beater",
+                "argv": [*py(BEATING), str(heartbeat)],
+                "liveness": [str(heartbeat), 5.0],
+            }
+        ],
+        backoff={"first": 0.05, "stable": 3600.0},
+        grace=0.5,
+    )
+    cleanup(sup)
+    first = int(sup.expect(r"beater: started \(pid (\d+)\)", 60).group(1))
+    sup.expect(r"^\[beater\] beating$", 60)
+    psutil.Process(first).suspend()  # SIGSTOP
+    sup.expect(r"beater: no progress for [\d.]+ s \(bound 5 s\): SIGTERM, SIGKILL after", 60)
+    sup.expect(r"beater: still running after the grace: SIGKILL", 60)
+    sup.expect(r"beater: killed by SIGKILL after .*; restart 1 in", 60)
+    second = int(sup.expect(r"beater: started \(pid (\d+)\)", 60).group(1))
+    sup.expect(r"^\[beater\] beating$", 60)
+    assert second != first and not alive(first)
+    sup.proc.send_signal(signal.SIGTERM)
+    assert sup.finish(60) == 0
+
+
+@pytest.mark.timeout(240)
+def test_a_program_that_never_beats_is_stopped_and_restarted(cleanup, tmp_path):
+    """Hung before its first beat (its start is the last sign of progress): SIGTERM ends it,
+    and it is started again."""
+    heartbeat = tmp_path / "silent.heartbeat"
+    sup = supervise(
+        [{"name": "silent", "argv": py(FOREVER), "liveness": [str(heartbeat), 1.0]}],
+        backoff={"first": 0.05, "stable": 3600.0},
+        grace=30.0,
+    )
+    cleanup(sup)
+    first = int(sup.expect(r"silent: started \(pid (\d+)\)", 60).group(1))
+    sup.expect(r"silent: no progress for [\d.]+ s \(bound 1 s\)", 60)
+    sup.expect(r"silent: killed by SIGTERM after .*; restart 1 in", 60)
+    second = int(sup.expect(r"silent: started \(pid (\d+)\)", 60).group(1))
+    assert second != first
+    sup.proc.send_signal(signal.SIGTERM)
+    assert sup.finish(60) == 0
+
+
+def test_sis_live_is_watched_through_its_heartbeat(tmp_path):
+    settings = load_settings(
+        {"SIS_DATA_DIR": str(tmp_path), "SIS_LIVE_STALL_SECONDS": "45", "SIS_LEASE_SECONDS": "60"}
+    )
+    [live] = [p for p in platform_programs(RunOptions(), settings) if p.name == "sis-live"]
+    assert live.liveness == Liveness(tmp_path / "run" / "sis-live.heartbeat", 45.0)
 
 
 def test_platform_programs_follow_the_settings(tmp_path):

@@ -102,3 +102,42 @@ def test_shown_url_masks_a_password() -> None:
     assert shown_url("postgresql://om@db/x?password=pw&sslmode=require") == (
         "postgresql://om@db/x?password=***&sslmode=require"
     )
+
+
+@pytest.mark.parametrize(
+    ("url", "libpq_env"),
+    [
+        # hostaddr is where libpq connects; the host name only checks the certificate.
+        ("postgresql://om@localhost/serving?hostaddr=10.0.0.5", {}),
+        ("postgresql://om@localhost,localhost/serving?hostaddr=127.0.0.1,10.0.0.5", {}),
+        ("postgresql://om@localhost/serving", {"PGHOSTADDR": "10.0.0.5"}),
+        # No host in the URL: libpq takes PGHOST.
+        ("postgresql://om@/serving", {"PGHOST": "db.example.com"}),
+        ("postgresql://om@/serving", {"PGHOST": "localhost,db.example.com"}),
+        # A service's file may name any host (or hostaddr): it is not this host's to assume.
+        ("postgresql://om@/serving?service=serving", {}),
+        ("postgresql://om@localhost/serving", {"PGSERVICE": "serving"}),
+    ],
+)
+def test_a_url_that_names_this_host_but_reaches_another_gets_verified_tls(
+    url: str, libpq_env: dict[str, str]
+) -> None:
+    location = parse_location(url, libpq_env)
+    assert isinstance(location, PostgresLocation)
+    assert location.url.endswith("sslmode=verify-full")
+
+
+@pytest.mark.parametrize(
+    ("url", "libpq_env"),
+    [
+        ("postgresql://om@localhost/serving?hostaddr=127.0.0.1", {}),
+        ("postgresql://om@localhost/serving", {"PGHOST": "db.example.com"}),  # the URL's wins
+        ("postgresql://om@/serving", {"PGHOST": "/run/postgresql"}),
+        ("postgresql://om@/serving", {"PGHOSTADDR": "::1"}),
+        ("postgresql://om@/serving", {}),
+    ],
+)
+def test_a_server_on_this_host_is_reached_as_given(url: str, libpq_env: dict[str, str]) -> None:
+    location = parse_location(url, libpq_env)
+    assert isinstance(location, PostgresLocation)
+    assert location.url == url
