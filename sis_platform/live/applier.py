@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 # lands and classifies the next group, and completes and commits each group. Over a
 # 120,000-message backlog on 2 cores with one worker, a tenth left sis-live a little the busier
 # process, and none made the worker the busier one, which then waits between groups for
-# sis-live to launch the next (BENCHMARKS.md, "Pipelined groups").
+# sis-live to launch the next ("Pipelined groups" in git show 8720fd4:BENCHMARKS.md).
 PIPELINED_OWN_SHARE = 0.1
 
 
