@@ -39,7 +39,8 @@ Decisions where JMS 1.1 is silent or peers disagree (the conformance tests list 
   "'a' < 1"). IN is the exception: its list may mix types (Qpid), and an item of another type
   just does not match.
 - LIKE ... ESCAPE: the escape character escapes only when followed by '%', '_' or itself;
-  elsewhere it stands for itself (ActiveMQ/Artemis), so ESCAPE '%' and ESCAPE '_' work.
+  elsewhere it stands for itself (ActiveMQ/Artemis), so ESCAPE '%' and ESCAPE '_' work. LIKE
+  is matched in time linear in the value, without regular expressions (like.py).
 - Literals follow the Java literal syntax that 3.8.1.1 names: hexadecimal, octal and binary
   exact literals, '_' digit separators, an L suffix, f/F/d/D suffixes and hexadecimal
   floating literals. Exact literals are longs ("numbers in the range of long are supported");
@@ -64,6 +65,8 @@ import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
+
+from sis_platform.domain.like import like_matcher
 
 __all__ = ["InvalidSelector", "Selector"]
 
@@ -908,61 +911,6 @@ def _not_in(v: object, items: Sequence[object]) -> bool | None:
     return not mismatch
 
 
-# --------------------------------------------------------------------------- LIKE
-
-
-def _like_matcher(pattern: str, escape: str | None) -> Callable[[str], bool]:
-    """A function telling whether a string matches the LIKE pattern (3.8.1.1).
-
-    '_' stands for any one character, '%' for any sequence. The escape character escapes
-    only a following '%', '_' or itself (ActiveMQ/Artemis); elsewhere it is itself.
-    """
-    items: list[str | None] = []  # a literal character, "" for '%', None for '_'
-    i, n = 0, len(pattern)
-    while i < n:
-        c = pattern[i]
-        if c == escape and i + 1 < n and pattern[i + 1] in ("%", "_", escape):
-            items.append(pattern[i + 1])
-            i += 2
-            continue
-        items.append("" if c == "%" else None if c == "_" else c)
-        i += 1
-
-    if None not in items:
-        # No '_': split into literal runs around '%' and use str methods where possible.
-        segments: list[str] = []
-        current: list[str] = []
-        for item in items:
-            if item == "":
-                segments.append("".join(current))
-                current = []
-            else:
-                current.append(item)  # type: ignore[arg-type]
-        segments.append("".join(current))
-        if len(segments) == 1:
-            literal = segments[0]
-            return literal.__eq__
-        head, tail, middle = segments[0], segments[-1], [s for s in segments[1:-1] if s]
-        if not middle:
-            if not head and not tail:
-                return lambda s: True
-            if not tail:
-                return lambda s: s.startswith(head)
-            if not head:
-                return lambda s: s.endswith(tail)
-            least = len(head) + len(tail)
-            return lambda s: len(s) >= least and s.startswith(head) and s.endswith(tail)
-        if len(middle) == 1 and not head and not tail:
-            inner = middle[0]
-            return lambda s: inner in s
-
-    regex = "".join(
-        ".*" if item == "" else "." if item is None else re.escape(item) for item in items
-    )
-    fullmatch = re.compile(regex, re.DOTALL).fullmatch
-    return lambda s: fullmatch(s) is not None
-
-
 # --------------------------------------------------------------------------- compilation
 
 _DELIVERY_MODES: Final = {1: "NON_PERSISTENT", 2: "PERSISTENT"}
@@ -1070,7 +1018,7 @@ def _compile_node(node: _Node) -> Evaluator:
         case _In(negated=negated, operand=operand, items=items):
             return _compile_in(negated, operand, items)
         case _Like(negated=negated, operand=operand, pattern=pattern, escape=escape):
-            return _compile_like(negated, operand, _like_matcher(pattern, escape))
+            return _compile_like(negated, operand, like_matcher(pattern, escape))
         case _IsNull(negated=negated, operand=operand):
             prop = _plain_property(operand)
             if prop is not None:
