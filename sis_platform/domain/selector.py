@@ -105,6 +105,13 @@ _KEYWORDS: Final = frozenset(
 _WHITESPACE: Final = frozenset(" \t\f\n\r")
 _OPERATORS: Final = ("<>", "<=", ">=", "=", "<", ">", "+", "-", "*", "/", "%", "(", ")", ",")
 
+# Levels of nesting a selector may have: parentheses, NOT, signs, and chains of arithmetic
+# operators (each operator nests the chain before it one level deeper). Parsing, type checking,
+# compiling and evaluating recurse over that nesting, a few frames per level, so the bound keeps
+# them all far below Python's recursion limit, wherever they are called from. Real selectors
+# nest a few levels.
+MAX_NESTING: Final = 50
+
 _LONG_MIN: Final = -(2**63)
 _LONG_MAX: Final = 2**63 - 1
 
@@ -392,6 +399,12 @@ class _Parser:
         self.text = text
         self.tokens = _tokenize(text)
         self.i = 0
+        self.nesting = 0  # parentheses, NOTs and signs open around the current token
+
+    def nest(self, token: _Token) -> None:
+        self.nesting += 1
+        if self.nesting > MAX_NESTING:
+            raise self.error(f"selector nested deeper than {MAX_NESTING} levels", token)
 
     # helpers
 
@@ -469,8 +482,11 @@ class _Parser:
 
     def parse_not(self) -> _Node:
         if self.at_kw("NOT"):
-            pos = self.advance().pos
-            return _Not(self.parse_not(), pos)
+            token = self.advance()
+            self.nest(token)
+            node = _Not(self.parse_not(), token.pos)
+            self.nesting -= 1
+            return node
         return self.parse_predicate()
 
     def parse_predicate(self) -> _Node:
@@ -556,7 +572,10 @@ class _Parser:
                     return _Literal(-value.value, token.pos)
                 assert isinstance(value, float)
                 return _Literal(-value, token.pos)
-            return _Unary(str(token.value), self.parse_unary(), token.pos)
+            self.nest(token)
+            node = _Unary(str(token.value), self.parse_unary(), token.pos)
+            self.nesting -= 1
+            return node
         return self.parse_primary()
 
     def parse_primary(self) -> _Node:
@@ -580,8 +599,10 @@ class _Parser:
                 raise self.error("NULL may only appear in IS [NOT] NULL", token)
             raise self.error(f"unexpected keyword {token.value}", token)
         if token.kind == "op" and token.value == "(":
+            self.nest(token)
             node = self.parse_or()
             self.expect_op(")")
+            self.nesting -= 1
             return node
         raise self.error(f"expected a value, found {self.found(token)}", token)
 
@@ -664,6 +685,37 @@ def _type_of(node: _Node, text: str) -> str:
             _type_of(operand, text)
             return _BOOL
     raise AssertionError(node)  # pragma: no cover
+
+
+def _children(node: _Node) -> tuple[_Node, ...]:
+    match node:
+        case _Unary(operand=o) | _Not(operand=o) | _Like(operand=o) | _IsNull(operand=o):
+            return (o,)
+        case _Arithmetic(left=left, right=right) | _Comparison(left=left, right=right):
+            return (left, right)
+        case _Logical(operands=operands):
+            return operands
+        case _Between(operand=o, low=low, high=high):
+            return (o, low, high)
+        case _In(operand=o, items=items):
+            return (o, *items)
+    return ()
+
+
+def _check_depth(tree: _Node, text: str) -> None:
+    """InvalidSelector if the tree nests more than MAX_NESTING levels: the parser bounds
+    parentheses, NOTs and signs as it reads them, and a chain of operators deepens the tree
+    too. The top node is at depth 0 and a value under the last of MAX_NESTING nested operators
+    at MAX_NESTING + 1 (`NOT NOT a = 1` has a at depth 3). A walk with a stack of its own, so
+    it cannot overflow Python's."""
+    pending = [(tree, 0)]
+    while pending:
+        node, depth = pending.pop()
+        if depth > MAX_NESTING + 1:
+            raise InvalidSelector(
+                f"selector nested deeper than {MAX_NESTING} levels", text, _start(node, 0)
+            )
+        pending.extend((child, depth + 1) for child in _children(node))
 
 
 def _start(node: _Node, default: int) -> int:
@@ -1242,17 +1294,13 @@ class Selector:
         """Parse and compile `text`; raises InvalidSelector with the offending position."""
         if not isinstance(text, str):
             raise TypeError(f"a selector is a str, not {type(text).__name__}")
-        try:
-            tree = _Parser(text).parse()
-            if tree is None:
-                return cls(text, _select_all)  # empty or blank: no selector (3.8.1.1)
-            if _type_of(tree, text) not in (_BOOL, _ANY):
-                raise InvalidSelector(
-                    "a selector must be a boolean expression", text, _start(tree, 0)
-                )
-            return cls(text, _compile_condition(tree))
-        except RecursionError:
-            raise InvalidSelector("selector nested too deeply", text, 0) from None
+        tree = _Parser(text).parse()
+        if tree is None:
+            return cls(text, _select_all)  # empty or blank: no selector (3.8.1.1)
+        _check_depth(tree, text)
+        if _type_of(tree, text) not in (_BOOL, _ANY):
+            raise InvalidSelector("a selector must be a boolean expression", text, _start(tree, 0))
+        return cls(text, _compile_condition(tree))
 
     def evaluate(self, properties: Mapping[str, object]) -> bool | None:
         """The selector's three-valued result: True, False or None (UNKNOWN)."""
