@@ -59,16 +59,11 @@ class _Segment:
     runs: tuple[_Run, ...]  # the longest (the rarest, likely) first
     masks: Mapping[str, int]
     wild: int
-
-    @property
-    def literal(self) -> str | None:
-        """The segment's text when it has no '_'."""
-        if not self.runs:
-            return "" if self.length == 0 else None
-        only = self.runs[0]
-        return only.text if len(self.runs) == 1 and len(only.text) == self.length else None
+    literal: str | None  # the segment's text when it has no '_'
 
     def matches_at(self, value: str, start: int) -> bool:
+        if self.literal is not None:
+            return value.startswith(self.literal, start)
         return all(value.startswith(run.text, start + run.offset) for run in self.runs)
 
     def find(self, value: str, start: int, end: int) -> int:
@@ -76,11 +71,10 @@ class _Segment:
         (p + length <= end), or -1."""
         if start > end - self.length:
             return -1
+        if self.literal is not None:
+            return value.find(self.literal, start, end)
         if not self.runs:
             return start
-        literal = self.literal
-        if literal is not None:
-            return value.find(literal, start, end)
         return self._scan(value, start, end)
 
     def _scan(self, value: str, start: int, end: int) -> int:
@@ -199,18 +193,19 @@ def _segments(items: Sequence[_Item]) -> list[_Segment]:
 
 def _segment(items: Sequence[_Item]) -> _Segment:
     runs: list[_Run] = []
-    literal: list[str] = []
+    chars: list[str] = []
     for offset, item in enumerate((*items, _Wildcard.ONE)):
         if isinstance(item, str):
-            literal.append(item)
+            chars.append(item)
             continue
-        if literal:
-            runs.append(_Run(offset - len(literal), "".join(literal)))
-            literal = []
+        if chars:
+            runs.append(_Run(offset - len(chars), "".join(chars)))
+            chars = []
     runs.sort(key=lambda run: -len(run.text))
     wild = sum(1 << i for i, item in enumerate(items) if item is _Wildcard.ONE)
     masks: dict[str, int] = {}
     for i, item in enumerate(items):
         if isinstance(item, str):
             masks[item] = masks.get(item, wild) | 1 << i
-    return _Segment(len(items), tuple(runs), masks, wild)
+    literal = None if wild else "".join(run.text for run in runs)
+    return _Segment(len(items), tuple(runs), masks, wild, literal)
