@@ -15,6 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sis_platform.domain.pipeline import DeadLetter, LoggedMessage, classify_message
+from sis_platform.domain.reasons import Reason
 from sis_platform.queues.base import (
     DEFAULT_BACKOUT_THRESHOLD,
     DEFAULT_MAX_GET_BYTES,
@@ -283,6 +285,8 @@ def test_rfh2_nested_3000_levels_deep_is_delivered_unstripped_and_the_next_messa
     assert dict(first.properties) == {}
     assert "MQRFH2 header not understood" in caplog.text
     assert "nested deeper than 64 groups" in caplog.text
+    ends = classify_message(LoggedMessage(first.message_id, first.body, first.delivery_count))
+    assert isinstance(ends, DeadLetter) and ends.reason is Reason.NOT_WELL_FORMED
     assert second.body == b"<next/>"
     assert ids(server) == []
 
