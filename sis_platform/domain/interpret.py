@@ -18,7 +18,9 @@ from sis_platform.domain.messages import parse_xml
 
 # xs:integer after whitespace collapsing; only ASCII digits (Python's int() also takes other
 # scripts' digits and underscores, which XML Schema does not).
-_XS_INTEGER = re.compile(r"[ \t\r\n]*([+-]?[0-9]+)[ \t\r\n]*")
+# Sign, leading zeros, digits: each character can be read one way only, so matching is linear.
+_XS_INTEGER = re.compile(r"[ \t\r\n]*([+-]?)0*([1-9][0-9]*|0)[ \t\r\n]*")
+_LONG_DIGITS = 19  # digits of 2**63
 _LONG_MIN = -(2**63)
 _LONG_MAX = 2**63 - 1
 PRICE_PLACES = 6  # decimal places of a decimal price (the model's DECIMAL(38, 6))
@@ -74,9 +76,10 @@ def xs_integer(value: str | None) -> int | None:
     if value is None:
         return None
     match = _XS_INTEGER.fullmatch(value)
-    if match is None:
+    if match is None or len(match[2]) > _LONG_DIGITS:
+        # Leading zeros aside: any number of them is valid, and int() refuses over 4,300 digits.
         return None
-    number = int(match[1])
+    number = int(match[1] + match[2])
     return number if _LONG_MIN <= number <= _LONG_MAX else None
 
 

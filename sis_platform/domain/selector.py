@@ -39,7 +39,8 @@ Decisions where JMS 1.1 is silent or peers disagree (the conformance tests list 
   "'a' < 1"). IN is the exception: its list may mix types (Qpid), and an item of another type
   just does not match.
 - LIKE ... ESCAPE: the escape character escapes only when followed by '%', '_' or itself;
-  elsewhere it stands for itself (ActiveMQ/Artemis), so ESCAPE '%' and ESCAPE '_' work.
+  elsewhere it stands for itself (ActiveMQ/Artemis), so ESCAPE '%' and ESCAPE '_' work. LIKE
+  is matched in time linear in the value, without regular expressions (like.py).
 - Literals follow the Java literal syntax that 3.8.1.1 names: hexadecimal, octal and binary
   exact literals, '_' digit separators, an L suffix, f/F/d/D suffixes and hexadecimal
   floating literals. Exact literals are longs ("numbers in the range of long are supported");
@@ -64,6 +65,8 @@ import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
+
+from sis_platform.domain.like import like_matcher
 
 __all__ = ["InvalidSelector", "Selector"]
 
@@ -101,6 +104,13 @@ _KEYWORDS: Final = frozenset(
 # Java whitespace (3.8.1.1: "the same as that defined for Java").
 _WHITESPACE: Final = frozenset(" \t\f\n\r")
 _OPERATORS: Final = ("<>", "<=", ">=", "=", "<", ">", "+", "-", "*", "/", "%", "(", ")", ",")
+
+# Levels of nesting a selector may have: parentheses, NOT, signs, and chains of arithmetic
+# operators (each operator nests the chain before it one level deeper). Parsing, type checking,
+# compiling and evaluating recurse over that nesting, a few frames per level, so the bound keeps
+# them all far below Python's recursion limit, wherever they are called from. Real selectors
+# nest a few levels.
+MAX_NESTING: Final = 50
 
 _LONG_MIN: Final = -(2**63)
 _LONG_MAX: Final = 2**63 - 1
@@ -389,6 +399,12 @@ class _Parser:
         self.text = text
         self.tokens = _tokenize(text)
         self.i = 0
+        self.nesting = 0  # parentheses, NOTs and signs open around the current token
+
+    def nest(self, token: _Token) -> None:
+        self.nesting += 1
+        if self.nesting > MAX_NESTING:
+            raise self.error(f"selector nested deeper than {MAX_NESTING} levels", token)
 
     # helpers
 
@@ -466,8 +482,11 @@ class _Parser:
 
     def parse_not(self) -> _Node:
         if self.at_kw("NOT"):
-            pos = self.advance().pos
-            return _Not(self.parse_not(), pos)
+            token = self.advance()
+            self.nest(token)
+            node = _Not(self.parse_not(), token.pos)
+            self.nesting -= 1
+            return node
         return self.parse_predicate()
 
     def parse_predicate(self) -> _Node:
@@ -553,7 +572,10 @@ class _Parser:
                     return _Literal(-value.value, token.pos)
                 assert isinstance(value, float)
                 return _Literal(-value, token.pos)
-            return _Unary(str(token.value), self.parse_unary(), token.pos)
+            self.nest(token)
+            node = _Unary(str(token.value), self.parse_unary(), token.pos)
+            self.nesting -= 1
+            return node
         return self.parse_primary()
 
     def parse_primary(self) -> _Node:
@@ -577,8 +599,10 @@ class _Parser:
                 raise self.error("NULL may only appear in IS [NOT] NULL", token)
             raise self.error(f"unexpected keyword {token.value}", token)
         if token.kind == "op" and token.value == "(":
+            self.nest(token)
             node = self.parse_or()
             self.expect_op(")")
+            self.nesting -= 1
             return node
         raise self.error(f"expected a value, found {self.found(token)}", token)
 
@@ -661,6 +685,37 @@ def _type_of(node: _Node, text: str) -> str:
             _type_of(operand, text)
             return _BOOL
     raise AssertionError(node)  # pragma: no cover
+
+
+def _children(node: _Node) -> tuple[_Node, ...]:
+    match node:
+        case _Unary(operand=o) | _Not(operand=o) | _Like(operand=o) | _IsNull(operand=o):
+            return (o,)
+        case _Arithmetic(left=left, right=right) | _Comparison(left=left, right=right):
+            return (left, right)
+        case _Logical(operands=operands):
+            return operands
+        case _Between(operand=o, low=low, high=high):
+            return (o, low, high)
+        case _In(operand=o, items=items):
+            return (o, *items)
+    return ()
+
+
+def _check_depth(tree: _Node, text: str) -> None:
+    """InvalidSelector if the tree nests more than MAX_NESTING levels: the parser bounds
+    parentheses, NOTs and signs as it reads them, and a chain of operators deepens the tree
+    too. The top node is at depth 0 and a value under the last of MAX_NESTING nested operators
+    at MAX_NESTING + 1 (`NOT NOT a = 1` has a at depth 3). A walk with a stack of its own, so
+    it cannot overflow Python's."""
+    pending = [(tree, 0)]
+    while pending:
+        node, depth = pending.pop()
+        if depth > MAX_NESTING + 1:
+            raise InvalidSelector(
+                f"selector nested deeper than {MAX_NESTING} levels", text, _start(node, 0)
+            )
+        pending.extend((child, depth + 1) for child in _children(node))
 
 
 def _start(node: _Node, default: int) -> int:
@@ -908,61 +963,6 @@ def _not_in(v: object, items: Sequence[object]) -> bool | None:
     return not mismatch
 
 
-# --------------------------------------------------------------------------- LIKE
-
-
-def _like_matcher(pattern: str, escape: str | None) -> Callable[[str], bool]:
-    """A function telling whether a string matches the LIKE pattern (3.8.1.1).
-
-    '_' stands for any one character, '%' for any sequence. The escape character escapes
-    only a following '%', '_' or itself (ActiveMQ/Artemis); elsewhere it is itself.
-    """
-    items: list[str | None] = []  # a literal character, "" for '%', None for '_'
-    i, n = 0, len(pattern)
-    while i < n:
-        c = pattern[i]
-        if c == escape and i + 1 < n and pattern[i + 1] in ("%", "_", escape):
-            items.append(pattern[i + 1])
-            i += 2
-            continue
-        items.append("" if c == "%" else None if c == "_" else c)
-        i += 1
-
-    if None not in items:
-        # No '_': split into literal runs around '%' and use str methods where possible.
-        segments: list[str] = []
-        current: list[str] = []
-        for item in items:
-            if item == "":
-                segments.append("".join(current))
-                current = []
-            else:
-                current.append(item)  # type: ignore[arg-type]
-        segments.append("".join(current))
-        if len(segments) == 1:
-            literal = segments[0]
-            return literal.__eq__
-        head, tail, middle = segments[0], segments[-1], [s for s in segments[1:-1] if s]
-        if not middle:
-            if not head and not tail:
-                return lambda s: True
-            if not tail:
-                return lambda s: s.startswith(head)
-            if not head:
-                return lambda s: s.endswith(tail)
-            least = len(head) + len(tail)
-            return lambda s: len(s) >= least and s.startswith(head) and s.endswith(tail)
-        if len(middle) == 1 and not head and not tail:
-            inner = middle[0]
-            return lambda s: inner in s
-
-    regex = "".join(
-        ".*" if item == "" else "." if item is None else re.escape(item) for item in items
-    )
-    fullmatch = re.compile(regex, re.DOTALL).fullmatch
-    return lambda s: fullmatch(s) is not None
-
-
 # --------------------------------------------------------------------------- compilation
 
 _DELIVERY_MODES: Final = {1: "NON_PERSISTENT", 2: "PERSISTENT"}
@@ -1070,7 +1070,7 @@ def _compile_node(node: _Node) -> Evaluator:
         case _In(negated=negated, operand=operand, items=items):
             return _compile_in(negated, operand, items)
         case _Like(negated=negated, operand=operand, pattern=pattern, escape=escape):
-            return _compile_like(negated, operand, _like_matcher(pattern, escape))
+            return _compile_like(negated, operand, like_matcher(pattern, escape))
         case _IsNull(negated=negated, operand=operand):
             prop = _plain_property(operand)
             if prop is not None:
@@ -1294,17 +1294,13 @@ class Selector:
         """Parse and compile `text`; raises InvalidSelector with the offending position."""
         if not isinstance(text, str):
             raise TypeError(f"a selector is a str, not {type(text).__name__}")
-        try:
-            tree = _Parser(text).parse()
-            if tree is None:
-                return cls(text, _select_all)  # empty or blank: no selector (3.8.1.1)
-            if _type_of(tree, text) not in (_BOOL, _ANY):
-                raise InvalidSelector(
-                    "a selector must be a boolean expression", text, _start(tree, 0)
-                )
-            return cls(text, _compile_condition(tree))
-        except RecursionError:
-            raise InvalidSelector("selector nested too deeply", text, 0) from None
+        tree = _Parser(text).parse()
+        if tree is None:
+            return cls(text, _select_all)  # empty or blank: no selector (3.8.1.1)
+        _check_depth(tree, text)
+        if _type_of(tree, text) not in (_BOOL, _ANY):
+            raise InvalidSelector("a selector must be a boolean expression", text, _start(tree, 0))
+        return cls(text, _compile_condition(tree))
 
     def evaluate(self, properties: Mapping[str, object]) -> bool | None:
         """The selector's three-valued result: True, False or None (UNKNOWN)."""

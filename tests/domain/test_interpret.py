@@ -21,6 +21,8 @@ from tests.domain.sportsdata_fixtures import ASCOT_1430, event
         ("9223372036854775807", 2**63 - 1),
         ("-9223372036854775808", -(2**63)),
         ("0009223372036854775807", 2**63 - 1),
+        ("0" * 5000 + "7", 7),  # schema-valid: past int()'s 4,300-digit limit on digits
+        ("-" + "0" * 5000, 0),
     ],
 )
 def test_every_xs_integer_lexical_form_is_read(lexical, value):
@@ -46,9 +48,16 @@ def test_every_xs_integer_lexical_form_is_read(lexical, value):
         "\u00a05",  # a no-break space is not XML whitespace
         "9223372036854775808",  # beyond a signed 64-bit long
         "-9223372036854775809",
+        "1" * 5000,
     ],
 )
 def test_anything_else_is_none(lexical):
+    assert xs_integer(lexical) is None
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("lexical", ["0" * 4_000_000 + "x", "0" * 4_000_000 + "7 x"])
+def test_megabytes_of_zeros_are_read_in_one_pass(lexical):
     assert xs_integer(lexical) is None
 
 

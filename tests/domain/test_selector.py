@@ -531,6 +531,38 @@ def test_deeply_nested_selector_is_invalid_not_a_crash() -> None:
         Selector.compile("(" * 2000 + "a = 1" + ")" * 2000)
 
 
+def nested(shape: str, levels: int) -> str:
+    """A selector `levels` deep in one kind of nesting."""
+    if shape == "parentheses":
+        return "(" * levels + "a = 1" + ")" * levels
+    if shape == "NOT":
+        return "NOT " * levels + "a = 1"
+    if shape == "signs":
+        return "- " * levels + "a = 1"
+    return " + ".join(["a"] * (levels + 1)) + " = 1"  # a left-deep chain of operators
+
+
+SHAPES = ["parentheses", "NOT", "signs", "operators"]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_nesting_past_the_bound_is_invalid_whatever_its_kind(shape: str) -> None:
+    with pytest.raises(InvalidSelector, match="nested deeper than 50 levels"):
+        Selector.compile(nested(shape, 51))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_nesting_at_the_bound_compiles_and_evaluates_on_a_deep_stack(shape: str) -> None:
+    # Compiling and evaluating cost a few frames per level: bounded, they fit under Python's
+    # recursion limit even where the caller is already hundreds of frames deep.
+    def deep(frames: int) -> bool | None:
+        if frames:
+            return deep(frames - 1)
+        return Selector.compile(nested(shape, 50)).evaluate({"a": 1})
+
+    assert deep(300) in (True, False)
+
+
 def test_compile_rejects_a_non_string() -> None:
     with pytest.raises(TypeError):
         Selector.compile(None)  # type: ignore[arg-type]

@@ -12,7 +12,11 @@ import sys
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from sis_platform.domain.pipeline import DeadLetter, LoggedMessage, classify_message
+from sis_platform.domain.reasons import Reason
 from sis_platform.queues.base import (
     DEFAULT_BACKOUT_THRESHOLD,
     DEFAULT_MAX_GET_BYTES,
@@ -26,8 +30,10 @@ from sis_platform.queues.ibmmq import (
     load_mqi,
     mqmd_put_time,
     parse_rfh2,
+    rfh2_properties,
 )
 from sis_platform.queues.ibmmq import connection as connection_module
+from sis_platform.queues.ibmmq import message as message_module
 from sis_platform.queues.ibmmq.mqi import MQI_MODULES
 from tests.queues import sources
 from tests.queues.fake_pymqi import (
@@ -262,6 +268,72 @@ def test_malformed_rfh2_is_delivered_unstripped_with_a_warning(
     assert message.body == broken + b"<x/>"  # the platform dead-letters these bytes
     assert dict(message.properties) == {}
     assert "MQRFH2 header not understood" in caplog.text
+
+
+def test_rfh2_nested_3000_levels_deep_is_delivered_unstripped_and_the_next_message_too(
+    server: FakeQueueManagerServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # 21 KB of <usr> groups: a recursive walk of it overflows Python's stack.
+    deep = build_rfh2(["<usr>" + "<g>" * 3000 + "<n>1</n>" + "</g>" * 3000 + "</usr>"])
+    server.put_message(QUEUE, deep + b"<x/>", format=CMQC.MQFMT_RF_HEADER_2)
+    server.put_message(QUEUE, b"<next/>")
+    with caplog.at_level(logging.WARNING), make_source(server).connect() as session:
+        first, second = session.get(), session.get()
+        session.commit()
+    assert first is not None and second is not None
+    assert first.body == deep + b"<x/>"  # the platform dead-letters these bytes
+    assert dict(first.properties) == {}
+    assert "MQRFH2 header not understood" in caplog.text
+    assert "nested deeper than 64 groups" in caplog.text
+    ends = classify_message(LoggedMessage(first.message_id, first.body, first.delivery_count))
+    assert isinstance(ends, DeadLetter) and ends.reason is Reason.NOT_WELL_FORMED
+    assert second.body == b"<next/>"
+    assert ids(server) == []
+
+
+def test_rfh2_groups_up_to_the_depth_bound_become_dotted_names() -> None:
+    folder = "<usr>" + "<g>" * 64 + '<n dt="i4">1</n>' + "</g>" * 64 + "</usr>"
+    assert rfh2_properties([folder]) == {"g." * 64 + "n": 1}
+    with pytest.raises(Rfh2Error, match="nested deeper than 64 groups"):
+        rfh2_properties(["<usr>" + "<g>" * 65 + "<n>1</n>" + "</g>" * 65 + "</usr>"])
+
+
+def test_any_error_reading_an_rfh2_keeps_it_in_the_body_and_the_next_message_comes(
+    server: FakeQueueManagerServer,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def unforeseen(folders: object) -> dict[str, object]:
+        raise KeyError("a failure no parser check foresaw")
+
+    monkeypatch.setattr(message_module, "rfh2_properties", unforeseen)
+    header = build_rfh2(['<usr><n dt="i4">5</n></usr>'])
+    server.put_message(QUEUE, header + b"<x/>", format=CMQC.MQFMT_RF_HEADER_2)
+    server.put_message(QUEUE, b"<next/>")
+    with caplog.at_level(logging.WARNING), make_source(server).connect() as session:
+        first, second = session.get(), session.get()
+        session.commit()
+    assert first is not None and first.body == header + b"<x/>"
+    assert "MQRFH2 header not understood" in caplog.text
+    assert "a failure no parser check foresaw" in caplog.text
+    assert second is not None and second.body == b"<next/>"
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(["<usr>", "</usr>", "<jms>", "</jms>", "<g>", "</g>", "<Tms>", "</Tms>"])
+        | st.sampled_from(['<n dt="i8">', '<n dt="boolean">', '<n dt="bin.hex">', "</n>"])
+        | st.sampled_from(['<n xsi:nil="true"/>', "<Pri>", "</Pri>", "&amp;", "&#0;"])
+        | st.text(max_size=8),
+        max_size=30,
+    ).map("".join)
+)
+def test_a_folder_either_reads_or_raises_rfh2_error(folder: str) -> None:
+    try:
+        rfh2_properties([folder])
+    except Rfh2Error:
+        pass
 
 
 def test_parse_rfh2_rejects_a_folder_running_past_struc_length() -> None:

@@ -3,6 +3,7 @@ checked on the wire with plain stomp.py, plus StompQueue specifics."""
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import queue as stdlib_queue
@@ -10,11 +11,15 @@ import signal
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 import stomp
+import stomp.utils
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sis_platform.queues.base import DEFAULT_BACKOUT_THRESHOLD, SourceUnavailable
 from sis_platform.queues.deliveries import RedeliveryCounts
@@ -24,6 +29,8 @@ from sis_platform.queues.stomp import (
     ID_PROPERTY,
     StompQueue,
 )
+from sis_platform.queues.stomp import frames as frames_module
+from sis_platform.queues.stomp.frames import received_message
 from tests.ports import free_port
 from tests.queues.broker import Broker
 
@@ -284,6 +291,101 @@ def test_message_id_is_the_producers_sis_id_or_else_the_brokers(
     assert foreign is not None and mine is not None
     assert foreign.message_id.startswith("ID:") and len(foreign.message_id) != 51
     assert mine.message_id == ours and ID_PROPERTY not in mine.properties
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize(
+    "timestamp", ["9223372036854775807", "-9223372036854775808", "253402300800000"]
+)
+def test_an_unreadable_timestamp_is_read_as_the_time_of_receipt_and_the_next_message_comes(
+    wire: Wire, activemq: Broker, name: str, caplog: pytest.LogCaptureFixture, timestamp: str
+) -> None:
+    # Any producer can set `timestamp`; ActiveMQ passes any long on, even one past year 9999.
+    dest = f"/queue/{name}"
+    wire.conn.send(dest, b"<odd/>", headers={"persistent": "true", "timestamp": timestamp})
+    wire.conn.send(dest, b"<next/>", headers={"persistent": "true"})
+    before = datetime.now(UTC)
+    with caplog.at_level(logging.WARNING), source(activemq, name).connect() as session:
+        odd, following = session.get(WAIT), session.get(WAIT)
+        session.commit()
+        assert session.get(0.5) is None
+    assert odd is not None and odd.body == b"<odd/>"
+    assert before <= odd.put_time <= datetime.now(UTC)
+    assert f"unreadable timestamp header '{timestamp}'" in caplog.text
+    assert following is not None and following.body == b"<next/>"
+
+
+@pytest.mark.broker
+def test_a_message_whose_headers_fail_every_get_is_moved_aside_at_the_threshold(
+    activemq: Broker, name: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An error no header check foresaw: the threshold is checked before any header is read.
+    real_put_time = frames_module._put_time
+
+    def failing(headers: Any, *args: Any) -> datetime:
+        if headers.get("kind") == "poison":
+            raise RuntimeError("a header no check foresaw")
+        return real_put_time(headers, *args)
+
+    monkeypatch.setattr(frames_module, "_put_time", failing)
+    backout = f"{name}.BACKOUT"
+    src = source(activemq, name, backout_threshold=2, backout_queue=backout)
+    with src.producer() as producer:
+        producer.put(b"<first/>")
+    wire = Wire(activemq)
+    try:
+        wire.conn.send(
+            f"/queue/{name}", b"<poison/>", headers={"persistent": "true", "kind": "poison"}
+        )
+        wire.conn.send(f"/queue/{name}", b"<good/>", headers={"persistent": "true"})
+    finally:
+        wire.close()
+    with caplog.at_level(logging.WARNING), src.connect() as session:
+        first = session.get(WAIT)
+        assert first is not None and first.body == b"<first/>"
+        session.commit()
+        for _ in range(2):  # the consumer fails, backs out, and gets again
+            with pytest.raises(RuntimeError):
+                session.get(WAIT)
+            session.backout()
+        m = session.get(WAIT)
+        assert m is not None and m.body == b"<good/>"
+        session.commit()
+    assert "reached backout count 2, moving it to /queue/" + backout in caplog.text
+    monkeypatch.undo()
+    [moved] = src.browse(backout)
+    assert moved.body == b"<poison/>" and moved.properties["kind"] == "poison"
+
+
+def frame(headers: dict[str, str]) -> stomp.utils.Frame:
+    return stomp.utils.Frame("MESSAGE", {"message-id": "ID:m-1", **headers}, b"<x/>")
+
+
+def test_the_put_time_is_the_timestamp_header_in_milliseconds_utc() -> None:
+    message = received_message(frame({"timestamp": "1795272600123"}), redeliveries=0)
+    assert message.put_time == datetime(2026, 11, 21, 14, 50, 0, 123_000, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("timestamp", ["1" * 23, "-" + "1" * 23, "soon", "1" * 5000, ""])
+def test_a_timestamp_no_datetime_holds_is_the_time_of_receipt_with_a_warning(
+    timestamp: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A broker that passes any text on (RabbitMQ does) delivers these.
+    before = datetime.now(UTC)
+    with caplog.at_level(logging.WARNING):
+        message = received_message(frame({"timestamp": timestamp}), redeliveries=0)
+    assert before <= message.put_time <= datetime.now(UTC)
+    assert "ID:m-1: unreadable timestamp header" in caplog.text
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(st.text(max_size=12), st.text(max_size=40), max_size=6),
+    st.text() | st.from_regex(r"-?[0-9]{1,40}", fullmatch=True),
+)
+def test_any_header_values_make_a_message(headers: dict[str, str], timestamp: str) -> None:
+    message = received_message(frame({**headers, "timestamp": timestamp}), redeliveries=0)
+    assert message.body == b"<x/>" and message.put_time.tzinfo is UTC
 
 
 def test_unreachable_broker_is_a_source_outage_after_bounded_retries() -> None:

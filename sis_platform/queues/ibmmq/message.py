@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sis_platform.queues.base import ReceivedMessage
-from sis_platform.queues.ibmmq.rfh2 import Rfh2Error, parse_rfh2, rfh2_properties
+from sis_platform.queues.ibmmq.rfh2 import parse_rfh2, rfh2_properties
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +24,10 @@ def to_received_message(md: Any, raw: bytes, cmqc: Any) -> ReceivedMessage:
     MQRFH2 headers (Format MQHRF2) are parsed and stripped from the body; the body is what
     follows them. A malformed MQRFH2 is left in place with a warning: the platform then sees
     bytes that are not a Sportsdata document and dead-letters the message with those bytes.
+    That holds for any error reading the headers, not only the Rfh2Error the parser raises for
+    what it checks: reading them is decoding the message's own bytes, with no I/O, so an
+    error there is the message's, and raised from get() it would come back with the message
+    at every redelivery until the backout threshold moved it aside, unlogged.
     """
     message_id = message_id_of(md)
     body = raw
@@ -35,8 +39,13 @@ def to_received_message(md: Any, raw: bytes, cmqc: Any) -> ReceivedMessage:
             properties.update(rfh2_properties(header.folders))
             body = body[header.length :]
             fmt, encoding = header.format, header.encoding
-    except Rfh2Error as exc:
-        log.warning("%s: MQRFH2 header not understood, kept in the body: %s", message_id, exc)
+    except Exception as exc:  # the message's own bytes, not an outage (docstring)
+        log.warning(
+            "%s: MQRFH2 header not understood, kept in the body: %s: %s",
+            message_id,
+            type(exc).__name__,
+            exc,
+        )
         body, properties = raw, {}
     put_time = mqmd_put_time(md.PutDate, md.PutTime)
     if put_time is None:

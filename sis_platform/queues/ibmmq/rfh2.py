@@ -12,6 +12,10 @@ from typing import NamedTuple
 from xml.etree import ElementTree
 
 _RFH2_FIXED_LENGTH = 36  # MQRFH_STRUC_LENGTH_FIXED_2
+# Groups nested in a <usr> folder (a property `a.b.c` is two groups deep). JMS producers nest
+# none; the bound keeps the walk off Python's recursion limit and the names it builds (each
+# level repeats its path) small, whatever a message's header holds.
+MAX_USR_GROUP_DEPTH = 64
 _FOLDER_CODECS = {1208: "utf-8", 819: "latin-1", 437: "cp437", 850: "cp850", 1252: "cp1252"}
 _UTF16_CCSIDS = frozenset({1200, 13488, 17584})
 
@@ -121,11 +125,17 @@ def rfh2_properties(folders: tuple[str, ...] | list[str]) -> dict[str, object]:
     return properties
 
 
-def _usr_properties(element: ElementTree.Element, prefix: str, out: dict[str, object]) -> None:
+def _usr_properties(
+    element: ElementTree.Element, prefix: str, out: dict[str, object], depth: int = 0
+) -> None:
     for child in element:
         name = prefix + child.tag
         if len(child):
-            _usr_properties(child, name + ".", out)
+            if depth == MAX_USR_GROUP_DEPTH:
+                raise Rfh2Error(
+                    f"<usr> nested deeper than {MAX_USR_GROUP_DEPTH} groups (at {name[:60]!r})"
+                )
+            _usr_properties(child, name + ".", out, depth + 1)
         elif child.get(f"{{{_XSI}}}nil") == "true":
             out[name] = None
         else:

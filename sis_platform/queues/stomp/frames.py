@@ -14,12 +14,15 @@ application properties, and the copy of a message sent to the backout queue.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from sis_platform.queues.base import ReceivedMessage
+
+log = logging.getLogger(__name__)
 
 ID_PROPERTY = "sis_message_id"
 BACKOUT_COUNT_PROPERTY = "sis_backout_count"
@@ -68,15 +71,20 @@ def is_redelivered(frame: Any) -> bool:
     return bool(frame.headers.get("redelivered") == "true")
 
 
+def message_id_of(frame: Any) -> str:
+    """The platform's id of the message a frame carries (module docstring)."""
+    return str(frame.headers.get(ID_PROPERTY) or broker_id(frame))
+
+
 def received_message(frame: Any, redeliveries: int) -> ReceivedMessage:
     """The message a MESSAGE frame carries, delivered `redeliveries` times before."""
-    headers: Mapping[str, str] = frame.headers
+    message_id = message_id_of(frame)
     return ReceivedMessage(
-        message_id=headers.get(ID_PROPERTY) or broker_id(frame),
+        message_id=message_id,
         body=_body(frame),
-        put_time=_put_time(headers),
+        put_time=_put_time(frame.headers, message_id),
         delivery_count=1 + redeliveries,
-        properties={k: v for k, v in headers.items() if k not in _FRAME_HEADERS},
+        properties=_properties(frame.headers),
     )
 
 
@@ -88,29 +96,49 @@ class BackoutCopy:
     headers: dict[str, str]
 
 
-def backout_copy(frame: Any, message: ReceivedMessage, destination: str) -> BackoutCopy:
-    """The copy of `message` (got from `destination`) for the backout queue: our message id,
-    the original put timestamp and properties, plus `sis_backout_count` and
-    `sis_original_destination`; persistent."""
-    headers: dict[str, str] = {str(k): str(v) for k, v in message.properties.items()}
+def backout_copy(frame: Any, redeliveries: int, destination: str) -> BackoutCopy:
+    """The copy of the message a frame carries (got from `destination`, redelivered
+    `redeliveries` times) for the backout queue: our message id, the original put timestamp and
+    properties, plus `sis_backout_count` and `sis_original_destination`; persistent. Built from
+    the frame as it is, without reading any header's value, so a message whose headers cannot
+    be read is moved aside all the same."""
+    headers: dict[str, str] = {str(k): str(v) for k, v in _properties(frame.headers).items()}
     headers.update(
         {
             "persistent": "true",
-            ID_PROPERTY: message.message_id,
-            BACKOUT_COUNT_PROPERTY: str(message.delivery_count - 1),
+            ID_PROPERTY: message_id_of(frame),
+            BACKOUT_COUNT_PROPERTY: str(redeliveries),
             ORIGINAL_DESTINATION_PROPERTY: destination,
         }
     )
     if "timestamp" in frame.headers:
         headers["timestamp"] = frame.headers["timestamp"]  # keeps the original put time
-    return BackoutCopy(body=message.body, headers=headers)
+    return BackoutCopy(body=_body(frame), headers=headers)
 
 
-def _put_time(headers: Mapping[str, str]) -> datetime:
+def _properties(headers: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in headers.items() if k not in _FRAME_HEADERS}
+
+
+def _put_time(headers: Mapping[str, str], message_id: str) -> datetime:
+    """The `timestamp` header (JMSTimestamp, milliseconds since the epoch, UTC), or the time
+    of receipt when there is none or it is no time a datetime holds: any producer can set the
+    header (ActiveMQ passes any long on, RabbitMQ any text), and a message must never fail its
+    get because of it (it would come back at every redelivery)."""
+    received = datetime.now(tz=UTC)
+    text = headers.get("timestamp")
+    if text is None:
+        return received
     try:
-        return datetime.fromtimestamp(int(headers["timestamp"]) / 1000, tz=UTC)
-    except (KeyError, ValueError):
-        return datetime.now(tz=UTC)
+        return datetime.fromtimestamp(int(text) / 1000, tz=UTC)
+    except (ValueError, OverflowError, OSError) as exc:
+        log.warning(
+            "%s: unreadable timestamp header %r (%s); using the time of receipt",
+            message_id,
+            text[:40],
+            exc,
+        )
+        return received
 
 
 def _body(frame: Any) -> bytes:

@@ -38,7 +38,8 @@ ActiveMQ 5.17 actually behaves (each point is exercised by tests/queues against 
 - Backout threshold / backout queue (DEFAULT_BACKOUT_THRESHOLD, 10, unless configured; 0 turns
   it off; default queue ActiveMQ.DLQ): a get that meets a message whose backout count
   (delivery_count - 1, counted as source.py describes) has reached the threshold does not
-  return it: it is ACKed in the unit like any other message and remembered; `commit()` first
+  return it, and reads none of its headers (so a header that fails the get cannot keep it
+  coming back): it is ACKed in the unit like any other message and remembered; `commit()` first
   SENDs a copy to `backout_queue` (persistent, confirmed by receipt; frames.backout_copy) and
   then commits, which acks the original. A backout forgets the move, as with IBM MQ's JMS
   client, whose move is part of the unit of work. If the connection fails between the two, the
@@ -61,7 +62,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sis_platform.queues.base import QueueSession, ReceivedMessage, SourceUnavailable
-from sis_platform.queues.stomp.frames import BackoutCopy, backout_copy, broker_id
+from sis_platform.queues.stomp.frames import (
+    BackoutCopy,
+    backout_copy,
+    broker_id,
+    message_id_of,
+    received_message,
+)
 from sis_platform.queues.stomp.link import BrokerError, Link, LinkLost
 
 if TYPE_CHECKING:
@@ -110,13 +117,15 @@ class StompSession(QueueSession):
                     frame = link.next_message(deadline, self._subscription)
                     if frame is None:
                         return None
-                    message = self._source.message(frame, record=True)
-                    self._take(link, frame, counted=message.redelivered)
+                    redeliveries = self._source.redeliveries(frame, record=True)
+                    self._take(link, frame, counted=redeliveries > 0)
                     threshold = self._source.backout_threshold
-                    if threshold and message.delivery_count - 1 >= threshold:
-                        self._move_to_backout(frame, message)
+                    if threshold and redeliveries >= threshold:
+                        # Before any header is read: a message whose headers fail the get
+                        # comes back at most `threshold` times.
+                        self._move_to_backout(frame, redeliveries)
                         continue
-                    return message
+                    return received_message(frame, redeliveries)
                 except LinkLost:
                     continue  # _live_link decides: reconnect, or report the lost unit
 
@@ -259,14 +268,14 @@ class StompSession(QueueSession):
         link.send(lambda: link.conn.ack(last.ack_id, transaction=tx))
         self._acked = len(self._unit)
 
-    def _move_to_backout(self, frame: Any, message: ReceivedMessage) -> None:
+    def _move_to_backout(self, frame: Any, redeliveries: int) -> None:
         source = self._source
-        copy = backout_copy(frame, message, source.destination)
+        copy = backout_copy(frame, redeliveries, source.destination)
         log.warning(
             "%s: message %s reached backout count %d, moving it to %s",
             source.description,
-            message.message_id,
-            message.delivery_count - 1,
+            message_id_of(frame),
+            redeliveries,
             source.backout_queue,
         )
         # In the unit like any other message (ACKed by commit() at the latest); the copy is

@@ -254,11 +254,14 @@ class StompQueue(QueueSource):
     def message(self, frame: Any, *, record: bool) -> ReceivedMessage:
         """The message a frame carries. `record`: it is being handed out, so a redelivery is
         counted (durably, before the caller sees it); a browse only looks the count up."""
-        redeliveries = 0
-        if is_redelivered(frame):
-            counts, message_id = self._redeliveries, broker_id(frame)
-            redeliveries = counts.record(message_id) if record else max(1, counts.count(message_id))
-        return received_message(frame, redeliveries)
+        return received_message(frame, self.redeliveries(frame, record=record))
+
+    def redeliveries(self, frame: Any, *, record: bool) -> int:
+        """How many times the message a frame carries was delivered before (`message`)."""
+        if not is_redelivered(frame):
+            return 0
+        counts, message_id = self._redeliveries, broker_id(frame)
+        return counts.record(message_id) if record else max(1, counts.count(message_id))
 
     def forget_redeliveries(self, broker_ids: Iterable[str]) -> None:
         """Drop the counts of messages the broker no longer has (committed)."""
