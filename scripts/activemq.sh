@@ -105,8 +105,8 @@ write_config() {
     #   redelivered yet; without it, repeated partial backouts reorder the queue.
     # Not persistJMSRedelivered (keep the redelivered flag across a broker restart): it makes
     # the broker store every message synchronously and write it again before its first
-    # dispatch, which bounds a backlog's drain (1,400-2,000 msg/s with it, 4,100-5,300 without
-    # it here; BENCHMARKS.md). The platform counts deliveries as a lower bound anyway
+    # dispatch, which bounds a backlog's drain to a fraction of its rate without it. The
+    # platform counts deliveries as a lower bound anyway
     # (sis_platform/queues/stomp/source.py).
     sed -i \
         -e '/<persistenceAdapter>/i\

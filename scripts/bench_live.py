@@ -181,8 +181,8 @@ def warm(broker: Broker, log: Path, messages: int = WARM_MESSAGES) -> None:
     """Put `messages` on a destination of their own and drain them, before any measurement on
     a broker started for the run. A site's broker has been running for days; a new JVM runs
     its first thousands of messages through the interpreter (a 12,000 backlog on a new broker
-    took 5.2-5.6 s here, 4.4-4.7 s after this warm-up; warming with 36,000 gave no more), and
-    that is the broker's start-up, not the live path's."""
+    takes a sixth longer than after this warm-up, and a longer warm-up gives no more), and that
+    is the broker's start-up, not the live path's."""
     source = stomp_source(broker, f"/queue/sis.bench.warm.{os.getpid()}")
     t0 = time.monotonic()
     if start_publisher(source, log, Path(os.devnull), messages).wait() != 0:

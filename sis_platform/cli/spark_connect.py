@@ -3,8 +3,8 @@
     sis-spark-connect [--host 127.0.0.1] [--port 15002]
 
 Under the Dagster daemon every run is a new process, and with a local driver (the default) each
-starts a JVM of its own and pays its warm-up: a small batch's run took 33-40 s that way and
-19-23 s against this server (BENCHMARKS.md). Runs pointed at it
+starts a JVM of its own and pays its warm-up, which is most of a small batch's run
+(BENCHMARKS.md has the figures). Runs pointed at it
 (`SIS_SPARK_MASTER=sc://localhost:15002`) share one warm driver and connect in under a second.
 
 The server runs in the foreground until stopped (scripts/run.sh starts it beside Dagster with

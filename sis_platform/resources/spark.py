@@ -42,11 +42,10 @@ def delta_package() -> str:
 # A run's driver plans and runs each of its queries a handful of times, over a batch's
 # thousands of rows. Whole-stage code generation is built for the opposite: it writes and
 # compiles (Janino, then the JIT) Java for every new plan. Evaluating the plans as they are
-# costs far less than compiling them (measured, a cold driver running two 40-message batches
-# on 2 cores: 146 s wall and 193 s of CPU with code generation, 122 s and 157 s without). A
-# long-lived driver keeps it: its compiled code is reused run after run. Adaptive execution
-# stays on although turning it off saved a further 20 s: it coalesces a write's shuffle
-# partitions into one file, and the lake's tables are never compacted.
+# costs far less than compiling them, for a driver that lives one run. A long-lived driver
+# keeps it: its compiled code is reused run after run. Adaptive execution stays on, although
+# a cold driver is a little faster without it: it coalesces a write's shuffle partitions into
+# one file, so each write adds fewer files to the lake's tables.
 # SIS_SPARK_CONF overrides either setting.
 SHORT_LIVED_SQL = {
     "spark.sql.codegen.wholeStage": "false",
@@ -56,26 +55,25 @@ SHORT_LIVED_SQL = {
 
 # What Spark counts opening a file as when it splits a scan into tasks (Spark's default: 4 MiB),
 # also its smallest split. At the default, a batch's files (9 MB landed, 17 MB in raw_messages
-# at 50,000 messages) split 70/30 between two cores; at 1 MiB about evenly. Measured with
-# 50,000-message batches on 2 cores: raw_messages 4.1 -> 3.2 s, hash_chain_intact 2.4 -> 2.0 s,
-# message_items 7.1 -> 6.0 s; the fold and the model unchanged. SIS_SPARK_CONF overrides it.
+# at 50,000 messages) split 70/30 between two cores; at 1 MiB about evenly, so the steps that
+# read a batch's files (raw_messages, hash_chain_intact, message_items) use both cores.
+# SIS_SPARK_CONF overrides it.
 FILE_OPEN_COST_BYTES = 1024 * 1024
 
 # How a driver writes Delta's log files (a commit's JSON, its .crc checksum) on a local or
 # mounted file system (file: paths; other schemes keep their own log stores). By default both go
 # through Hadoop's FileContext, whose no-overwrite rename asks each of the four names involved
 # (the file and its checksum file, before and after) for its link status, which Hadoop's local
-# file system answers by starting a `readlink` process: eight processes a commit at 5-7 ms of
-# CPU each (measured on 2 cores), 608 of the 931 processes of a cold two-batch run. Through the
+# file system answers by starting a `readlink` process: eight processes a commit, most of the
+# processes a cold run starts. Through the
 # FileSystem API the same exists-then-rename is a few system calls. For a commit it is not
 # weaker: on a local file system FileContext's no-overwrite rename is exists-then-rename too
 # (Delta's HDFSLogStore says as much), so neither is atomic between processes, and LocalLogStore
 # adds a lock between one driver's threads. The one difference: LocalLogStore writes the
 # `_last_checkpoint` hint in place where HDFSLogStore renames it into place, and Delta reads that
 # hint defensively (a torn one is retried, then replaced by listing the log).
-# Measured with both settings (machine E, 2 cores): tests/spark/fold/test_step.py 195 -> 172 s
-# of CPU, the first-batch kill chain 305 -> 252 s. The processes left are `chmod`s of new files
-# (without Hadoop's native library, its local file system sets a new file's mode that way).
+# The processes left are `chmod`s of new files (without Hadoop's native library, its local
+# file system sets a new file's mode that way).
 LOCAL_FILE_WRITES = {
     "spark.delta.logStore.file.impl": "io.delta.storage.LocalLogStore",
     "spark.sql.streaming.checkpointFileManagerClass": (
@@ -134,20 +132,16 @@ def delta_spark_config(
         **LOCAL_FILE_WRITES,
     }
     # A run's JVMs live for one run: the C2 JIT compiler would spend a core for minutes
-    # optimising code that runs a few times (measured: 128 s of C2 CPU in one small run). C1
-    # only starts fast and is plenty for batch-sized work. But a C1-only JVM sizes its code
-    # cache for a small client program (48 MB): Spark and Delta filled it within 40 s of a run
-    # (28,860 compiled methods), after which the JVM stops compiling (everything new runs
-    # interpreted) and dies with "Out of space in CodeCache for adapters". 240 MB is the tiered
-    # JVM's own default; only the part in use is resident.
-    # A long-lived driver keeps C2: it repays its compile time within a few runs (measured, one
-    # process running 40-message batches back to back on 2 cores: from the third run on 25-28 s
-    # a run with C2, 40 s with C1 only; about the same CPU over the first six runs, so the
-    # saving grows with every run after them).
+    # optimising code that runs a few times. C1 only starts fast and is plenty for batch-sized
+    # work. But a C1-only JVM sizes its code cache for a small client program (48 MB), which
+    # Spark and Delta fill early in a run, after which the JVM stops compiling (everything new
+    # runs interpreted) and dies with "Out of space in CodeCache for adapters". 240 MB is the
+    # tiered JVM's own default; only the part in use is resident.
+    # A long-lived driver keeps C2: it repays its compile time within a few runs, and the
+    # saving grows with every run after them.
     # The throughput collector, not the JVM's default G1: the work is batches, where a pause of
     # a few hundred milliseconds costs nothing, and G1's concurrent marking costs CPU beside
-    # every run (measured on 2 cores: a chain of seven cold 40-message runs 255 s of CPU with
-    # G1, 222-235 s with ParallelGC; the test suite's long-lived drivers 4-6 % less CPU).
+    # every run.
     options = ["-XX:+UseParallelGC", "-XX:ReservedCodeCacheSize=240m"]
     if not long_lived:
         options.insert(0, "-XX:TieredStopAtLevel=1")
@@ -161,10 +155,7 @@ def delta_spark_config(
     else:
         # On a cluster the driver is still the run's process (client mode) and the executors
         # run the tasks; they live as long as that driver (one application per run), so they
-        # start and plan the same way. Measured on 2 cores, tests/cluster/test_standalone.py
-        # (a standalone master, two 1-core workers, two 60-message batches): 263 s of CPU with
-        # the JVMs' defaults, 191-198 s with these options on the executors, 140-145 s on the
-        # driver too, 129 s with SHORT_LIVED_SQL as well.
+        # start and plan the same way, and take the same options.
         conf["spark.executor.extraJavaOptions"] = " ".join(options)
     conf["spark.driver.extraJavaOptions"] = " ".join(options + archive)
     if jars_dir:

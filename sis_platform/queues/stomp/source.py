@@ -1,27 +1,25 @@
 """StompQueue: a queue on a STOMP broker, its settings, connecting with bounded retries,
 browsing, and the delivery count of a message the broker hands out.
 
-Delivery count: ActiveMQ counts redeliveries itself (it raises a message's redelivery counter
-when a consumer goes away with it unacked), but its MESSAGE frames carry only
-`redelivered:true` (FrameTranslator copies the JMS headers and properties; the counter and
-JMSXDeliveryCount are neither), and the flag survives a broker restart only with the
-destination policy `persistJMSRedelivered="true"`, and even then not always (a broker stopped
-under load can return a message unflagged). scripts/activemq.sh leaves that policy off: it
-makes the broker store every message synchronously and again before its first dispatch,
-which made a backlog drain 2.7 times slower here, and a count that misses a broker restart is
-still a lower bound. Nor does the
-broker act on its counter for a consumer that disconnects, crashes or unsubscribes: its
-`redeliveryPlugin` (`maximumRedeliveries`, then the DLQ) acts only where the broker would
-dead-letter a message, i.e. on a poison ack (NACK, which a unit of work cannot send, see
-session.py), and it redelivers through the scheduler, behind later messages. Configuring it on
-the broker would change nothing here. So the count is kept here: each time a get hands out a
-message flagged redelivered, it first records one more redelivery of its broker message id in
-`RedeliveryCounts` (deliveries.py), a small SQLite file when `redelivery_counts` names one
-(the platform's configuration always does), and `delivery_count` is 1 + the redeliveries
-recorded. The file outlives the process, so a message that kills its consumer is counted
-across restarts. A message the broker only prefetched for a consumer that went away comes back
-flagged too, and is counted once more than it was handed out; without the file (memory only)
-a new process sees 2, a lower bound.
+Delivery count: ActiveMQ counts redeliveries itself (it raises a message's redelivery counter when
+a consumer goes away with it unacked), but its MESSAGE frames carry only `redelivered:true`
+(FrameTranslator copies the JMS headers and properties; the counter and JMSXDeliveryCount are
+neither), and the flag survives a broker restart only with the destination policy
+`persistJMSRedelivered="true"`, and even then not always (a broker stopped under load can return a
+message unflagged). scripts/activemq.sh leaves that policy off: it makes the broker store every
+message synchronously and again before its first dispatch, which slows a backlog's drain several
+times over, and a count that misses a broker restart is still a lower bound. Nor does the broker
+act on its counter for a consumer that disconnects, crashes or unsubscribes: its `redeliveryPlugin`
+(`maximumRedeliveries`, then the DLQ) acts only where the broker would dead-letter a message, i.e.
+on a poison ack (NACK, which a unit of work cannot send, see session.py), and it redelivers through
+the scheduler, behind later messages. Configuring it on the broker would change nothing here. So
+the count is kept here: each time a get hands out a message flagged redelivered, it first records
+one more redelivery of its broker message id in `RedeliveryCounts` (deliveries.py), a small SQLite
+file when `redelivery_counts` names one (the platform's configuration always does), and
+`delivery_count` is 1 + the redeliveries recorded. The file outlives the process, so a message that
+kills its consumer is counted across restarts. A message the broker only prefetched for a consumer
+that went away comes back flagged too, and is counted once more than it was handed out; without the
+file (memory only) a new process sees 2, a lower bound.
 
 TLS (DESIGN.md invariant 9): `tls` unset means TLS for any broker that is not on this host
 (transport.is_loopback) or whenever a CA or client certificate is given; the broker's
