@@ -43,6 +43,14 @@ class Limits:
     # square of an element's attributes (6,000 on one element: 0.3 s and 275 MiB; 24,000:
     # 15 s and 4.4 GB), so this bound is what keeps validation linear.
     max_attributes: int = 100
+    # Namespace declarations (`xmlns`, `xmlns:p`) on one element, and in one message or one
+    # master document after a patch (SIS_MAX_NAMESPACES, SIS_MAX_DOCUMENT_NAMESPACES). lxml
+    # keeps them outside an element's attributes, so max_attributes does not see them, yet
+    # every `nsmap` and every in-scope namespace map the patch engine reads costs their number:
+    # unbounded, 150,000 of them fit in 4 MiB and cost seconds and hundreds of MiB per
+    # operation. The feed declares none; patches may bind a few prefixes for their selectors.
+    max_namespaces: int = 64
+    max_document_namespaces: int = 256
     # Children of one element, text aside (SIS_MAX_CHILDREN): RELAX NG time grows with their
     # square (20,000: 0.2 s; 200,000: 42 s).
     max_children: int = 5_000
