@@ -574,3 +574,14 @@ def test_sis_run_gives_its_spark_connect_server_and_runs_a_token_unless_one_is_s
 )
 def test_a_local_master_is_told_from_a_clusters_and_spark_connects(master, local):
     assert settings.is_local_master(master) is local
+
+
+def test_the_namespace_bounds_are_read_and_reach_the_processing_resource(tmp_path: Path) -> None:
+    variables = {
+        "SIS_DATA_DIR": str(tmp_path),
+        "SIS_MAX_NAMESPACES": "3",
+        "SIS_MAX_DOCUMENT_NAMESPACES": "7",
+    }
+    s = load_settings(variables)
+    assert (s.limits.max_namespaces, s.limits.max_document_namespaces) == (3, 7)
+    assert config.resources(variables)["processing"].limits() == s.limits
