@@ -149,7 +149,8 @@ def namespace_flood_updates() -> list[LoggedMessage]:
 
 
 def namespace_spread() -> list[LoggedMessage]:
-    content = "".join(f"<x{declarations(8)}/>" for _ in range(20_000))
+    # 160,000 declarations, 8 on each of 20,000 elements, within every other bound.
+    content = ("<w>" + f"<x{declarations(8)}/>" * 5 + "</w>") * 4_000
     return [_ascot(), *_messages(update([ASCOT], f'<add sel="/event">{content}</add>'))]
 
 
@@ -168,9 +169,11 @@ def worst_namespaces_master() -> list[LoggedMessage]:
 
 
 def worst_namespaces_update() -> list[LoggedMessage]:
-    # Within every bound: an update for 200 masters, the most declarations on its root with
-    # URIs as long as fit, and 100 operations: every operation compiles under them.
-    ids = [f"WU-{i:03d}" for i in range(DEFAULT_LIMITS.max_ids)]
+    # Within every bound: an update with the most declarations on its root, URIs as long as
+    # fit, and 100 operations, each compiled under them; for as many masters as the split
+    # bound allows a payload of that size (15).
+    masters = DEFAULT_LIMITS.max_split_bytes // DEFAULT_LIMITS.max_message_bytes - 1
+    ids = [f"WU-{i:03d}" for i in range(masters)]
     count = DEFAULT_LIMITS.max_namespaces
     operations = "".join(PRICE.format(n) for n in range(2, 102))
     extra = declarations(count, _uri_chars(count, len(ids)))

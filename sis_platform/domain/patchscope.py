@@ -58,6 +58,7 @@ from lxml import etree
 
 from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
 from sis_platform.domain.schema import fragment_schema, validate_event
+from sis_platform.domain.xmlpatch import in_scope, in_scope_of
 from sis_platform.domain.xpath import (
     NCNAME,
     AttributeEquals,
@@ -131,11 +132,12 @@ def patch_scope(operations: etree._Element, limits: Limits = DEFAULT_LIMITS) -> 
     deep: list[Path] = []
     changed_attributes: set[str] = set()
     keys: set[str] = set()
+    inherited = in_scope_of(operations)  # read once: an operation adds its own to it
     for operation in operations:
         tag = operation.tag
         if not isinstance(tag, str):
             continue  # comments and processing instructions between operations
-        if None in operation.nsmap:
+        if "" in in_scope(operation, inherited):
             return None  # RFC 5261: unprefixed names in `sel` then mean that namespace
         if _content_uses_namespaces(operation):
             return None

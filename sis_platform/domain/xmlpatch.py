@@ -75,6 +75,8 @@ __all__ = [
     "Patch",
     "PatchError",
     "apply_patch",
+    "in_scope",
+    "in_scope_of",
     "parse_patch",
 ]
 
@@ -1080,16 +1082,34 @@ _TYPE_NAMESPACE_RE: Final = re.compile(rf"namespace::({NCNAME})\Z")
 _PREFIX_BEFORE_COLON: Final = re.compile(rf"({NCNAME}):")
 
 
-def _bindings(element: etree._Element) -> _Bindings:
-    """The in-scope namespaces of an operation element that its `sel` and `type` can name: the
-    default namespace and each prefix written before a colon in them (every QName's prefix is;
-    a few more words may be, which only adds an unused binding)."""
-    nsmap = element.nsmap
-    if not nsmap:
+def _bindings(element: etree._Element, namespaces: dict[str, str]) -> _Bindings:
+    """The namespaces in scope of an operation element (`namespaces`, "" for the default one)
+    that its `sel` and `type` can name: the default namespace and each prefix written before a
+    colon in them (every QName's prefix is; a few more words may be, which only adds an unused
+    binding)."""
+    if not namespaces:
         return ()
     named = _PREFIX_BEFORE_COLON.findall(f"{element.get('sel', '')} {element.get('type', '')}")
-    wanted = {None, *named}
-    return tuple(sorted((prefix or "", uri) for prefix, uri in nsmap.items() if prefix in wanted))
+    wanted = {"", *named}
+    return tuple(sorted((prefix, uri) for prefix, uri in namespaces.items() if prefix in wanted))
+
+
+def in_scope(element: etree._Element, inherited: dict[str, str]) -> dict[str, str]:
+    """The namespaces in scope of `element` ("" for the default one; an empty URI undeclares
+    it), given those of its parent: reading `nsmap` per operation would build the whole map,
+    every URI decoded, once per operation."""
+    own = _own_namespaces(element)
+    if not own:
+        return inherited
+    merged = {**inherited, **own}
+    if merged.get("") == "":
+        del merged[""]
+    return merged
+
+
+def in_scope_of(element: etree._Element) -> dict[str, str]:
+    """All the namespaces in scope of `element`, "" for the default one."""
+    return {prefix or "": uri for prefix, uri in element.nsmap.items()}
 
 
 # Compiled operations by what they are compiled from, for operation elements without child
@@ -1102,9 +1122,12 @@ _OPERATIONS: Final[OrderedDict[_OperationKey, _Operation]] = OrderedDict()
 _OPERATIONS_MAXSIZE: Final = 4096
 
 
-def _compiled_operation(element: etree._Element, limits: Limits) -> _Operation:
+def _compiled_operation(
+    element: etree._Element, limits: Limits, namespaces: dict[str, str]
+) -> _Operation:
+    bindings = _bindings(element, namespaces)
     if len(element):
-        return _compile_operation(element, limits)
+        return _compile_operation(element, limits, bindings)
     # Everything _compile_operation reads of a childless element: its name, its attributes,
     # its text and the namespaces in scope on it, and the only bounds a compile reads (two
     # ints hash faster than the whole Limits record). (Failures are not kept: they are rare and
@@ -1113,14 +1136,14 @@ def _compiled_operation(element: etree._Element, limits: Limits) -> _Operation:
         element.tag,
         tuple(element.attrib.items()),
         element.text,
-        _bindings(element),
+        bindings,
         (limits.max_selector_length, limits.max_selector_steps),
     )
     if _operation_key_chars(key) > CACHED_KEY_CHARS:
-        return _compile_operation(element, limits)
+        return _compile_operation(element, limits, bindings)
     operation = _OPERATIONS.get(key)
     if operation is None:
-        operation = _compile_operation(element, limits)
+        operation = _compile_operation(element, limits, bindings)
         _OPERATIONS[key] = operation
         if len(_OPERATIONS) > _OPERATIONS_MAXSIZE:
             _OPERATIONS.popitem(last=False)
@@ -1138,7 +1161,7 @@ def _operation_key_chars(key: _OperationKey) -> int:
     return _key_chars(tag, text, *(part for pair in pairs for part in pair))
 
 
-def _compile_operation(element: etree._Element, limits: Limits) -> _Operation:
+def _compile_operation(element: etree._Element, limits: Limits, bindings: _Bindings) -> _Operation:
     tag = element.tag
     # (A QName is only needed to take the namespace off; most patches have none.)
     name = etree.QName(element).localname if tag[0] == "{" else tag
@@ -1154,7 +1177,6 @@ def _compile_operation(element: etree._Element, limits: Limits) -> _Operation:
     sel = element.get("sel")
     if sel is None or not sel.strip(_XML_SPACE):
         raise PatchError(INVALID_ATTRIBUTE_VALUE, f"<{name}> needs a non-empty sel attribute")
-    bindings = _bindings(element)
     selector = _selector(sel, bindings, limits)
     items = _content(element)
     if name == "add":
@@ -1312,6 +1334,7 @@ class Patch:
         if operations_parent.text and operations_parent.text.strip(_XML_SPACE):
             raise PatchError(INVALID_DIFF_FORMAT, "text is not allowed between operations")
         operations: list[_Operation] = []
+        inherited = in_scope_of(operations_parent)
         for child in operations_parent:
             if child.tail and child.tail.strip(_XML_SPACE):
                 raise PatchError(INVALID_DIFF_FORMAT, "text is not allowed between operations")
@@ -1323,7 +1346,8 @@ class Patch:
                 continue  # comments and processing instructions
             index = len(operations) + 1
             try:
-                operations.append(_compiled_operation(child, limits))
+                namespaces = in_scope(child, inherited)
+                operations.append(_compiled_operation(child, limits, namespaces))
             except PatchError as error:
                 where = f"operation {index} <{etree.QName(child).localname}"
                 where += _sel_for_detail(child.get("sel"))

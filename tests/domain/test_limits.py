@@ -148,7 +148,7 @@ def test_the_master_events_are_held_to_the_same_bounds():
             "SIS_MAX_NAMESPACES",
         ),
         (
-            update("A", add(f"<x {declarations(8)}/>" * 20_000)),
+            update("A", add(("<w>" + f"<x {declarations(8)}/>" * 5 + "</w>") * 4_000)),
             "SIS_MAX_DOCUMENT_NAMESPACES",
         ),
     ],
