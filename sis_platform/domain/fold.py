@@ -24,9 +24,11 @@ messages"), and the decisions taken where the contract is silent:
   dead-lettered `invalid-result`. Either way the master is unchanged and marked stale: it has
   missed an update, so later updates would apply to the wrong base.
 - A result over a structural bound of `limits` (more than `max_elements` nodes, deeper than
-  `max_depth`, an element with more than `max_attributes` attributes or `max_children`
-  children) is dead-lettered `too-complex` the same way, before it is validated: each update
-  is bounded by its message's bounds, but many updates could grow a master without end.
+  `max_depth`, an element with more than `max_attributes` attributes, `max_namespaces`
+  namespace declarations or `max_children` children, more than `max_document_namespaces`
+  declarations in all) is dead-lettered `too-complex` the same way, before it is validated:
+  each update is bounded by its message's bounds, but many updates could grow a master
+  without end.
 - Each applied item advances the version by one (the first version is 1) and produces one
   `MasterVersion` with the full document.
 
