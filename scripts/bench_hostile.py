@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import signal
 import subprocess
 import sys
 import time
@@ -321,7 +322,9 @@ def main() -> None:
                 text=True,
                 check=False,
             )
-            if out.returncode != 0:
+            if out.returncode == -signal.SIGKILL:
+                line = f"| {name} | {path} | | | | | killed (SIGKILL: the guard's item budget) |"
+            elif out.returncode != 0:
                 line = f"| {name} | {path} | | | | | failed: {out.stderr.strip()[-200:]} |"
             else:
                 r = json.loads(out.stdout)

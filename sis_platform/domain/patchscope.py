@@ -87,7 +87,8 @@ class PatchScope:
 
 
 # Selectors repeat across messages (the same market and selection ids in every race), so their
-# forms are memoized: a pure function of the string and the bounds, bounded.
+# forms are memoized: a pure function of the string and the bounds, bounded (8,192 selectors of
+# at most max_selector_length characters: patch_scope passes no longer one).
 @functools.lru_cache(maxsize=8192)
 def _parse_selector(
     selector: str, limits: Limits
@@ -141,7 +142,10 @@ def patch_scope(operations: etree._Element, limits: Limits = DEFAULT_LIMITS) -> 
             return None  # RFC 5261: unprefixed names in `sel` then mean that namespace
         if _content_uses_namespaces(operation):
             return None
-        parsed = _parse_selector(operation.get("sel", ""), limits)
+        sel = operation.get("sel", "")
+        if len(sel) > limits.max_selector_length:
+            return None  # refused by the engine too; never a key of the cache below
+        parsed = _parse_selector(sel, limits)
         if parsed is None:
             return None
         path, attribute, read = parsed

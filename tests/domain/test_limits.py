@@ -413,3 +413,16 @@ def test_the_patch_cache_keeps_its_payload_bytes_under_its_budget_but_always_the
     assert len(cache) == 2
     cache.get(payloads[2])  # over the budget on its own: kept alone
     assert len(cache) == 1 and cache.bytes == len(payloads[2])
+
+
+def test_the_patch_scope_caches_no_selector_over_the_length_bound():
+    from sis_platform.domain.patchscope import _parse_selector, patch_scope
+
+    # The engine refuses such a selector first; the scope, asked on its own, caches nothing
+    # for it either (8,192 entries of 4 MiB selectors would be 32 GiB).
+    sel = "/event[@id='" + "x" * 100_000 + "']/@going"
+    operations = parse_message(update(ASCOT_1430, GO_SOFT)).root
+    operations[0].set("sel", sel)
+    before = _parse_selector.cache_info().currsize
+    assert patch_scope(operations) is None
+    assert _parse_selector.cache_info().currsize == before
