@@ -481,7 +481,10 @@ def _scoped_growth(
 
     Only these parts can have changed (patchscope), so the master stays within `max_depth`,
     `max_attributes` and `max_children` exactly when they do; its node count grew by at most
-    the regions' nodes now (whatever they held before is still counted: an upper bound).
+    the regions' nodes now (whatever they held before is still counted: an upper bound). A
+    scoped patch adds no namespace declaration: a shallow region only gets unprefixed
+    attributes, and content that declares or uses a namespace has no scope (the whole master
+    is counted, `max_document_namespaces` with it).
     """
     for path in scope.shallow:
         found = region_elements(patched, path, located)
