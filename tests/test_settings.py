@@ -605,3 +605,14 @@ def test_sis_live_s_stall_bound_must_outlast_a_standby_s_wait(tmp_path: Path) ->
         load_settings({**base, "SIS_LIVE_STALL_SECONDS": "60"})
     chosen = load_settings({"SIS_DATA_DIR": str(tmp_path), "SIS_LIVE_HEARTBEAT_FILE": "/run/sis/b"})
     assert chosen.live.heartbeat_file == Path("/run/sis/b")
+
+
+def test_the_namespace_bounds_are_read_and_reach_the_processing_resource(tmp_path: Path) -> None:
+    variables = {
+        "SIS_DATA_DIR": str(tmp_path),
+        "SIS_MAX_NAMESPACES": "3",
+        "SIS_MAX_DOCUMENT_NAMESPACES": "7",
+    }
+    s = load_settings(variables)
+    assert (s.limits.max_namespaces, s.limits.max_document_namespaces) == (3, 7)
+    assert config.resources(variables)["processing"].limits() == s.limits

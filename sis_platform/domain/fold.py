@@ -24,9 +24,11 @@ messages"), and the decisions taken where the contract is silent:
   dead-lettered `invalid-result`. Either way the master is unchanged and marked stale: it has
   missed an update, so later updates would apply to the wrong base.
 - A result over a structural bound of `limits` (more than `max_elements` nodes, deeper than
-  `max_depth`, an element with more than `max_attributes` attributes or `max_children`
-  children) is dead-lettered `too-complex` the same way, before it is validated: each update
-  is bounded by its message's bounds, but many updates could grow a master without end.
+  `max_depth`, an element with more than `max_attributes` attributes, `max_namespaces`
+  namespace declarations or `max_children` children, more than `max_document_namespaces`
+  declarations in all) is dead-lettered `too-complex` the same way, before it is validated:
+  each update is bounded by its message's bounds, but many updates could grow a master
+  without end.
 - Each applied item advances the version by one (the first version is 1) and produces one
   `MasterVersion` with the full document.
 
@@ -153,6 +155,12 @@ class CompiledUpdate:
     scope: PatchScope | None
 
 
+# The payload bytes a PatchCache keeps compiled: the feed's update payloads are a few KB at most
+# (27.6 KB the largest), so this holds thousands of them; what it keeps compiled (the parsed
+# operations and their content) is a small multiple of it.
+PATCH_CACHE_BYTES = 16 * 1024 * 1024
+
+
 class PatchCache:
     """Compiled updates by payload (bounded, least recently used out).
 
@@ -160,26 +168,48 @@ class PatchCache:
     bytes cache their hash, so a hit costs one dict lookup. A payload whose operations do not
     compile caches its PatchError, so each of its items fails the same way. Selectors are held
     to `limits` (a selector over them is the PatchError `too-complex`).
+
+    Bounded in entries (`maxsize`) and in payload bytes (`max_bytes`): a payload may be as large
+    as a message (4 MiB), so entries alone would let 4,096 of them keep 16 GiB. The newest entry
+    is always kept, even alone over the byte budget: the items of one message follow each other
+    and each must find its update compiled.
     """
 
-    def __init__(self, limits: Limits = DEFAULT_LIMITS, maxsize: int = 4096) -> None:
+    def __init__(
+        self,
+        limits: Limits = DEFAULT_LIMITS,
+        maxsize: int = 4096,
+        max_bytes: int = PATCH_CACHE_BYTES,
+    ) -> None:
         self.limits = limits
         self.maxsize = maxsize
+        self.max_bytes = max_bytes
+        self.bytes = 0  # the payload bytes of the entries kept
         self._entries: OrderedDict[bytes, CompiledUpdate | PatchError] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
     def get(self, payload: bytes) -> CompiledUpdate:
         """The compiled form of an update item's payload; raises PatchError."""
         entry = self._entries.get(payload)
         if entry is None:
             entry = self._compile(payload)
-            self._entries[payload] = entry
-            if len(self._entries) > self.maxsize:
-                self._entries.popitem(last=False)
+            self._keep(payload, entry)
         else:
             self._entries.move_to_end(payload)
         if isinstance(entry, PatchError):
             raise entry
         return entry
+
+    def _keep(self, payload: bytes, entry: CompiledUpdate | PatchError) -> None:
+        self._entries[payload] = entry
+        self.bytes += len(payload)
+        while len(self._entries) > 1 and (
+            len(self._entries) > self.maxsize or self.bytes > self.max_bytes
+        ):
+            oldest, _ = self._entries.popitem(last=False)
+            self.bytes -= len(oldest)
 
     def _compile(self, payload: bytes) -> CompiledUpdate | PatchError:
         operations = parse_xml(payload)
@@ -451,7 +481,10 @@ def _scoped_growth(
 
     Only these parts can have changed (patchscope), so the master stays within `max_depth`,
     `max_attributes` and `max_children` exactly when they do; its node count grew by at most
-    the regions' nodes now (whatever they held before is still counted: an upper bound).
+    the regions' nodes now (whatever they held before is still counted: an upper bound). A
+    scoped patch adds no namespace declaration: a shallow region only gets unprefixed
+    attributes, and content that declares or uses a namespace has no scope (the whole master
+    is counted, `max_document_namespaces` with it).
     """
     for path in scope.shallow:
         found = region_elements(patched, path, located)

@@ -43,14 +43,30 @@ def serialize(node: etree._Element | etree._ElementTree) -> bytes:
     return etree.tostring(node, encoding="utf-8")
 
 
-def standalone_event(event: etree._Element) -> bytes:
-    """An `event` (possibly inside an envelope) serialized as its own document."""
-    if event.nsmap:
+def standalone_event(event: etree._Element, *, inherits: bool | None = None) -> bytes:
+    """An `event` (possibly inside an envelope) serialized as its own document.
+
+    `inherits` says whether the envelope declares namespaces, when the caller knows (a master
+    message's events share one envelope): `event.nsmap` builds the whole in-scope map, every
+    URI decoded, so reading it once per message rather than once per event keeps the split
+    linear in the message (SIS_MAX_DOCUMENT_NAMESPACES bounds that map; its URIs can still
+    fill the body).
+    """
+    if inherits is None:
+        inherits = bool(event.nsmap)
+    if inherits or _declares_namespaces(event):
         # In-scope declarations from the envelope would otherwise be copied onto the event;
         # the event vocabulary is unqualified (schema), so every declaration is unused.
         event = copy.deepcopy(event)
         etree.cleanup_namespaces(event)
     return etree.tostring(event, encoding="utf-8", with_tail=False)
+
+
+def _declares_namespaces(element: etree._Element) -> bool:
+    # iterwalk reports an element's own declarations (start-ns) before its start event.
+    for event, _ in etree.iterwalk(element, events=("start-ns", "start")):
+        return event == "start-ns"
+    return False
 
 
 def operations_payload(root: etree._Element) -> bytes:
@@ -82,7 +98,10 @@ def split_message(
     """
     if message.category == "master":
         events = {event.get("id"): event for event in message.root.iterchildren("event")}
-        payloads = [standalone_event(events[master_id]) for master_id in message.ids]
+        inherits = bool(message.root.nsmap)
+        payloads = [
+            standalone_event(events[master_id], inherits=inherits) for master_id in message.ids
+        ]
         total = sum(len(payload) for payload in payloads)
         what = f"its {len(payloads)} master items would carry {total} bytes"
     else:

@@ -19,7 +19,10 @@ attributes) 0.36 s and 132 MiB, almost all of it the parsed tree; 50,000 element
 0.17 s and 8 MiB; a 50,000-element master 0.19 s and 33 MiB; 5,000 children or 64 levels
 deep, milliseconds: every default is affordable. Beyond the bounds, the same messages stop at
 the bound: 24,000 attributes on one element, which unbounded take RELAX NG 15 s and 4.4 GB,
-and 200,000 children, which take 42 s, are rejected in 15 and 44 ms.
+and 200,000 children, which take 42 s, are rejected in 15 and 44 ms. 150,000 namespace
+declarations on a message's root (4 MiB), which unbounded took 10 s to split into 200 events
+or 1.3 GB for three updates of 40 operations, are rejected after parsing (libxml2 builds the
+root's start tag whole), 0.3 to 1 s. scripts/bench_hostile.py measures every hostile class.
 """
 
 from __future__ import annotations
@@ -43,6 +46,14 @@ class Limits:
     # square of an element's attributes (6,000 on one element: 0.3 s and 275 MiB; 24,000:
     # 15 s and 4.4 GB), so this bound is what keeps validation linear.
     max_attributes: int = 100
+    # Namespace declarations (`xmlns`, `xmlns:p`) on one element, and in one message or one
+    # master document after a patch (SIS_MAX_NAMESPACES, SIS_MAX_DOCUMENT_NAMESPACES). lxml
+    # keeps them outside an element's attributes, so max_attributes does not see them, yet
+    # every `nsmap` and every in-scope namespace map the patch engine reads costs their number:
+    # unbounded, 150,000 of them fit in 4 MiB and cost seconds and hundreds of MiB per
+    # operation. The feed declares none; patches may bind a few prefixes for their selectors.
+    max_namespaces: int = 64
+    max_document_namespaces: int = 256
     # Children of one element, text aside (SIS_MAX_CHILDREN): RELAX NG time grows with their
     # square (20,000: 0.2 s; 200,000: 42 s).
     max_children: int = 5_000

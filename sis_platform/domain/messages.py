@@ -22,10 +22,14 @@ protects, and the body is parsed once and validated once:
 4. `too-complex`, counted while parsing and aborting at the first bound crossed, so no tree
    larger than the bounds is built and RELAX NG never sees a message beyond them: more than
    `max_elements` nodes (elements, comments and processing instructions), an element deeper
-   than `max_depth` (the root is 1), an element with more than `max_attributes` attributes or
-   more than `max_children` child nodes (text aside). A body with no more `<` than the smallest
-   of the node bounds and no more `=` than `max_attributes` cannot cross one (every node starts
-   with `<`, every attribute has its `=`), and is parsed without counting.
+   than `max_depth` (the root is 1), an element with more than `max_attributes` attributes,
+   more than `max_namespaces` namespace declarations or more than `max_children` child nodes
+   (text aside), more than `max_document_namespaces` declarations in the message. lxml keeps
+   declarations out of an element's attributes, so they are counted on their own (lxml's
+   "start-ns" events). A body with no more `<` than the smallest of the node bounds, no more
+   `=` than `max_attributes` and no more `xmlns` than the smaller namespace bound cannot cross
+   one (every node starts with `<`, every attribute has its `=`, every declaration its
+   `xmlns`), and is parsed without counting.
 5. `schema-invalid` when the root is not an unqualified `sportsdata` element.
 6. `invalid-envelope`: the root attributes (docs/feed.md table): unknown attribute,
    category not master/update, type missing on a master or present on an update, id list
@@ -148,8 +152,9 @@ _DECLARATION = re.compile(rb"<!(?i:doctype|entity)")
 # chunk's nodes are built beyond a bound before parsing stops.
 _FEED_CHUNK = 64 * 1024
 
-# lxml reports elements as start/end, and comments and processing instructions as one event.
-_EVENTS = ("start", "end", "comment", "pi")
+# lxml reports elements as start/end, comments and processing instructions as one event, and
+# each namespace declaration as a "start-ns" event before the start of its element.
+_EVENTS = ("start", "end", "start-ns", "comment", "pi")
 
 
 def limit_detail(what: str, bound: str, limits: Limits) -> str:
@@ -189,12 +194,14 @@ def _pull_parser() -> etree.XMLPullParser:
 
 def _too_small_to_cross_a_bound(body: bytes, limits: Limits) -> bool:
     # Every node starts with "<", so nodes, the children of one element and the depth are each
-    # at most their count; every attribute has its "=". Most updates are this small, and two
-    # byte counts are much cheaper than counting while parsing.
+    # at most their count; every attribute has its "=", every namespace declaration its
+    # "xmlns". Most updates are this small, and three byte counts are much cheaper than
+    # counting while parsing.
     markup = body.count(b"<")
     return (
         markup <= min(limits.max_elements, limits.max_children, limits.max_depth)
         and body.count(b"=") <= limits.max_attributes
+        and body.count(b"xmlns") <= min(limits.max_namespaces, limits.max_document_namespaces)
     )
 
 
@@ -215,7 +222,7 @@ def _parse_bounded(body: bytes, limits: Limits) -> etree._Element:
 def _count_while_parsing(
     parser: etree.XMLPullParser, body: bytes, limits: Limits
 ) -> etree._Element:
-    def events() -> Iterator[tuple[str, etree._Element]]:
+    def events() -> Iterator[tuple[str, object]]:
         for offset in range(0, max(len(body), 1), _FEED_CHUNK):
             parser.feed(body[offset : offset + _FEED_CHUNK])
             yield from parser.read_events()
@@ -225,26 +232,26 @@ def _count_while_parsing(
     return root
 
 
-def subtree_events(element: etree._Element) -> Iterator[tuple[str, etree._Element]]:
-    """The events `count_nodes` reads, for a subtree already built (an element and all below)."""
-    events: Iterator[tuple[str, etree._Element]] = etree.iterwalk(element, events=_EVENTS)
+def subtree_events(element: etree._Element) -> Iterator[tuple[str, object]]:
+    """The events `count_nodes` reads, for a subtree already built (an element and all below;
+    the declarations made on `element` itself count, those it inherits do not)."""
+    events: Iterator[tuple[str, object]] = etree.iterwalk(element, events=_EVENTS)
     return events
 
 
-def count_nodes(
-    events: Iterable[tuple[str, etree._Element]], limits: Limits, *, depth: int = 1
-) -> int:
+def count_nodes(events: Iterable[tuple[str, object]], limits: Limits, *, depth: int = 1) -> int:
     """The nodes (elements, comments, processing instructions) in a stream of lxml events
-    ("start", "end", "comment", "pi") over one document or subtree whose first node is at
-    `depth`; raises InvalidMessage(too-complex) at the first structural bound crossed: more
-    than `max_elements` nodes, a node deeper than `max_depth`, an element with more than
-    `max_attributes` attributes or `max_children` child nodes. The stream is consumed only up
-    to that point, so a parser feeding it stops there too."""
+    ("start", "end", "start-ns", "comment", "pi") over one document or subtree whose first node
+    is at `depth`; raises InvalidMessage(too-complex) at the first structural bound crossed:
+    more than `max_elements` nodes, a node deeper than `max_depth`, an element with more than
+    `max_attributes` attributes, `max_namespaces` namespace declarations or `max_children`
+    child nodes, more than `max_document_namespaces` declarations in all. The stream is
+    consumed only up to that point, so a parser feeding it stops there too."""
     max_elements = limits.max_elements
     max_depth = limits.max_depth
-    max_attributes = limits.max_attributes
     max_children = limits.max_children
     nodes = 0
+    declared = _Declarations(limits)
     # Children seen so far of each open element, outermost first, above a placeholder per
     # level above the first node (for a document: one, the document's own children, which no
     # bound applies to). The depth of a node is the length of this stack when it starts.
@@ -253,6 +260,10 @@ def count_nodes(
         if event == "end":
             children.pop()
             continue
+        if event == "start-ns":
+            declared.pending += 1
+            continue
+        assert isinstance(node, etree._Element)
         nodes += 1
         if nodes > max_elements:
             raise _too_complex(f"at least {nodes} elements", "max_elements", limits)
@@ -270,15 +281,52 @@ def count_nodes(
             raise _too_complex(
                 f"<{_name(node)}> at depth {level}{_line(node)}", "max_depth", limits
             )
-        attributes = len(node.attrib)
-        if attributes > max_attributes:
-            raise _too_complex(
-                f"<{_name(node)}> with {attributes} attributes{_line(node)}",
-                "max_attributes",
-                limits,
-            )
+        _check_element(node, declared, limits)
         children.append(0)
     return nodes
+
+
+class _Declarations:
+    """The namespace declarations of a stream of events: those of the element about to start
+    (lxml reports them just before it), and all so far."""
+
+    __slots__ = ("limits", "pending", "total")
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.pending = 0
+        self.total = 0
+
+    def take(self, node: etree._Element) -> None:
+        """Count the pending declarations as `node`'s; raises InvalidMessage(too-complex)."""
+        pending, self.pending = self.pending, 0
+        if not pending:
+            return
+        if pending > self.limits.max_namespaces:
+            raise _too_complex(
+                f"<{_name(node)}> with {pending} namespace declarations{_line(node)}",
+                "max_namespaces",
+                self.limits,
+            )
+        self.total += pending
+        if self.total > self.limits.max_document_namespaces:
+            raise _too_complex(
+                f"at least {self.total} namespace declarations",
+                "max_document_namespaces",
+                self.limits,
+            )
+
+
+def _check_element(node: etree._Element, declared: _Declarations, limits: Limits) -> None:
+    """An element's own bounds: its attributes, and the namespace declarations it makes."""
+    attributes = len(node.attrib)
+    if attributes > limits.max_attributes:
+        raise _too_complex(
+            f"<{_name(node)}> with {attributes} attributes{_line(node)}",
+            "max_attributes",
+            limits,
+        )
+    declared.take(node)
 
 
 def parse_message(body: bytes, *, limits: Limits = DEFAULT_LIMITS) -> ParsedMessage:

@@ -36,9 +36,13 @@ validating the whole document. Per operation (RFC 5261):
 - `add` without `pos` or with `pos="prepend"`: deep region at the selected element;
 - `add pos="before|after"`, `replace` or `remove` of an element: deep region at its parent.
 
-Anything else (text, comment or namespace nodes, other selector forms, a region at the root)
-is validated whole. A region that fails, or any doubt, is answered by validating the whole
-event, so an invalid result is reported with the same error text as without the shortcut.
+Anything else (text, comment or namespace nodes, other selector forms, a region at the root,
+content that declares or uses a namespace) is validated whole. The fold walks the same regions
+against the structural bounds (fold._scoped_growth); content with namespaces is left out of
+the shortcut because the bound on a master's namespace declarations in all
+(`max_document_namespaces`) needs the whole master counted. A region that fails, or any
+doubt, is answered by validating the whole event, so an invalid result is reported with the
+same error text as without the shortcut.
 tests/domain/test_patchscope.py compares both ways on every update of a simulated day.
 """
 
@@ -54,6 +58,7 @@ from lxml import etree
 
 from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
 from sis_platform.domain.schema import fragment_schema, validate_event
+from sis_platform.domain.xmlpatch import in_scope, in_scope_of
 from sis_platform.domain.xpath import (
     NCNAME,
     AttributeEquals,
@@ -82,7 +87,8 @@ class PatchScope:
 
 
 # Selectors repeat across messages (the same market and selection ids in every race), so their
-# forms are memoized: a pure function of the string and the bounds, bounded.
+# forms are memoized: a pure function of the string and the bounds, bounded (8,192 selectors of
+# at most max_selector_length characters: patch_scope passes no longer one).
 @functools.lru_cache(maxsize=8192)
 def _parse_selector(
     selector: str, limits: Limits
@@ -127,13 +133,19 @@ def patch_scope(operations: etree._Element, limits: Limits = DEFAULT_LIMITS) -> 
     deep: list[Path] = []
     changed_attributes: set[str] = set()
     keys: set[str] = set()
+    inherited = in_scope_of(operations)  # read once: an operation adds its own to it
     for operation in operations:
         tag = operation.tag
         if not isinstance(tag, str):
             continue  # comments and processing instructions between operations
-        if None in operation.nsmap:
+        if "" in in_scope(operation, inherited):
             return None  # RFC 5261: unprefixed names in `sel` then mean that namespace
-        parsed = _parse_selector(operation.get("sel", ""), limits)
+        if _content_uses_namespaces(operation):
+            return None
+        sel = operation.get("sel", "")
+        if len(sel) > limits.max_selector_length:
+            return None  # refused by the engine too; never a key of the cache below
+        parsed = _parse_selector(sel, limits)
         if parsed is None:
             return None
         path, attribute, read = parsed
@@ -184,6 +196,20 @@ def patch_scope(operations: etree._Element, limits: Limits = DEFAULT_LIMITS) -> 
         shallow=tuple(p for p in shallow_paths if not covered(p, strictly=False)),
         deep=tuple(p for p in dict.fromkeys(deep) if not covered(p, strictly=True)),
     )
+
+
+def _content_uses_namespaces(operation: etree._Element) -> bool:
+    """Whether an operation's content declares a namespace or names a node in one (which the
+    patch engine then declares where it inserts it)."""
+    for child in operation:
+        for event, node in etree.iterwalk(child, events=("start-ns", "start")):
+            if event == "start-ns":
+                return True
+            assert isinstance(node, etree._Element)
+            tag = node.tag
+            if isinstance(tag, str) and (tag[0] == "{" or any(k[0] == "{" for k in node.attrib)):
+                return True
+    return False
 
 
 @functools.lru_cache(maxsize=8192)

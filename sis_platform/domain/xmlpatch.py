@@ -75,6 +75,8 @@ __all__ = [
     "Patch",
     "PatchError",
     "apply_patch",
+    "in_scope",
+    "in_scope_of",
     "parse_patch",
 ]
 
@@ -253,20 +255,43 @@ def _qnames(path: LocationPath) -> list[QName]:
     return names
 
 
-@lru_cache(maxsize=4096)
-def _compile_selector(
-    sel: str, in_scope: tuple[tuple[str, str], ...], limits: Limits = DEFAULT_LIMITS
-) -> _Selector:
-    """Compile `sel` for an operation element whose in-scope namespaces are `in_scope`.
+# The namespaces an operation can name: (prefix, URI) pairs, "" for the default namespace.
+_Bindings: TypeAlias = "tuple[tuple[str, str], ...]"
 
-    Cached on (selector, namespaces, limits): an update applies to many masters and feeds
-    repeat selectors, while compiling is the expensive part of a selector. Only what the RFC
+# The most characters a key of either compile cache below may hold (a selector, an operation's
+# attribute values and text, the namespace URIs they use); a larger one is compiled every time
+# and not kept. Each cache holds 4,096 entries, so what one entry keeps stays small whatever
+# the messages: a key and its compiled form of a few KiB each, tens of MiB for a full cache.
+# The feed's operations are under 200 characters.
+CACHED_KEY_CHARS: Final = 4 * 1024
+
+
+def _key_chars(*parts: str | None) -> int:
+    return sum(len(part) for part in parts if part)
+
+
+def _selector(sel: str, bindings: _Bindings, limits: Limits) -> _Selector:
+    """`sel` compiled for `bindings`, from the cache when its key is small enough to keep."""
+    if _key_chars(sel, *(part for binding in bindings for part in binding)) > CACHED_KEY_CHARS:
+        return _compile_selector.__wrapped__(sel, bindings, limits)
+    return _compile_selector(sel, bindings, limits)
+
+
+@lru_cache(maxsize=4096)
+def _compile_selector(sel: str, bindings: _Bindings, limits: Limits = DEFAULT_LIMITS) -> _Selector:
+    """Compile `sel` for an operation element whose in-scope namespaces include `bindings`:
+    at least the default namespace and every prefix `sel` names (`_bindings`).
+
+    Cached on (selector, those bindings, limits): an update applies to many masters and feeds
+    repeat selectors, while compiling is the expensive part of a selector. The key holds only
+    the namespaces the selector can use, not the whole in-scope map, so declarations a message
+    makes and never uses neither multiply the entries nor grow them. Only what the RFC
     5261 subset accepts (sis_platform.domain.xpath) reaches libxml2, and it is rendered from
     the parsed path, not passed through: each step selects among the children of the previous
     step's nodes, so evaluation costs at most the step count times the document.
     """
     path = _parsed(sel, limits)
-    namespaces = {prefix: uri for prefix, uri in in_scope if prefix}
+    namespaces = {prefix: uri for prefix, uri in bindings if prefix}
     for name in _qnames(path):
         if name.prefix and name.prefix != "xml" and name.prefix not in namespaces:
             raise PatchError(
@@ -274,7 +299,7 @@ def _compile_selector(
                 f"sel uses prefix {name.prefix!r}, which the patch document does not declare "
                 "(RFC 5261 section 4.2.1)",
             )
-    default_uri = next((uri for prefix, uri in in_scope if not prefix), "")
+    default_uri = next((uri for prefix, uri in bindings if not prefix), "")
     default_prefix: str | None = None
     if default_uri:
         # RFC 5261 section 4.2.1: unprefixed element names use the patch's default namespace
@@ -1054,27 +1079,55 @@ _TYPE_ATTRIBUTE_RE: Final = re.compile(rf"@({NCNAME}(?::{NCNAME})?)\Z")
 _TYPE_NAMESPACE_RE: Final = re.compile(rf"namespace::({NCNAME})\Z")
 
 
-def _in_scope(element: etree._Element) -> tuple[tuple[str, str], ...]:
-    nsmap = element.nsmap
-    if not nsmap:
+_PREFIX_BEFORE_COLON: Final = re.compile(rf"({NCNAME}):")
+
+
+def _bindings(element: etree._Element, namespaces: dict[str, str]) -> _Bindings:
+    """The namespaces in scope of an operation element (`namespaces`, "" for the default one)
+    that its `sel` and `type` can name: the default namespace and each prefix written before a
+    colon in them (every QName's prefix is; a few more words may be, which only adds an unused
+    binding)."""
+    if not namespaces:
         return ()
-    return tuple(sorted((prefix or "", uri) for prefix, uri in nsmap.items()))
+    named = _PREFIX_BEFORE_COLON.findall(f"{element.get('sel', '')} {element.get('type', '')}")
+    wanted = {"", *named}
+    return tuple(sorted((prefix, uri) for prefix, uri in namespaces.items() if prefix in wanted))
+
+
+def in_scope(element: etree._Element, inherited: dict[str, str]) -> dict[str, str]:
+    """The namespaces in scope of `element` ("" for the default one; an empty URI undeclares
+    it), given those of its parent: reading `nsmap` per operation would build the whole map,
+    every URI decoded, once per operation."""
+    own = _own_namespaces(element)
+    if not own:
+        return inherited
+    merged = {**inherited, **own}
+    if merged.get("") == "":
+        del merged[""]
+    return merged
+
+
+def in_scope_of(element: etree._Element) -> dict[str, str]:
+    """All the namespaces in scope of `element`, "" for the default one."""
+    return {prefix or "": uri for prefix, uri in element.nsmap.items()}
 
 
 # Compiled operations by what they are compiled from, for operation elements without child
 # nodes (most of a feed: attribute and text values). Feeds repeat operations (the same price,
 # the same status) across messages, and a hit costs a lookup instead of a compile.
 _OperationKey: TypeAlias = (
-    "tuple[str, tuple[tuple[str, str], ...], str | None, tuple[tuple[str, str], ...], "
-    "tuple[int, int]]"
+    "tuple[str, tuple[tuple[str, str], ...], str | None, _Bindings, tuple[int, int]]"
 )
 _OPERATIONS: Final[OrderedDict[_OperationKey, _Operation]] = OrderedDict()
 _OPERATIONS_MAXSIZE: Final = 4096
 
 
-def _compiled_operation(element: etree._Element, limits: Limits) -> _Operation:
+def _compiled_operation(
+    element: etree._Element, limits: Limits, namespaces: dict[str, str]
+) -> _Operation:
+    bindings = _bindings(element, namespaces)
     if len(element):
-        return _compile_operation(element, limits)
+        return _compile_operation(element, limits, bindings)
     # Everything _compile_operation reads of a childless element: its name, its attributes,
     # its text and the namespaces in scope on it, and the only bounds a compile reads (two
     # ints hash faster than the whole Limits record). (Failures are not kept: they are rare and
@@ -1083,12 +1136,14 @@ def _compiled_operation(element: etree._Element, limits: Limits) -> _Operation:
         element.tag,
         tuple(element.attrib.items()),
         element.text,
-        _in_scope(element),
+        bindings,
         (limits.max_selector_length, limits.max_selector_steps),
     )
+    if _operation_key_chars(key) > CACHED_KEY_CHARS:
+        return _compile_operation(element, limits, bindings)
     operation = _OPERATIONS.get(key)
     if operation is None:
-        operation = _compile_operation(element, limits)
+        operation = _compile_operation(element, limits, bindings)
         _OPERATIONS[key] = operation
         if len(_OPERATIONS) > _OPERATIONS_MAXSIZE:
             _OPERATIONS.popitem(last=False)
@@ -1100,7 +1155,13 @@ def _compiled_operation(element: etree._Element, limits: Limits) -> _Operation:
     return operation
 
 
-def _compile_operation(element: etree._Element, limits: Limits) -> _Operation:
+def _operation_key_chars(key: _OperationKey) -> int:
+    tag, attributes, text, bindings, _ = key
+    pairs = (*attributes, *bindings)
+    return _key_chars(tag, text, *(part for pair in pairs for part in pair))
+
+
+def _compile_operation(element: etree._Element, limits: Limits, bindings: _Bindings) -> _Operation:
     tag = element.tag
     # (A QName is only needed to take the namespace off; most patches have none.)
     name = etree.QName(element).localname if tag[0] == "{" else tag
@@ -1116,11 +1177,10 @@ def _compile_operation(element: etree._Element, limits: Limits) -> _Operation:
     sel = element.get("sel")
     if sel is None or not sel.strip(_XML_SPACE):
         raise PatchError(INVALID_ATTRIBUTE_VALUE, f"<{name}> needs a non-empty sel attribute")
-    in_scope = _in_scope(element)
-    selector = _compile_selector(sel, in_scope, limits)
+    selector = _selector(sel, bindings, limits)
     items = _content(element)
     if name == "add":
-        return _compile_add(element, selector, items, dict(in_scope))
+        return _compile_add(element, selector, items, dict(bindings))
     if name == "replace":
         # The content is checked against the node the selector locates (RFC 5261 4.4), so a
         # selector that locates nothing is reported as such first.
@@ -1274,6 +1334,7 @@ class Patch:
         if operations_parent.text and operations_parent.text.strip(_XML_SPACE):
             raise PatchError(INVALID_DIFF_FORMAT, "text is not allowed between operations")
         operations: list[_Operation] = []
+        inherited = in_scope_of(operations_parent)
         for child in operations_parent:
             if child.tail and child.tail.strip(_XML_SPACE):
                 raise PatchError(INVALID_DIFF_FORMAT, "text is not allowed between operations")
@@ -1285,7 +1346,8 @@ class Patch:
                 continue  # comments and processing instructions
             index = len(operations) + 1
             try:
-                operations.append(_compiled_operation(child, limits))
+                namespaces = in_scope(child, inherited)
+                operations.append(_compiled_operation(child, limits, namespaces))
             except PatchError as error:
                 where = f"operation {index} <{etree.QName(child).localname}"
                 where += _sel_for_detail(child.get("sel"))

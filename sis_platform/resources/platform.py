@@ -118,6 +118,16 @@ class FeedProcessingResource(dg.ConfigurableResource):
     max_attributes: int = Field(
         default=DEFAULT_LIMITS.max_attributes, gt=0, description="Most attributes on an element."
     )
+    max_namespaces: int = Field(
+        default=DEFAULT_LIMITS.max_namespaces,
+        gt=0,
+        description="Most namespace declarations on an element.",
+    )
+    max_document_namespaces: int = Field(
+        default=DEFAULT_LIMITS.max_document_namespaces,
+        gt=0,
+        description="Most namespace declarations in a message or a patched master.",
+    )
     max_children: int = Field(
         default=DEFAULT_LIMITS.max_children, gt=0, description="Most children of an element."
     )
@@ -180,6 +190,8 @@ class FeedProcessingResource(dg.ConfigurableResource):
             max_elements=self.max_elements,
             max_depth=self.max_depth,
             max_attributes=self.max_attributes,
+            max_namespaces=self.max_namespaces,
+            max_document_namespaces=self.max_document_namespaces,
             max_children=self.max_children,
             max_ids=self.max_ids,
             max_split_bytes=self.max_split_bytes,

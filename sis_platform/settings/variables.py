@@ -121,6 +121,8 @@ LIMIT_VARIABLES = {
     "max_elements": "SIS_MAX_ELEMENTS",
     "max_depth": "SIS_MAX_DEPTH",
     "max_attributes": "SIS_MAX_ATTRIBUTES",
+    "max_namespaces": "SIS_MAX_NAMESPACES",
+    "max_document_namespaces": "SIS_MAX_DOCUMENT_NAMESPACES",
     "max_children": "SIS_MAX_CHILDREN",
     "max_ids": "SIS_MAX_IDS",
     "max_split_bytes": "SIS_MAX_SPLIT_BYTES",

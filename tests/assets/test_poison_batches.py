@@ -4,10 +4,16 @@ normal batch still folds and reaches the model.
 
 Many ids: two updates within the ids and split-size bounds whose items add up to more than one Arrow
 chunk (spark/arrow.py), one over the ids bound. Large numbers: prices that 32-bit columns and a
-double could not hold.
+double could not hold. Every other hostile class of docs/bounds.md beside them: a DOCTYPE naming a
+FIFO, RELAX NG blow-ups (attributes, children), a selector outside the grammar, a body over the
+size bound (moved aside at intake), and namespace-declaration floods (on a master's and on an
+update's root).
 """
 
 from __future__ import annotations
+
+import dataclasses
+import os
 
 import pytest
 
@@ -19,6 +25,7 @@ from sis_platform.lake.tables import (
     MODEL_FAILURES,
     SELECTIONS,
 )
+from sis_platform.landing.rows import MovedAside
 from sis_platform.spark.arrow import MAX_BATCH_BYTES
 from tests.assets.test_process_batch import _land
 from tests.domain.sportsdata_fixtures import ASCOT_1430, GO_SOFT, event, master, update
@@ -52,6 +59,41 @@ def _many_ids() -> list[str]:
     return [f"MANY-{i:03d}" for i in range(MANY)]
 
 
+XPATH_MASTER = "XPATH-1"
+
+
+def _hostile(h: Harness, fifo: str) -> dict[str, object]:
+    """A message of each other hostile class, by what it ends as (the xpath one's master first)."""
+    declarations = " " + " ".join(f'xmlns:n{i}="urn:n:{i}"' for i in range(150_000))
+    attributes = " ".join(f'a{i}=""' for i in range(24_000))
+    oversize = received(
+        update(ASCOT_1430, f'<replace sel="/event/@name">{"x" * 4_200_000}</replace>')
+    )
+    return {
+        "not-well-formed": received(
+            f'<!DOCTYPE x [<!ENTITY % e SYSTEM "{fifo}"> %e;]>'.encode()
+            + update(ASCOT_1430, GO_SOFT)
+        ),
+        "too-complex attributes": received(
+            update(ASCOT_1430, f'<add sel="/event"><x {attributes}/></add>')
+        ),
+        "too-complex children": received(
+            update(ASCOT_1430, '<add sel="/event"><x>' + "<y/>" * 200_000 + "</x></add>")
+        ),
+        "too-complex namespaces master": received(master(event("NS-1"), extra=declarations)),
+        "too-complex namespaces update": received(
+            update(ASCOT_1430, GO_SOFT * 40, extra=declarations)
+        ),
+        "too-large": MovedAside(
+            dataclasses.replace(oversize, body=b""), h.zone.move_aside(oversize.body)
+        ),
+        "master": received(master(event(XPATH_MASTER, markets=""))),
+        "invalid-attribute-value": received(
+            update(XPATH_MASTER, '<replace sel="//market/@status">x</replace>')
+        ),
+    }
+
+
 def test_a_poison_batch_completes_and_the_next_batch_still_reaches_the_model(tmp_path, spark):
     from pyspark.sql import functions as F
 
@@ -62,6 +104,9 @@ def test_a_poison_batch_completes_and_the_next_batch_still_reaches_the_model(tmp
         for c in "NM"
     ]
     over = received(update(" ".join(f"OVER-{i:05d}" for i in range(TOO_MANY)), GO_SOFT))
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # what a DOCTYPE's external entity would block on, were it ever opened
+    hostile = _hostile(h, str(fifo))
     poison, normal = _land(
         h,
         [
@@ -69,6 +114,7 @@ def test_a_poison_batch_completes_and_the_next_batch_still_reaches_the_model(tmp
             received(master(event(ASCOT_1430, markets=BIG_PRICES))),
             *within,
             over,
+            *hostile.values(),
         ],
         [
             received(update(f"{ids[0]} {ASCOT_1430}", GO_SOFT)),
@@ -91,6 +137,17 @@ def test_a_poison_batch_completes_and_the_next_batch_still_reaches_the_model(tmp
     assert letter["reason"] == "too-complex" and letter["master_id"] is None
     assert f"{TOO_MANY} ids, over the limit of {MANY} (SIS_MAX_IDS)" in letter["detail"]
 
+    # Every other hostile class ends as its dead letter, each with its reason.
+    message_ids = {_message_id(m): end.split()[0] for end, m in hostile.items() if end != "master"}
+    letters = lake.read(DEAD_LETTERS).where(F.col("message_id").isin(list(message_ids)))
+    assert {r["message_id"]: r["reason"] for r in letters.collect()} == message_ids
+    namespaces = [
+        r["detail"]
+        for r in letters.collect()
+        if r["message_id"] in {_message_id(hostile[k]) for k in hostile if "namespaces" in k}
+    ]
+    assert len(namespaces) == 2 and all("(SIS_MAX_NAMESPACES)" in d for d in namespaces)
+
     # Large numbers: beyond 32 bits and up to the 64-bit bound, held exactly.
     prices = {
         r["selection_id"]: (r["number"], r["price_num"], r["price_den"], str(r["price_decimal"]))
@@ -104,7 +161,7 @@ def test_a_poison_batch_completes_and_the_next_batch_still_reaches_the_model(tmp
     assert lake.read(MODEL_FAILURES).count() == 0
     model = first.asset_materializations_for_node("interpreted_model")
     assert {m.metadata["masters_failed"].value for m in model} == {0}
-    assert {m.metadata["masters_refreshed"].value for m in model} == {MANY + 1}
+    assert {m.metadata["masters_refreshed"].value for m in model} == {MANY + 2}
 
     # The next batch folds and reaches the model.
     h.run(normal)
@@ -117,3 +174,9 @@ def test_a_poison_batch_completes_and_the_next_batch_still_reaches_the_model(tmp
         .collect()
     )
     assert (one["price_num"], str(one["price_decimal"])) == (4, "5.000000")
+
+
+def _message_id(message: object) -> str:
+    if isinstance(message, MovedAside):
+        return message.message.message_id
+    return message.message_id  # type: ignore[attr-defined]

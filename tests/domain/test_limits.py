@@ -13,10 +13,12 @@ from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
 from sis_platform.domain.messages import InvalidMessage, parse_message
 from sis_platform.domain.pipeline import DeadLetter, LoggedMessage, classify_message
 from sis_platform.domain.reasons import Outcome, Reason
+from sis_platform.domain.xmlpatch import Patch
 from tests.domain.sportsdata_fixtures import (
     ASCOT_1430,
     GO_SOFT,
     PRICE_7_TO_9,
+    WIN_MARKET,
     event,
     master,
     update,
@@ -35,6 +37,11 @@ def add(content: str, sel: str = "/event") -> str:
 
 def attributes(n: int) -> str:
     return " ".join(f'a{i}=""' for i in range(n))
+
+
+def declarations(n: int, first: int = 0) -> str:
+    """`n` namespace declarations, none of them used: lxml does not count them as attributes."""
+    return " ".join(f'xmlns:n{i}="urn:n:{i}"' for i in range(first, first + n))
 
 
 # --- parsing: structural bounds, before RELAX NG -----------------------------------------------
@@ -65,6 +72,25 @@ BOUNDS = {
         update("A", add(f"<x {attributes(5)}/>")),
         update("A", add(f"<x {attributes(6)}/>")),
         "<x> with 6 attributes (line 1), over the limit of 5 (SIS_MAX_ATTRIBUTES)",
+    ),
+    "max_namespaces": (
+        Limits(max_namespaces=5),
+        update("A", add(f"<x {declarations(5)}/>")),
+        update("A", add(f"<x {declarations(6)}/>")),
+        "<x> with 6 namespace declarations (line 1), over the limit of 5 (SIS_MAX_NAMESPACES)",
+    ),
+    "max_namespaces-on-the-root": (
+        Limits(max_namespaces=5),
+        update("A", GO_SOFT, extra=" " + declarations(5)),
+        update("A", GO_SOFT, extra=" " + declarations(6)),
+        "<sportsdata> with 6 namespace declarations (line 1), over the limit of 5 "
+        "(SIS_MAX_NAMESPACES)",
+    ),
+    "max_document_namespaces": (
+        Limits(max_document_namespaces=6),
+        update("A", add(f"<x {declarations(3)}/><x {declarations(3, 3)}/>")),
+        update("A", add(f"<x {declarations(3)}/><x {declarations(3, 3)}/><x xmlns:z='urn:z'/>")),
+        "at least 7 namespace declarations, over the limit of 6 (SIS_MAX_DOCUMENT_NAMESPACES)",
     ),
     "max_children": (
         Limits(max_children=5),
@@ -113,8 +139,30 @@ def test_the_master_events_are_held_to_the_same_bounds():
         (update("A", add("<x>" * 100 + "</x>" * 100)), "SIS_MAX_DEPTH"),
         (update(" ".join(f"ID{i}" for i in range(20_000)), GO_SOFT), "SIS_MAX_IDS"),
         (update("A", GO_SOFT * 1_001), "SIS_MAX_PATCH_OPERATIONS"),
+        # lxml leaves namespace declarations out of `attrib`: 150,000 of them on the root fit in
+        # 4 MiB and passed every bound: three such updates of 40 operations each took the
+        # reference pipeline 10.8 s and 1,356 MiB, all applied.
+        (update("A", GO_SOFT * 40, extra=" " + declarations(150_000)), "SIS_MAX_NAMESPACES"),
+        (
+            master(event(), extra=" " + declarations(150_000)),
+            "SIS_MAX_NAMESPACES",
+        ),
+        (
+            update("A", add(("<w>" + f"<x {declarations(8)}/>" * 5 + "</w>") * 4_000)),
+            "SIS_MAX_DOCUMENT_NAMESPACES",
+        ),
     ],
-    ids=["attributes", "children", "elements", "depth", "ids", "operations"],
+    ids=[
+        "attributes",
+        "children",
+        "elements",
+        "depth",
+        "ids",
+        "operations",
+        "namespaces-on-the-root-of-an-update",
+        "namespaces-on-the-root-of-a-master",
+        "namespaces-spread-over-elements",
+    ],
 )
 def test_the_defect_sized_messages_are_too_complex_under_the_default_limits(body, bound):
     dead_letter = classify_message(LoggedMessage("ID:1", body))
@@ -287,3 +335,94 @@ def test_a_master_is_recounted_rather_than_rejected_when_its_size_bound_runs_ove
     items = [first, add_selections(100, 4), add_selections(200, 4), add_selections(300, 4)]
     folded = fold_master(ASCOT_1430, None, items, limits=limits)
     assert [r.outcome for r in folded.results] == [Outcome.APPLIED] * 4
+
+
+PLACE_MARKET = '<market id="PLACE" type="place" status="open"></market>'
+
+
+def add_declaring(market_id: str, selection_id: int, declared: str) -> Item:
+    """An update adding a selection that makes namespace declarations to one market."""
+    content = SELECTION.format(selection_id).replace("<selection ", f"<selection {declared} ", 1)
+    body = update(ASCOT_1430, add(content, f"/event/market[@id='{market_id}']"))
+    (item,) = split_message(f"ID:{selection_id}", parse_message(body))
+    return item
+
+
+def test_updates_that_grow_a_masters_namespace_declarations_past_the_bound_are_too_complex():
+    # Each update's declarations are within the bounds; together they are not. Each update is
+    # of the provider's form (an add into one market), whose region alone is walked otherwise.
+    limits = Limits(max_document_namespaces=4)
+    items = [
+        new_master(markets=WIN_MARKET + PLACE_MARKET),
+        add_declaring("WIN", 100, declarations(3)),
+        add_declaring("PLACE", 200, declarations(3, 3)),
+    ]
+    folded = fold_master(ASCOT_1430, None, items, limits=limits)
+    assert [r.outcome for r in folded.results] == [Outcome.APPLIED] * 2 + [Outcome.DEAD_LETTERED]
+    assert folded.results[-1].reason is Reason.TOO_COMPLEX
+    assert folded.results[-1].detail == (
+        "the patched master has at least 6 namespace declarations, over the limit of 4 "
+        "(SIS_MAX_DOCUMENT_NAMESPACES)"
+    )
+    assert folded.state.stale
+
+
+# --- caches: what one hostile message can leave behind -----------------------------------------
+
+
+def test_the_compile_caches_are_keyed_on_the_namespaces_an_operation_uses_only():
+    from sis_platform.domain import xmlpatch
+
+    # An operation with content (compiled each time, its selector from the cache) and one
+    # without (compiled once, from the operation cache).
+    operations = (add(SELECTION.format(9), "/event/market[@id='WIN']"), GO_SOFT)
+
+    def compile_under(first: int) -> None:
+        # The same operations under 50 unused declarations that differ from message to message.
+        body = update(ASCOT_1430, *operations, extra=" " + declarations(50, first))
+        Patch.from_element(parse_message(body).root)
+
+    compile_under(10_000)
+    selectors, kept = xmlpatch._compile_selector.cache_info(), len(xmlpatch._OPERATIONS)
+    compile_under(20_000)
+    after = xmlpatch._compile_selector.cache_info()
+    assert (after.hits - selectors.hits, after.currsize - selectors.currsize) == (1, 0)
+    assert len(xmlpatch._OPERATIONS) == kept
+
+
+def test_a_compiled_operation_is_not_cached_under_a_key_larger_than_the_cache_allows():
+    from sis_platform.domain import xmlpatch
+
+    # 4,096 such operations would keep 4 GiB of text in the cache.
+    value = "x" * 1_000_000
+    body = update(ASCOT_1430, f'<replace sel="/event/@name">{value}</replace>')
+    Patch.from_element(parse_message(body).root)
+    assert all(len(key[2] or "") < len(value) for key in xmlpatch._OPERATIONS)
+
+
+def test_the_patch_cache_keeps_its_payload_bytes_under_its_budget_but_always_the_newest():
+    from sis_platform.domain.fold import PatchCache
+
+    payloads = [
+        split_message(f"ID:{c}", parse_message(update(ASCOT_1430, GO_SOFT * n)))[0].payload
+        for c, n in (("a", 3), ("b", 4), ("c", 60))
+    ]
+    cache = PatchCache(max_bytes=len(payloads[0]) + len(payloads[1]))
+    for payload in payloads[:2]:
+        cache.get(payload)
+    assert len(cache) == 2
+    cache.get(payloads[2])  # over the budget on its own: kept alone
+    assert len(cache) == 1 and cache.bytes == len(payloads[2])
+
+
+def test_the_patch_scope_caches_no_selector_over_the_length_bound():
+    from sis_platform.domain.patchscope import _parse_selector, patch_scope
+
+    # The engine refuses such a selector first; the scope, asked on its own, caches nothing
+    # for it either (8,192 entries of 4 MiB selectors would be 32 GiB).
+    sel = "/event[@id='" + "x" * 100_000 + "']/@going"
+    operations = parse_message(update(ASCOT_1430, GO_SOFT)).root
+    operations[0].set("sel", sel)
+    before = _parse_selector.cache_info().currsize
+    assert patch_scope(operations) is None
+    assert _parse_selector.cache_info().currsize == before

@@ -46,7 +46,16 @@ from sis_platform.guard import TIMEOUT, InFlightFolder, InFlightRecord
 from sis_platform.landing import START_POSITION
 from sis_platform.live.budget import CLASSIFY, FACTS_FILE, FOLD, Failures
 from sis_platform.serving import ServingStore, open_store
-from tests.domain.sportsdata_fixtures import ASCOT_1430, ASCOT_1500, GO_SOFT, event, master, update
+from tests.domain.sportsdata_fixtures import (
+    ASCOT_1430,
+    ASCOT_1500,
+    GO_SOFT,
+    ROMFORD_1912,
+    WIN_MARKET,
+    event,
+    master,
+    update,
+)
 from tests.live.processes import SIGKILLED, finish, start_live
 from tests.live.running import BOUND_SECONDS, CONFIG, Place
 from tests.live.store_view import assert_store_matches_reference
@@ -122,9 +131,9 @@ class ReferenceWithFailures(ReferencePipeline):
         return fold_skipping(master_id, state, items, self.expected.timed_out, part)
 
 
-def _put(place: Place) -> None:
+def _put(place: Place, feed: list[tuple[str, bytes]] = FEED) -> None:
     with place.queue.producer() as producer:
-        for message_id, body in FEED:
+        for message_id, body in feed:
             producer.put(body, message_id=message_id)
 
 
@@ -143,22 +152,24 @@ def _killed_run(place: Place, log: Path, variables: dict[str, str]) -> None:
     assert code == SIGKILLED, log.read_text(errors="replace")[-4000:]
 
 
-def _drained(place: Place, store: ServingStore) -> bool:
+def _drained(place: Place, store: ServingStore, feed: list[tuple[str, bytes]] = FEED) -> bool:
     """The whole feed is landed, off the queue and applied to the store."""
     logged = place.zone.landed_after(START_POSITION, CONFIG.message_limits)
-    if {m.message.message_id for m in logged} != {message_id for message_id, _ in FEED}:
+    if {m.message.message_id for m in logged} != {message_id for message_id, _ in feed}:
         return False
     return place.queue.depth() == 0 and store.position() == place.zone.last_position()
 
 
-def _run_until_drained(place: Place, log: Path, variables: dict[str, str]) -> None:
+def _run_until_drained(
+    place: Place, log: Path, variables: dict[str, str], feed: list[tuple[str, bytes]] = FEED
+) -> None:
     """One sis-live run until the whole feed is landed and applied, then stopped (exit 0)."""
     proc = start_live(place.root, log, **variables)
     store = open_store(place.url)  # its schema is created by whichever opens it first
     try:
         deadline = time.monotonic() + BOUND_SECONDS
         seq = 0
-        while not _drained(place, store):
+        while not _drained(place, store, feed):
             assert proc.poll() is None, log.read_text(errors="replace")[-4000:]
             assert time.monotonic() < deadline, log.read_text(errors="replace")[-4000:]
             # Woken by sis-live's commit; the timeout covers a group that adds no change row.
@@ -325,3 +336,66 @@ def test_a_classification_that_raises_dead_letters_the_message_quarantined_at_on
     assert detail.startswith("classification raised ZeroDivisionError: ")
     assert not (place.root / "live" / "inflight" / FACTS_FILE).exists()  # no death, no fact
     _assert_store_is_reference(place, Expected(held={POISON: (Reason.QUARANTINED, detail)}))
+
+
+def _hostile_feed(fifo: Path) -> list[tuple[str, bytes]]:
+    """A message of each hostile class (docs/bounds.md), between a master and a valid master
+    and update of another event after them; with what each ends as."""
+    declarations = " " + " ".join(f'xmlns:n{i}="urn:n:{i}"' for i in range(150_000))
+    attributes = " ".join(f'a{i}=""' for i in range(24_000))
+    price = "<replace sel=\"/event/market[@id='WIN']/selection[@id='7']/price/@num\">{}</replace>"
+    return [
+        ("m-1430", master(event(ASCOT_1430))),
+        ("fifo", f'<!DOCTYPE x [<!ENTITY % e SYSTEM "{fifo}"> %e;]>'.encode() + GO_SOFT_1430),
+        ("attributes", update(ASCOT_1430, f'<add sel="/event"><x {attributes}/></add>')),
+        ("children", update(ASCOT_1430, '<add sel="/event"><x>' + "<y/>" * 200_000 + "</x></add>")),
+        ("ids", update(" ".join(f"ID{i}" for i in range(20_000)), GO_SOFT)),
+        (
+            "oversize",
+            update(ASCOT_1430, f'<replace sel="/event/@name">{"x" * 4_200_000}</replace>'),
+        ),
+        ("ns-master", master(event(ROMFORD_1912), extra=declarations)),
+        ("ns-update", update(ASCOT_1430, GO_SOFT * 40, extra=declarations)),
+        (
+            "big-master",
+            master(event("BIG-1", markets=WIN_MARKET.replace('num="7"', f'num="{2**63}"'))),
+        ),
+        ("price", update(ASCOT_1430, price.format(2**63))),
+        ("xpath", update(ASCOT_1430, '<replace sel="//market/@status">x</replace>')),
+        ("m-1500", master(event(ASCOT_1500))),
+        ("u-1500", update(ASCOT_1500, GO_SOFT)),
+    ]
+
+
+GO_SOFT_1430 = update(ASCOT_1430, GO_SOFT)
+
+
+@pytest.mark.timeout(600)
+def test_every_hostile_class_ends_dead_lettered_and_a_later_master_is_applied(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # what a DOCTYPE's external entity would block on, were it ever opened
+    feed = _hostile_feed(fifo)
+    place = Place(tmp_path / "data")
+    _put(place, feed)
+    _run_until_drained(place, tmp_path / "sis-live.log", {}, feed)
+
+    ends = {message_id: reason for message_id, _, reason, _ in _dead_letters(place)}
+    assert ends == {
+        "fifo": "not-well-formed",
+        "attributes": "too-complex",
+        "children": "too-complex",
+        "ids": "too-complex",
+        "oversize": "too-large",
+        "ns-master": "too-complex",
+        "ns-update": "too-complex",
+        "big-master": "schema-invalid",
+        "price": "invalid-result",
+        "xpath": "master-stale",
+    }
+    details = {message_id: detail for message_id, _, _, detail in _dead_letters(place)}
+    assert "(SIS_MAX_NAMESPACES)" in details["ns-master"]
+    assert "(SIS_MAX_NAMESPACES)" in details["ns-update"]
+    # The event after the hostile messages is applied, master and update; 1430's bad price
+    # left it stale, as a failed patch does.
+    assert _masters(place) == {ASCOT_1430: (1, True), ASCOT_1500: (2, False)}
+    _assert_store_is_reference(place, Expected())
