@@ -5,9 +5,12 @@ down meanwhile, landing goes on and the store catches up when it is back."""
 from __future__ import annotations
 
 import dataclasses
+import logging
+import shutil
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +32,7 @@ from tests.live.running import (
     drained,
     running,
 )
+from tests.tmpfs import fill, mounted_tmpfs
 
 pytestmark = pytest.mark.cost(25)
 
@@ -420,3 +424,105 @@ def test_a_store_put_back_to_an_earlier_copy_refolds_the_same_change_log(tmp_pat
         assert service.applier.messages == len(feed) - 120  # refolded from the copy's position
     assert _log_rows(place) == first
     assert_live_equals_reference(place, feed)
+
+
+def test_a_landing_rolled_back_under_the_store_halts_intake_loudly_until_put_right(tmp_path):
+    """The landing zone is put back to an earlier copy (a volume snapshot restored) while the
+    store keeps its state: new messages would land at positions the store has passed and be
+    skipped for good. sis-live gets nothing, records the halt in the store and logs an ERROR;
+    once the landing is put right, the halt is cleared and every message is applied."""
+    place = Place(tmp_path)
+    feed = _feed(29, 150)
+    place.put(feed[:50])
+    with running(place) as service:
+        assert service.wait_until(drained, BOUND_SECONDS)
+    snapshot = tmp_path / "landing-snapshot"
+    shutil.copytree(place.zone.root, snapshot)
+    place.put(feed[50:100])
+    with running(place) as service:
+        assert service.wait_until(drained, BOUND_SECONDS)
+    latest = tmp_path / "landing-latest"
+    shutil.copytree(place.zone.root, latest)
+    _put_back(place.zone.root, snapshot)
+    place.put(feed[100:])
+
+    halted = _error_logged("beyond the landing zone")
+    with running(place, dataclasses.replace(CONFIG, retry_first_seconds=0.05)) as service:
+        assert halted.seen.wait(BOUND_SECONDS)
+    logging.getLogger().removeHandler(halted)
+    assert place.queue.depth() == 50  # nothing was got while the store was beyond the landing
+    store = open_store(place.url)
+    try:
+        status = store.status()
+    finally:
+        store.close()
+    assert status.halt is not None and status.halt.reason == "store-beyond-landing"
+
+    _put_back(place.zone.root, latest)
+    with running(place) as service:
+        assert service.wait_until(drained, BOUND_SECONDS)
+    store = open_store(place.url)
+    try:
+        assert store.status().halt is None
+    finally:
+        store.close()
+    assert_live_equals_reference(place, feed)
+
+
+def _put_back(root: Path, copy: Path) -> None:
+    shutil.rmtree(root)
+    shutil.copytree(copy, root)
+
+
+class _ErrorSeen(logging.Handler):
+    """`seen` is set once an ERROR containing `text` is logged (from any thread)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(logging.ERROR)
+        self.text = text
+        self.seen = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.text in record.getMessage():
+            self.seen.set()
+
+
+def _error_logged(text: str) -> _ErrorSeen:
+    seen = _ErrorSeen(text)
+    logging.getLogger().addHandler(seen)
+    return seen
+
+
+def test_a_full_landing_disk_pauses_intake_without_counting_a_delivery(tmp_path):
+    """The landing zone's file system is full: nothing is got (so no message is backed out and
+    none comes closer to the backout queue), the pause is logged as an ERROR, no partial file
+    is left, and every message lands once space returns, delivered once."""
+    place = Place(tmp_path)
+    feed = _feed(30, 60)
+    limits = dataclasses.replace(CONFIG.message_limits, max_message_bytes=64 * 1024)
+    config = dataclasses.replace(
+        CONFIG,
+        batch_max_bytes=256 * 1024,
+        message_limits=limits,
+        retry_first_seconds=0.05,
+        retry_last_seconds=0.2,
+    )
+    lease = ConsumerLease(tmp_path / "lease", "test@localhost:1", 60.0)  # off the full disk
+    with mounted_tmpfs(place.zone.root, 4 * 1024 * 1024):
+        place.zone.ensure()
+        ballast = fill(place.zone.root)
+        place.put(feed)
+        paused = _error_logged("landing zone")
+        try:
+            with running(place, config, lease=lease) as service:
+                assert paused.seen.wait(BOUND_SECONDS)
+                ballast.unlink()
+                assert service.wait_until(
+                    lambda s: drained(s) and s.landed_messages >= len(feed), BOUND_SECONDS
+                )
+        finally:
+            logging.getLogger().removeHandler(paused)
+        assert list(place.zone.tmp_dir.iterdir()) == []  # no partial file left
+        logged = [m.message for m in place.zone.landed_after(START_POSITION, limits)]
+        assert [m.delivery_count for m in logged] == [1] * len(feed)
+        assert_live_equals_reference(place, feed)
