@@ -126,7 +126,7 @@ class LandingZone:
         if free < needed:
             raise LandingFull(
                 errno.ENOSPC,
-                f"{free} bytes free in {self.root}, a group may need up to {needed}",
+                f"{free} bytes free in {self.root}; what is about to be got may need {needed}",
             )
 
     # -- where a batch is -------------------------------------------------------------------

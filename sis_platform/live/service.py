@@ -45,7 +45,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from sis_platform.consumer import move_aside
 from sis_platform.domain.pipeline import LoggedMessage
@@ -113,6 +113,7 @@ class LiveService:
         self._renew_at = 0.0  # monotonic: when to renew the lease next
         self._expires_at = 0.0  # monotonic: when the lease held runs out unless renewed
         self._landed_to = LogPosition(0, -1)
+        self._opened: _Opened | None = None  # when the open batch was opened (monotonic)
         self._progress = _Progress(clock(), config.progress_seconds)
         self._stepped = threading.Condition()  # notified after every step (see `wait_until`)
         self.landed_messages = 0  # messages this process has landed
@@ -273,6 +274,7 @@ class LiveService:
                 return
             group = self._gather(session, writer, first)
             crash_point("live.after_get")
+            opened = self._clock()  # the batch's opening, if this group opens one
             landed = writer.land(group)
         except SourceUnavailable as error:
             self._source_down(error)
@@ -285,6 +287,8 @@ class LiveService:
         except BaseException:
             self._backout(session)
             raise
+        if landed.part == 0:
+            self._opened = _Opened(landed.batch_key, opened)
         crash_point("live.after_land")
         before, self._landed_to = self._landed_to, landed.last_position
         self.landed_messages += len(group)
@@ -390,12 +394,20 @@ class LiveService:
             )
 
     def _seal_deadline(self, writer: GroupWriter) -> float | None:
-        """The monotonic time at which the open batch is max_seconds old (None: none open)."""
+        """The monotonic time at which the open batch is max_seconds old (None: none open).
+        Its age is counted on the monotonic clock from when this process opened it (or first
+        saw it open): a wall clock stepped back would hold the batch open, and the lake's
+        intake with it, for as long as the step."""
         open_batch = writer.open_batch
         if open_batch is None:
             return None
-        age = (datetime.now(UTC) - open_batch.opened_at).total_seconds()
-        return self._clock() + self.config.batch_max_seconds - age
+        if self._opened is None or self._opened.key != open_batch.key:
+            # Not opened by this process's last land: its age from the wall clock, once,
+            # bounded (a batch is open at least from now on, and at most max_seconds already).
+            age = (datetime.now(UTC) - open_batch.opened_at).total_seconds()
+            age = min(max(age, 0.0), self.config.batch_max_seconds)
+            self._opened = _Opened(open_batch.key, self._clock() - age)
+        return self._opened.at + self.config.batch_max_seconds
 
     def _wait_seconds(self, writer: GroupWriter) -> float:
         """How long the first get of a group may wait: until the next thing is due."""
@@ -509,6 +521,13 @@ def _landed_messages(landed: LandedGroup, group: list[Received]) -> list[LandedM
             logged = LoggedMessage(received.message_id, received.body, received.delivery_count)
         out.append(LandedMessage(position, logged, received.put_time))
     return out
+
+
+class _Opened(NamedTuple):
+    """The open batch's key and the monotonic time it was opened."""
+
+    key: str
+    at: float
 
 
 class _Progress:

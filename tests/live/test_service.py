@@ -526,3 +526,28 @@ def test_a_full_landing_disk_pauses_intake_without_counting_a_delivery(tmp_path)
         logged = [m.message for m in place.zone.landed_after(START_POSITION, limits)]
         assert [m.delivery_count for m in logged] == [1] * len(feed)
         assert_live_equals_reference(place, feed)
+
+
+class _SteppedBack(datetime):
+    """The wall clock as sis-live's service reads it, stepped back an hour (NTP, a VM resumed)
+    since the open batch was opened."""
+
+    @classmethod
+    def now(cls, tz: Any = None) -> Any:
+        return datetime.now(tz) - timedelta(hours=1)
+
+
+def test_an_idle_open_batch_is_sealed_by_its_age_when_the_wall_clock_steps_back(
+    tmp_path, monkeypatch
+):
+    import sis_platform.live.service as service_module
+
+    monkeypatch.setattr(service_module, "datetime", _SteppedBack)
+    place = Place(tmp_path)
+    feed = _feed(31, 10)
+    place.put(feed)
+    config = LiveConfig(group_max_messages=20, batch_max_seconds=0.5, idle_wait_seconds=0.2)
+    with running(place, config) as service:
+        assert service.wait_until(lambda s: drained(s) and s.zone.keys() != [], BOUND_SECONDS)
+    assert len(place.zone.keys()) == 1
+    assert_live_equals_reference(place, feed)
