@@ -236,11 +236,13 @@ class Applier:
             "another landing zone): nothing is got from the queue or applied until the "
             "landing reaches the store's position again or the store is rebuilt from it"
         )
-        store.halt(STORE_BEYOND_LANDING, detail)
-        self._retry.failed(self._clock())
+        # Halted before the store is told: if recording it fails (an outage), intake must
+        # stop all the same.
         if self.halted is None:
             log.error("halted: %s", detail)
         self.halted = detail
+        self._retry.failed(self._clock())
+        store.halt(STORE_BEYOND_LANDING, detail)
 
     def _resume(self, store: ServingStore) -> None:
         """The store is not beyond the landing: clear a halt recorded earlier, if any."""
