@@ -115,8 +115,8 @@ class LandingZone:
             probe.unlink(missing_ok=True)
 
     def free_bytes(self) -> int:
-        """Bytes free for this process on the zone's file system."""
-        self.ensure()
+        """Bytes free for this process on the zone's file system (OSError: no zone there; a
+        probe makes its folders)."""
         return shutil.disk_usage(self.root).free
 
     def ensure_room(self, needed: int) -> None:
