@@ -44,7 +44,13 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from sis_platform.faults import LIVE_BETWEEN_PARTS, crash_point
-from sis_platform.landing import LandedMessage, LandingZone, LogPosition
+from sis_platform.landing import (
+    START_POSITION,
+    LandedMessage,
+    LandingZone,
+    LogPosition,
+    batch_key,
+)
 from sis_platform.live.budget import BudgetConfig, LiveBudget
 from sis_platform.live.config import LiveConfig, Retry
 from sis_platform.live.fold import LaunchedFold, LiveFold
@@ -197,8 +203,9 @@ class Applier:
             self._complete()
             store, _ = self._connected()
             position = store.position()
-            if position > landed:
-                self._halt(store, position, landed)
+            beyond = self._beyond_landing(store, position, landed)
+            if beyond is not None:
+                self._halt(store, beyond)
                 return
             self._resume(store)
             caught_up = 0
@@ -227,15 +234,42 @@ class Applier:
         elif caught_up:
             log.info("caught up %d landed message(s) into the serving store", caught_up)
 
-    def _halt(self, store: ServingStore, position: LogPosition, landed: LogPosition) -> None:
-        """The store is beyond the landing: record and log it, fold nothing, check again
-        later (module docstring). Raises ServingUnavailable when it cannot be recorded."""
-        detail = (
-            f"the serving store is at {position}, beyond the landing zone's last message "
-            f"{landed} (the landing rolled back under the store, or the store belongs to "
-            "another landing zone): nothing is got from the queue or applied until the "
-            "landing reaches the store's position again or the store is rebuilt from it"
+    def _beyond_landing(
+        self, store: ServingStore, position: LogPosition, landed: LogPosition
+    ) -> str | None:
+        """Why the store's position is not a place in this landing log, or None: the position
+        must be within the log, and the message there the one the store applied (a landing
+        rolled back and landed past the position again holds another one). One row of the
+        store and the landing file holding the position are read."""
+        until = (
+            "nothing is got from the queue or applied until the landing reaches the store's "
+            "position again or the store is rebuilt from it"
         )
+        if position > landed:
+            return (
+                f"the serving store is at {position}, beyond the landing zone's last message "
+                f"{landed} (the landing rolled back under the store, or the store belongs to "
+                f"another landing zone): {until}"
+            )
+        applied = store.message_at(position) if position != START_POSITION else None
+        if applied is None or not self.zone.batch_files(batch_key(position.batch_seq)):
+            return None  # nothing to compare (a position before any outcome, a batch removed)
+        before = LogPosition(position.batch_seq, position.msg_seq - 1)
+        first = next(iter(self.zone.landed_after(before, self.config.message_limits)), None)
+        there = first.message.message_id if first and first.position == position else None
+        if there == applied:
+            return None
+        return (
+            f"the landing zone's message at {position} ({there or 'none'}) differs from the "
+            f"one the store applied there ({applied}): the landing rolled back under the store "
+            f"and was landed again past its position, and catching up from there would skip "
+            f"what was landed after the rollback: {until}"
+        )
+
+    def _halt(self, store: ServingStore, detail: str) -> None:
+        """The store is beyond the landing (`detail`): record and log it, fold nothing, check
+        again later (module docstring). Raises ServingUnavailable when it cannot be
+        recorded."""
         # Halted before the store is told: if recording it fails (an outage), intake must
         # stop all the same.
         if self.halted is None:

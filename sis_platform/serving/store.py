@@ -320,6 +320,18 @@ class ServingStore(ABC):
         assert row is not None  # created with the schema
         return LogPosition(int(row[0]), int(row[1]))
 
+    def message_at(self, position: LogPosition) -> str | None:
+        """The id of the message the store applied at `position` (None: no outcome there)."""
+        row = self._run(
+            lambda c: self._one(
+                c,
+                "SELECT message_id FROM message_outcomes WHERE batch_seq = ? AND msg_seq = ? "
+                "LIMIT 1",
+                (position.batch_seq, position.msg_seq),
+            )
+        )
+        return None if row is None else str(row[0])
+
     def masters_state(self, ids: Iterable[str]) -> dict[str, MasterRow]:
         """The stored state of those of `ids` the store has."""
         wanted = sorted(set(ids))

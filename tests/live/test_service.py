@@ -23,6 +23,7 @@ from sis_platform.queues.base import SourceUnavailable
 from sis_platform.queues.embedded import EmbeddedQueue
 from sis_platform.serving import ServingStore, ServingUnavailable, open_store
 from sis_platform.simulator.generator import generate_feed
+from tests.harness import received
 from tests.live.feed import INVALID
 from tests.live.running import (
     BOUND_SECONDS,
@@ -551,3 +552,40 @@ def test_an_idle_open_batch_is_sealed_by_its_age_when_the_wall_clock_steps_back(
         assert service.wait_until(lambda s: drained(s) and s.zone.keys() != [], BOUND_SECONDS)
     assert len(place.zone.keys()) == 1
     assert_live_equals_reference(place, feed)
+
+
+def test_a_landing_rolled_back_and_landed_past_the_store_again_halts_too(tmp_path):
+    """The landing is put back to an earlier copy and then gets more messages than it lost
+    before sis-live starts (another writer, or sis-live while the store was unreachable): the
+    store's position is within the landing again, but the message there is another one.
+    Catching up from there would skip the messages landed after the copy, so it halts."""
+    place = Place(tmp_path)
+    feed = _feed(32, 110)
+    place.put(feed[:30])
+    with running(place) as service:
+        assert service.wait_until(drained, BOUND_SECONDS)
+    snapshot = tmp_path / "landing-snapshot"
+    shutil.copytree(place.zone.root, snapshot)
+    place.put(feed[30:60])
+    with running(place) as service:
+        assert service.wait_until(drained, BOUND_SECONDS)
+    _put_back(place.zone.root, snapshot)
+    writer = GroupWriter(place.zone)
+    writer.recover()
+    for start in range(60, 110, 10):  # 50 more than the copy holds: past the store again
+        writer.land(
+            [received(m.body, m.message_id) for m in feed[start : start + 10]],
+        )
+    place.put(feed[:5])  # redelivered copies waiting on the queue: nothing may get them
+
+    halted = _error_logged("differs from the one the store applied")
+    with running(place, dataclasses.replace(CONFIG, retry_first_seconds=0.05)):
+        assert halted.seen.wait(BOUND_SECONDS)
+    logging.getLogger().removeHandler(halted)
+    assert place.queue.depth() == 5
+    store = open_store(place.url)
+    try:
+        status = store.status()
+    finally:
+        store.close()
+    assert status.halt is not None and status.halt.reason == "store-beyond-landing"
