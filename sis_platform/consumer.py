@@ -18,7 +18,8 @@ Intake then holds at most one such body at a time, for as long as it takes to wr
 unit of work backed out after that leaves the file behind: it is named by its digest, so the
 redelivered copy is written to the same file.
 
-Before its first get, `consume_batch` proves the landing zone writable (`LandingZone.probe`).
+Before its first get, `consume_batch` proves the landing zone writable (`LandingZone.probe`)
+and checks it has room for the largest batch it may get (`LandingZone.ensure_room`).
 Every backout raises the backout count of every message in the unit of work, and a source moves
 a message to its backout queue past its threshold (queues/base.py): if a landing outage were
 found only when landing, each failed tick would bring the whole batch's valid messages closer to
@@ -35,7 +36,13 @@ from typing import TYPE_CHECKING
 
 from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
 from sis_platform.faults import crash_point
-from sis_platform.landing import ClosedBy, LandedBatch, LandingZone, MovedAside
+from sis_platform.landing import (
+    ClosedBy,
+    LandedBatch,
+    LandingZone,
+    MovedAside,
+    landing_bytes_bound,
+)
 from sis_platform.queues.base import QueueSession, ReceivedMessage
 from sis_platform.settings import (
     DEFAULT_BATCH_MAX_BYTES,
@@ -82,6 +89,10 @@ def consume_batch(
     arrives (see the module docstring). `before_commit` runs between landing and commit (fault
     injection in tests); if it, or `land`, raises, the unit of work is backed out."""
     zone.probe()  # before any get: a landing outage must not back out (and count) messages
+    # ... nor a disk too full for this batch: its bodies up to the batch's bytes plus the one
+    # body that may pass them (a larger one is moved aside).
+    bodies = limits.max_bytes + message_limits.max_message_bytes
+    zone.ensure_room(landing_bytes_bound(limits.max_messages, bodies))
     deadline = clock() + limits.max_seconds
     messages: list[ReceivedMessage | MovedAside] = []
     size = 0

@@ -74,6 +74,9 @@ class TickStatus(StrEnum):
     FENCED_OFF = "fenced off"  # lost the lease during the tick: what it got was backed out
     LANDING_UNAVAILABLE = "landing unavailable"
     SOURCE_UNAVAILABLE = "source unavailable"
+    # The caller has taken batches beyond the zone's last one (the zone restored from an
+    # earlier copy): a batch landed now would reuse a number already taken, and never run.
+    LANDING_WENT_BACK = "landing went back"
 
     @property
     def failed(self) -> bool:
@@ -86,6 +89,7 @@ _FAILURES = frozenset(
         TickStatus.FENCED_OFF,
         TickStatus.LANDING_UNAVAILABLE,
         TickStatus.SOURCE_UNAVAILABLE,
+        TickStatus.LANDING_WENT_BACK,
     }
 )
 
@@ -208,6 +212,16 @@ class Intake:
         pending = zone.keys_after(registered)
         landed = None
         if not pending:
+            last_seq, _ = zone.last()
+            if registered > last_seq:
+                return TickOutcome(
+                    TickStatus.LANDING_WENT_BACK,
+                    f"the caller has taken batches up to {registered}, beyond the zone's last "
+                    f"one ({last_seq}) in {zone.root}: the zone went back (restored from an "
+                    "earlier copy?) or is not the caller's; nothing is got until it is put "
+                    "right, since a batch landed now would take a number already taken",
+                    lease=current,
+                )
             held = self._backpressure(runs_in_flight)
             if held is not None:
                 return TickOutcome(TickStatus.BACKPRESSURE, held, lease=current)
@@ -216,12 +230,6 @@ class Intake:
                 return outcome
             landed = outcome.landed
             pending = zone.keys_after(registered)
-            if not pending:
-                # The caller's position lies beyond the zone's last batch: it is not this zone's.
-                raise RuntimeError(
-                    f"landed a batch in {zone.root}, but the caller has taken batches up to "
-                    f"{registered}, beyond the zone's last one"
-                )
         batches = tuple(self._ready(key) for key in pending)
         return TickOutcome(TickStatus.BATCHES, batches=batches, landed=landed, lease=current)
 

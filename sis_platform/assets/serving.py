@@ -240,7 +240,12 @@ def assess_freshness(
     `watermark`: the previous evaluation's. While the store lags, the landed position first
     seen lagging is kept with its time; once the store reaches it, the current landed position
     becomes the next watermark. So a message waits at most the bound plus one evaluation
-    interval before the check fails. Without a previous watermark only a stall is seen."""
+    interval before the check fails. Without a previous watermark only a stall is seen. A
+    halted writer, or a store beyond the landed log (a landing rolled back under it), is an
+    ERROR: nothing is applied or got until it is put right."""
+    beyond = beyond_landing(status, landed)
+    if beyond is not None:
+        return Freshness(False, dg.AssetCheckSeverity.ERROR, beyond, None)
     if status.position >= landed:
         return Freshness(
             True,
@@ -275,6 +280,23 @@ def assess_freshness(
             watermark,
         )
     return Freshness(True, dg.AssetCheckSeverity.WARN, f"catching up: {behind}", watermark)
+
+
+def beyond_landing(status: StoreStatus, landed: LogPosition) -> str | None:
+    """Why the live path is halted (sis_platform/live/applier.py), or None: a halt the writer
+    recorded, or a store beyond the landed log that it has not seen yet."""
+    if status.halt is not None:
+        return (
+            f"halted ({status.halt.reason}) since {status.halt.raised_at:%Y-%m-%d %H:%M:%S} "
+            f"UTC: {status.halt.detail}"
+        )
+    if status.position > landed:
+        return (
+            f"the store is at {position_text(status.position)}, beyond the landing zone's last "
+            f"message ({position_text(landed)}): the landing was rolled back under the store, "
+            "and sis-live halts rather than skip what lands next"
+        )
+    return None
 
 
 def store_unavailable(error: Exception) -> Freshness:

@@ -305,16 +305,20 @@ class Lake:
     def append(self, table: Table, df: DataFrame, *, txn_app_id: str | None = None) -> None:
         """Append `df` in one commit. With `txn_app_id`, the write is made idempotent across its
         own retries: Delta skips an append whose (txnAppId, txnVersion) it has already
-        committed. The version is taken once per logical write (wall clock, ns), so a retry of
-        this write is skipped if its first attempt did commit, while any later write, even one
-        repeating the same step after `recover` restored the table, has a higher version and is
-        never skipped."""
+        committed. The version is the table's own log position, taken once per logical write
+        (the version this write creates if nothing commits before it), so a retry of this
+        write is skipped if its first attempt did commit, while any later write, even one
+        repeating the same step after `recover` restored the table (a restore is a commit),
+        comes after it in the table's log and is never skipped. Never the clock: a write on a
+        host whose clock is behind the previous writer's would be skipped silently."""
         df = kill_during_write(df, f"write.{table.name}")
         writer = (
             df.select(*[f.name for f in table.schema().fields]).write.format("delta").mode("append")
         )
         if txn_app_id is not None:
-            writer = writer.option("txnAppId", txn_app_id).option("txnVersion", time.time_ns())
+            writer = writer.option("txnAppId", log_position_app_id(txn_app_id)).option(
+                "txnVersion", self.version(table) + 1
+            )
         self.retrying_conflicts(f"{table.name} append", lambda: writer.save(self.path(table)))
 
     def merge_rows(self, table: Table, rows: DataFrame, *, keys: Sequence[str]) -> None:
@@ -346,3 +350,10 @@ class Lake:
             )
         finally:
             self.spark.catalog.dropTempView(view)
+
+
+def log_position_app_id(txn_app_id: str) -> str:
+    """The Delta txnAppId under which `txn_app_id`'s appends are keyed on the table's log
+    position. Distinct from the bare id, which tables written before kept keyed on the wall
+    clock (nanoseconds): a log position is far below those, and would be skipped forever."""
+    return f"{txn_app_id}@log-position"

@@ -61,8 +61,9 @@ from sis_platform.landing.rows import (
     OverflowBody,
     batch_key,
     batch_seq_of,
+    landing_bytes_bound,
 )
-from sis_platform.landing.zone import LandingZone, Tail
+from sis_platform.landing.zone import LandingFull, LandingZone, Tail
 from sis_platform.logchain import GENESIS_LINK, chain_link
 
 __all__ = [
@@ -82,6 +83,7 @@ __all__ = [
     "LandedBatch",
     "LandedGroup",
     "LandedMessage",
+    "LandingFull",
     "LandingZone",
     "LogPosition",
     "MovedAside",
@@ -91,4 +93,5 @@ __all__ = [
     "batch_key",
     "batch_seq_of",
     "chain_link",
+    "landing_bytes_bound",
 ]

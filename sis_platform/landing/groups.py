@@ -247,10 +247,14 @@ def seal_batch(
     zone.ensure()
     tmp = zone.tmp_dir / f"{batch.key}.seal.{uuid.uuid4().hex}.partial"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(json.dumps(record, sort_keys=True).encode() + b"\n")
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(json.dumps(record, sort_keys=True).encode() + b"\n")
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk: leave no partial record behind
+        raise
     try:
         with fence.held() if fence is not None else contextlib.nullcontext():
             existing = zone.anchors.read(batch.key)

@@ -264,12 +264,23 @@ def rows_per_group(table: pa.Table) -> int:
 
 
 def write_partial(table: pa.Table, tmp_dir: Path, name: str) -> Path:
-    """Write `table` to a new file in `tmp_dir` (mode 0600), fsync'd; its path."""
+    """Write `table` to a new file in `tmp_dir` (mode 0600), fsync'd; its path. A write that
+    fails (a full disk) removes what it wrote."""
     # Unique across hosts: production and disaster recovery share the folder.
     tmp = tmp_dir / f"{name}.{uuid.uuid4().hex}.partial"
     # Written and fsync'd through one descriptor: if a new lease holder cleans up the partial
     # file meanwhile, the writer still reaches its fence check and is told why (FencedOff).
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        _write_parquet(table, fd)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def _write_parquet(table: pa.Table, fd: int) -> None:
+    """Write `table` as Parquet to the open descriptor `fd`, fsync it and close it."""
     with os.fdopen(fd, "wb") as f:
         # No dictionary pages and no column statistics: a landing file is always read whole,
         # and both cost time and space on the live path's one-message parts (a lone message's
@@ -284,7 +295,21 @@ def write_partial(table: pa.Table, tmp_dir: Path, name: str) -> Path:
         )
         f.flush()
         os.fsync(f.fileno())
-    return tmp
+
+
+def landing_bytes_bound(messages: int, body_bytes: int) -> int:
+    """The most disk space landing `messages` whose bodies hold `body_bytes` in all can take:
+    the bodies uncompressed, each row's own fields (links, ids, times, properties) and the
+    file's footer, with a margin. Checked before getting a group (a full disk must stop intake
+    before a get, not after: every backout counts a delivery)."""
+    return body_bytes + messages * LANDING_ROW_BYTES + LANDING_FILE_BYTES
+
+
+# A row's fields besides its body (two 64-character links, the message id, times, delivery
+# count, properties as JSON, digest): a few hundred bytes in the feed; bounded generously.
+LANDING_ROW_BYTES = 2048
+# A landing file's footer and metadata, the seal record and the anchor, with a margin.
+LANDING_FILE_BYTES = 256 * 1024
 
 
 def chain_records(batch: pa.RecordBatch) -> Iterator[ChainRecord]:

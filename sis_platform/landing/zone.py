@@ -10,9 +10,11 @@ is claimed (its anchor follows right after, or is restored by `ensure_anchor`).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import shutil
 import uuid
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
@@ -69,6 +71,10 @@ class Tail(NamedTuple):
     open: OpenBatch | None
 
 
+class LandingFull(OSError):
+    """Not enough free space in the landing zone for what is about to be got (ENOSPC)."""
+
+
 class BatchFigures(NamedTuple):
     """What a landed batch holds, counted (raw_messages reports them)."""
 
@@ -107,6 +113,21 @@ class LandingZone:
         finally:
             os.close(fd)
             probe.unlink(missing_ok=True)
+
+    def free_bytes(self) -> int:
+        """Bytes free for this process on the zone's file system (OSError: no zone there; a
+        probe makes its folders)."""
+        return shutil.disk_usage(self.root).free
+
+    def ensure_room(self, needed: int) -> None:
+        """Raise `LandingFull` unless `needed` bytes are free now (a group's bound, checked
+        before it is got: `landing_bytes_bound`)."""
+        free = self.free_bytes()
+        if free < needed:
+            raise LandingFull(
+                errno.ENOSPC,
+                f"{free} bytes free in {self.root}; what is about to be got may need {needed}",
+            )
 
     # -- where a batch is -------------------------------------------------------------------
 
@@ -489,12 +510,13 @@ class LandingZone:
         return digest.hexdigest()
 
     def clean_partials(self) -> int:
-        """Remove temporary files left by a crash mid-write (batch files, parts, seal records);
-        they never became part of the log. Only the lease holder may: a standby would remove
-        the holder's files in flight."""
+        """Remove temporary files left by a crash mid-write (batch files, parts, seal records,
+        bodies being moved aside); they never became part of the log. Only the lease holder
+        may: a standby would remove the holder's files in flight."""
         removed = 0
-        if self.tmp_dir.is_dir():
-            for p in self.tmp_dir.glob("*.partial"):
-                p.unlink(missing_ok=True)
-                removed += 1
+        for folder, pattern in ((self.tmp_dir, "*.partial"), (self.overflow_dir, ".*.partial")):
+            if folder.is_dir():
+                for p in folder.glob(pattern):
+                    p.unlink(missing_ok=True)
+                    removed += 1
         return removed

@@ -15,6 +15,14 @@ crash between parts is refolded whole without the masters already ahead. While t
 backlog (groups arrive full), landed groups are left to the catch-up until `priority_window`
 messages wait, so that priority masters go ahead across that many messages, not one group.
 
+A store beyond the landing zone's last message (the landing put back to an earlier copy, a
+replica promoted, while the store kept its state) stops everything instead: new messages would
+land at positions the store has passed and never be applied. The applier records the halt in
+the store (`StoreStatus.halt`, which the live_store_fresh check reports as an ERROR), logs it
+once as an ERROR, folds nothing, and `halted` tells the service to get nothing from the queue;
+it checks again with growing delays, and clears the halt once the landing reaches the store's
+position again (the landing put right, or the store rebuilt from it).
+
 A store outage (`ServingUnavailable`) never stops intake: the applier logs it once, drops the
 connection and its master cache (a commit whose acknowledgement was lost may have happened),
 retries with growing delays, and catches up when the store is back.
@@ -36,12 +44,18 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from sis_platform.faults import LIVE_BETWEEN_PARTS, crash_point
-from sis_platform.landing import LandedMessage, LandingZone, LogPosition
+from sis_platform.landing import (
+    START_POSITION,
+    LandedMessage,
+    LandingZone,
+    LogPosition,
+    batch_key,
+)
 from sis_platform.live.budget import BudgetConfig, LiveBudget
 from sis_platform.live.config import LiveConfig, Retry
 from sis_platform.live.fold import LaunchedFold, LiveFold
 from sis_platform.live.workers import FoldWorkers, WorkerFoldError
-from sis_platform.serving.records import ServingUnavailable
+from sis_platform.serving.records import STORE_BEYOND_LANDING, ServingUnavailable
 
 if TYPE_CHECKING:
     from sis_platform.serving import ServingStore
@@ -92,6 +106,10 @@ class Applier:
         # A pipelined group: launched, to be completed and committed (module docstring).
         self._launched: LaunchedFold | None = None
         self.messages = 0  # messages committed to the store by this process
+        # Why nothing may be applied or got now (the store beyond the landing), or None.
+        self.halted: str | None = None
+        # Whether a halt recorded in the store was looked for since the store was opened.
+        self._halt_checked = False
         self.pipelined = 0  # groups of them committed during the next group's `apply`
 
     @property
@@ -185,11 +203,11 @@ class Applier:
             self._complete()
             store, _ = self._connected()
             position = store.position()
-            if position > landed:
-                raise RuntimeError(
-                    f"the serving store is at {position}, beyond the landing zone's last "
-                    f"message {landed}: the store belongs to another landing zone"
-                )
+            beyond = self._beyond_landing(store, position, landed)
+            if beyond is not None:
+                self._halt(store, beyond)
+                return
+            self._resume(store)
             caught_up = 0
             self.deferred = 0
             size = self.config.group_max_messages
@@ -215,6 +233,65 @@ class Applier:
             log.warning("serving store available again: caught up %d message(s)", caught_up)
         elif caught_up:
             log.info("caught up %d landed message(s) into the serving store", caught_up)
+
+    def _beyond_landing(
+        self, store: ServingStore, position: LogPosition, landed: LogPosition
+    ) -> str | None:
+        """Why the store's position is not a place in this landing log, or None: the position
+        must be within the log, and the message there the one the store applied (a landing
+        rolled back and landed past the position again holds another one). One row of the
+        store and the landing file holding the position are read."""
+        until = (
+            "nothing is got from the queue or applied until the landing reaches the store's "
+            "position again or the store is rebuilt from it"
+        )
+        if position > landed:
+            return (
+                f"the serving store is at {position}, beyond the landing zone's last message "
+                f"{landed} (the landing rolled back under the store, or the store belongs to "
+                f"another landing zone): {until}"
+            )
+        applied = store.message_at(position) if position != START_POSITION else None
+        if applied is None or not self.zone.batch_files(batch_key(position.batch_seq)):
+            return None  # nothing to compare (a position before any outcome, a batch removed)
+        before = LogPosition(position.batch_seq, position.msg_seq - 1)
+        first = next(iter(self.zone.landed_after(before, self.config.message_limits)), None)
+        there = first.message.message_id if first and first.position == position else None
+        if there == applied:
+            return None
+        return (
+            f"the landing zone's message at {position} ({there or 'none'}) differs from the "
+            f"one the store applied there ({applied}): the landing rolled back under the store "
+            f"and was landed again past its position, and catching up from there would skip "
+            f"what was landed after the rollback: {until}"
+        )
+
+    def _halt(self, store: ServingStore, detail: str) -> None:
+        """The store is beyond the landing (`detail`): record and log it, fold nothing, check
+        again later (module docstring). Raises ServingUnavailable when it cannot be
+        recorded."""
+        # Halted before the store is told: if recording it fails (an outage), intake must
+        # stop all the same.
+        if self.halted is None:
+            log.error("halted: %s", detail)
+        self.halted = detail
+        self._retry.failed(self._clock())
+        store.halt(STORE_BEYOND_LANDING, detail)
+
+    def _resume(self, store: ServingStore) -> None:
+        """The store is not beyond the landing: clear a halt recorded earlier, if any."""
+        if self.halted is None and self._halt_checked:
+            return
+        cleared = store.clear_halt()
+        self._halt_checked = True
+        if cleared is not None or self.halted is not None:
+            log.warning(
+                "the landing zone reaches the serving store's position again: halt since "
+                "%s cleared, going on",
+                cleared.raised_at.isoformat() if cleared is not None else "this start",
+            )
+            self._retry.succeeded()  # the retries were the halt's, not an outage's
+        self.halted = None
 
     def idle(self) -> None:
         """Nothing arrived: commit a pipelined group, heartbeat the store when due, or retry
@@ -268,6 +345,7 @@ class Applier:
             fold = LiveFold(store, self.config.fold, self._budget, self._workers)
             self._store, self._fold = store, fold
             self.applied = None
+            self._halt_checked = False
             self._ahead = store.ahead()
             if self._ahead:
                 log.warning(

@@ -43,6 +43,7 @@ class Beat:
     at: float
     holding: bool  # consuming under the consumer lease (False: standing by)
     caught_up: bool  # holding, and the serving store has applied everything landed
+    halted: str | None = None  # why intake and the fold are halted (applier.py), if they are
 
 
 @dataclass(frozen=True)
@@ -67,19 +68,19 @@ class Heartbeat:
         self.path = path
         self._every = every
         self._clock = clock
-        self._written: tuple[bool, bool] | None = None  # (holding, caught_up) last written
+        self._written: tuple[bool, bool, str | None] | None = None  # the state last written
         self._next = 0.0
         self._failing = False
 
-    def beat(self, *, holding: bool, caught_up: bool) -> None:
+    def beat(self, *, holding: bool, caught_up: bool, halted: str | None = None) -> None:
         """The loop went round: write a beat if the state changed or `every` has passed. A
         failure to write is logged once, not raised: the beat going stale is what tells it."""
         now = self._clock()
-        state = (holding, caught_up)
+        state = (holding, caught_up, halted)
         if state == self._written and now < self._next:
             return
         try:
-            write_beat(self.path, Beat(os.getpid(), now, holding, caught_up))
+            write_beat(self.path, Beat(os.getpid(), now, holding, caught_up, halted))
         except OSError as error:
             if not self._failing:
                 log.error("cannot write the heartbeat %s: %s", self.path, error)
@@ -106,6 +107,7 @@ def read_beat(path: Path) -> Beat | None:
             at=float(fields["at"]),
             holding=bool(fields["holding"]),
             caught_up=bool(fields["caught_up"]),
+            halted=None if fields.get("halted") is None else str(fields["halted"]),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -113,7 +115,8 @@ def read_beat(path: Path) -> Beat | None:
 
 def health(beat: Beat | None, now: float, stall_seconds: float) -> Health:
     """Alive: a beat at most `stall_seconds` old at `now` (time.monotonic). Ready: alive, and
-    the beat says the process holds the lease and its store has caught up."""
+    the beat says the process holds the lease, is not halted and its store has caught up. A
+    halted process is alive: restarting it would not put the landing right."""
     if beat is None:
         return Health(False, False, "no heartbeat yet")
     age = now - beat.at
@@ -121,6 +124,8 @@ def health(beat: Beat | None, now: float, stall_seconds: float) -> Health:
         return Health(
             False, False, f"no progress for {age:.1f} s (bound {stall_seconds:g} s, pid {beat.pid})"
         )
+    if beat.halted is not None:  # between two checks of the halt the lease is renewed too
+        return Health(True, False, f"alive ({age:.1f} s ago), halted: {beat.halted}")
     if not beat.holding:
         return Health(True, False, f"alive ({age:.1f} s ago), standing by for the lease")
     if not beat.caught_up:

@@ -27,6 +27,10 @@ landed and on the queue: they are redelivered, landed again, and their second co
 `duplicate` (invariant 2). A body over the per-message bound is moved aside as the consumer
 does it. Waits are the queue get's own; nothing sleeps on the hot path.
 
+A serving store beyond the landing zone's last message halts everything (applier.py): while
+`Applier.halted`, the service gets nothing, holds the lease (so that no standby consumes
+either) and checks again with growing delays, reading the landing's tail afresh each time.
+
 Outages: the source (SourceUnavailable) is reconnected with growing delays; the landing zone
 (OSError) is probed before anything more is got; the store (ServingUnavailable) is the
 applier's: landing and queue commits go on and the store catches up when it is back.
@@ -41,7 +45,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from sis_platform.consumer import move_aside
 from sis_platform.domain.pipeline import LoggedMessage
@@ -54,6 +58,7 @@ from sis_platform.landing import (
     LandingZone,
     LogPosition,
     MovedAside,
+    landing_bytes_bound,
 )
 from sis_platform.lease import ConsumerLease, Lease, LeaseError
 from sis_platform.live.applier import Applier
@@ -112,6 +117,7 @@ class LiveService:
         self._renew_at = 0.0  # monotonic: when to renew the lease next
         self._expires_at = 0.0  # monotonic: when the lease held runs out unless renewed
         self._landed_to = LogPosition(0, -1)
+        self._opened: _Opened | None = None  # when the open batch was opened (monotonic)
         self._progress = _Progress(clock(), config.progress_seconds)
         self._stepped = threading.Condition()  # notified after every step (see `wait_until`)
         self.landed_messages = 0  # messages this process has landed
@@ -142,13 +148,18 @@ class LiveService:
             self._stepped.notify_all()
 
     def _beat(self) -> None:
-        """The loop went round: tell the heartbeat, with whether the store has caught up."""
+        """The loop went round: tell the heartbeat, with whether the store has caught up and
+        whether intake is halted."""
         if self._heartbeat is None:
             return
+        halted = self.applier.halted
         caught_up = (
-            self.holding and self.applier.available and not self.applier.behind(self._landed_to)
+            self.holding
+            and halted is None
+            and self.applier.available
+            and not self.applier.behind(self._landed_to)
         )
-        self._heartbeat.beat(holding=self.holding, caught_up=caught_up)
+        self._heartbeat.beat(holding=self.holding, caught_up=caught_up, halted=halted)
 
     def run(self) -> None:
         """Consume while holding the lease, stand by otherwise, until a stop is requested."""
@@ -211,6 +222,13 @@ class LiveService:
     def _standby_seconds(self) -> float:
         return max(self.config.idle_wait_seconds, self.lease.seconds * _RENEW_SHARE)
 
+    def _halted_seconds(self) -> float:
+        """How long to wait while halted: until the applier's next check, at most a share of
+        the lease (renewed between waits)."""
+        due = self.applier.next_due()
+        wait = due - self._clock() if due else self.config.idle_wait_seconds
+        return min(max(0.0, wait), self.lease.seconds * _RENEW_SHARE)
+
     def _held_at_stop(self) -> bool:
         try:
             return self.lease.holds(self.lease.read())
@@ -234,6 +252,12 @@ class LiveService:
         self.applier.catch_up(self._landed_to, self._keep_catching_up)
         try:
             while not self.stopping:
+                if self.applier.halted is not None:
+                    # Back to `run`, which renews the lease, and here again with the landing's
+                    # tail read afresh once the halt's next check is due.
+                    self._close_session()
+                    self._stop.wait(self._halted_seconds())
+                    return
                 if not self._still_held():
                     self._close_session()
                     return
@@ -257,8 +281,10 @@ class LiveService:
         """One group, or one wait for one."""
         if self.applier.behind(self._landed_to):
             self.applier.catch_up(self._landed_to, self._keep_catching_up)
+            if self.applier.halted is not None:
+                return  # `_hold` stands still (nothing is got)
         session = self._connected()
-        if session is None or not self._landing_ready():
+        if session is None or not self._landing_ready(writer):
             self.applier.flush()  # nothing more comes for now: commit a pipelined group
             self._stop.wait(self._wait_seconds(writer))
             return
@@ -269,6 +295,7 @@ class LiveService:
                 return
             group = self._gather(session, writer, first)
             crash_point("live.after_get")
+            opened = self._clock()  # the batch's opening, if this group opens one
             landed = writer.land(group)
         except SourceUnavailable as error:
             self._source_down(error)
@@ -281,6 +308,8 @@ class LiveService:
         except BaseException:
             self._backout(session)
             raise
+        if landed.part == 0:
+            self._opened = _Opened(landed.batch_key, opened)
         crash_point("live.after_land")
         before, self._landed_to = self._landed_to, landed.last_position
         self.landed_messages += len(group)
@@ -386,12 +415,20 @@ class LiveService:
             )
 
     def _seal_deadline(self, writer: GroupWriter) -> float | None:
-        """The monotonic time at which the open batch is max_seconds old (None: none open)."""
+        """The monotonic time at which the open batch is max_seconds old (None: none open).
+        Its age is counted on the monotonic clock from when this process opened it (or first
+        saw it open): a wall clock stepped back would hold the batch open, and the lake's
+        intake with it, for as long as the step."""
         open_batch = writer.open_batch
         if open_batch is None:
             return None
-        age = (datetime.now(UTC) - open_batch.opened_at).total_seconds()
-        return self._clock() + self.config.batch_max_seconds - age
+        if self._opened is None or self._opened.key != open_batch.key:
+            # Not opened by this process's last land: its age from the wall clock, once,
+            # bounded (a batch is open at least from now on, and at most max_seconds already).
+            age = (datetime.now(UTC) - open_batch.opened_at).total_seconds()
+            age = min(max(age, 0.0), self.config.batch_max_seconds)
+            self._opened = _Opened(open_batch.key, self._clock() - age)
+        return self._opened.at + self.config.batch_max_seconds
 
     def _wait_seconds(self, writer: GroupWriter) -> float:
         """How long the first get of a group may wait: until the next thing is due."""
@@ -405,22 +442,46 @@ class LiveService:
                 due.append(retry.due)
         return max(0.0, min(d for d in due if d > 0) - now)
 
-    def _landing_ready(self) -> bool:
-        """After a landing failure, prove the zone writable before getting anything more: a
-        backout raises every message's backout count (consumer.py)."""
-        if not self._landing_retry.failing:
-            return True
-        if not self._landing_retry.ready(self._clock()):
+    def _landing_ready(self, writer: GroupWriter) -> bool:
+        """Whether a group may be got now: the zone has room for the largest group that may
+        come (checked before every get), and after a landing failure it was proved writable
+        again. A backout raises every message's backout count (consumer.py), so a full disk
+        pauses intake here, before the get, rather than backing groups out: nothing is got
+        until space returns (logged once as an ERROR, checked with growing delays)."""
+        now = self._clock()
+        if self._landing_retry.failing and not self._landing_retry.ready(now):
             return False
         try:
-            self.zone.probe()
+            if self._landing_retry.failing:
+                self.zone.probe()
+            self.zone.ensure_room(self._group_bound(writer))
         except OSError as error:
-            self._landing_retry.failed(self._clock())
-            log.debug("landing zone still unavailable: %s", error)
+            if self._landing_retry.failed(now):
+                log.error(
+                    "landing zone %s cannot take a group: %s; intake paused (nothing is got "
+                    "from the queue), retrying with backoff up to %.0f s",
+                    self.zone.root,
+                    error,
+                    self.config.retry_last_seconds,
+                )
+            else:
+                log.debug("landing zone still unavailable: %s", error)
             return False
-        self._landing_retry.succeeded()
-        log.warning("landing zone %s available again", self.zone.root)
+        if self._landing_retry.succeeded():
+            log.warning("landing zone %s available again", self.zone.root)
         return True
+
+    def _group_bound(self, writer: GroupWriter) -> int:
+        """The most disk space the next group can take (`_gather`'s bounds): as many messages
+        as the group and the open batch have room for, their bodies up to the open batch's
+        remaining bytes plus the one body that may pass them (a larger one is moved aside,
+        and a body over the queue's own get bound never arrives)."""
+        config = self.config
+        open_batch = writer.open_batch
+        held, size = (open_batch.messages, open_batch.bytes) if open_batch else (0, 0)
+        room = min(config.group_max_messages, config.batch_max_messages - held)
+        bodies = max(0, config.batch_max_bytes - size) + config.message_limits.max_message_bytes
+        return landing_bytes_bound(max(1, room), bodies)
 
     def _connected(self) -> QueueSession | None:
         if self._session is not None:
@@ -481,6 +542,13 @@ def _landed_messages(landed: LandedGroup, group: list[Received]) -> list[LandedM
             logged = LoggedMessage(received.message_id, received.body, received.delivery_count)
         out.append(LandedMessage(position, logged, received.put_time))
     return out
+
+
+class _Opened(NamedTuple):
+    """The open batch's key and the monotonic time it was opened."""
+
+    key: str
+    at: float
 
 
 class _Progress:

@@ -45,9 +45,12 @@ def runs_in_flight(instance: dg.DagsterInstance, limit: int) -> int:
     return len(records)
 
 
-def batches_result(instance: dg.DagsterInstance, batches: Sequence[ReadyBatch]) -> dg.SensorResult:
+def batches_result(
+    instance: dg.DagsterInstance, batches: Sequence[ReadyBatch], *, cursor: str | None = None
+) -> dg.SensorResult:
     """`batches` (in landing order, at least one) registered as partitions where new, each
-    with its run requested; the cursor moves to the last of them."""
+    with its run requested; the cursor moves to the last of them (`cursor`: as the sensor
+    writes it; by default the last batch's number)."""
     if not batches:
         raise ValueError("a batch result needs at least one batch")
     # Probed one by one: listing every registered partition would grow with the log.
@@ -57,7 +60,7 @@ def batches_result(instance: dg.DagsterInstance, batches: Sequence[ReadyBatch]) 
         dynamic_partitions_requests=[batches_partitions.build_add_request(new_keys)]
         if new_keys
         else [],
-        cursor=str(batches[-1].seq),
+        cursor=cursor if cursor is not None else str(batches[-1].seq),
     )
 
 

@@ -13,9 +13,17 @@ so Dagster's run queue stays short in a backlog.
 
 Without a cursor (a new deployment, or one switching from SIS_INTAKE=sensor) it starts after
 the last `batches` partition already registered, so no batch is requested twice.
+
+The cursor also holds the chain head of the last batch registered (`LandedCursor`). A landing
+zone that went backwards under the lake (a volume snapshot restored, a replica promoted) would
+land new batches under numbers already registered, whose runs (`run_key`) are never requested
+again: each tick first checks that the cursor's batch is still in the zone with the head it was
+registered with, and fails the tick loudly otherwise (`landing_went_back`), registering nothing.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import dagster as dg
 
@@ -46,7 +54,15 @@ def build_landed_batches_sensor(minimum_interval_seconds: int) -> dg.SensorDefin
         context: dg.SensorEvaluationContext, landing: LandingZoneResource
     ) -> dg.SensorResult | dg.SkipReason:
         zone = landing.zone()
-        after = int(context.cursor) if context.cursor else _last_registered(context.instance)
+        cursor = (
+            LandedCursor.parse(context.cursor)
+            if context.cursor
+            else LandedCursor(_last_registered(context.instance), None)
+        )
+        went_back = landing_went_back(zone, cursor)
+        if went_back is not None:
+            raise dg.Failure(description=went_back)
+        after = cursor.seq
         room = landing.max_runs_in_flight - runs_in_flight(
             context.instance, landing.max_runs_in_flight
         )
@@ -61,9 +77,55 @@ def build_landed_batches_sensor(minimum_interval_seconds: int) -> dg.SensorDefin
             return dg.SkipReason(_nothing_sealed(zone, after))
         batches = [ready_batch(zone, key, context.log) for key in keys]
         context.log.info(f"registering sealed batch(es) {keys[0]}..{keys[-1]}")
-        return batches_result(context.instance, batches)
+        last = batches[-1]
+        moved_to = LandedCursor(last.seq, last.anchor.head if last.anchor else None)
+        return batches_result(context.instance, batches, cursor=moved_to.text)
 
     return landed_batches_sensor
+
+
+class LandedCursor(NamedTuple):
+    """The sensor's cursor: the last batch registered and its anchored chain head (None: not
+    known, e.g. a cursor written before heads were kept)."""
+
+    seq: int
+    head: str | None
+
+    @property
+    def text(self) -> str:
+        return f"{self.seq}:{self.head}" if self.head else str(self.seq)
+
+    @classmethod
+    def parse(cls, text: str) -> LandedCursor:
+        seq, _, head = text.partition(":")
+        return cls(int(seq), head or None)
+
+
+def landing_went_back(zone: LandingZone, cursor: LandedCursor) -> str | None:
+    """Why the landing zone is no longer the one the cursor's batches were registered from, or
+    None: the cursor's batch must still be landed, with the chain head it was registered with
+    (one anchor read a tick)."""
+    if cursor.seq == 0:
+        return None
+    key = batch_key(cursor.seq)
+    anchor = zone.anchors.read(key)
+    if anchor is None and not zone.batch_path(key).is_file():
+        last_seq, _ = zone.last()
+        return (
+            f"the landing zone went backwards: batch {key}, which was registered, is gone (the "
+            f"zone's last batch is {last_seq}); was it restored from an earlier copy? Batches "
+            "landed under registered numbers would never run: nothing is registered until the "
+            "landing zone is put right (docs/operations.md)"
+        )
+    if anchor is not None and cursor.head is not None and anchor.head != cursor.head:
+        return (
+            f"the landing zone went backwards: batch {key} differs from the one registered "
+            f"(chain head {anchor.head}, registered with {cursor.head}); was it restored from "
+            "an earlier copy and landed again? Its run was requested for the other content and "
+            "will not run again: nothing is registered until the landing zone is put right "
+            "(docs/operations.md)"
+        )
+    return None
 
 
 def _last_registered(instance: dg.DagsterInstance) -> int:

@@ -25,6 +25,7 @@ from sis_platform.serving.records import (
     PositionConflict,
     ServingUnavailable,
     StoredMaster,
+    StoreHalt,
     StoreStatus,
 )
 from sis_platform.serving.sqlite import DEFAULT_BUSY_TIMEOUT_SECONDS, SqliteStore
@@ -43,6 +44,7 @@ __all__ = [
     "PositionConflict",
     "ServingStore",
     "ServingUnavailable",
+    "StoreHalt",
     "StoreStatus",
     "StoredMaster",
     "open_store",

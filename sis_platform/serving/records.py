@@ -65,10 +65,24 @@ class DeadLetter(NamedTuple):
     recorded_at: datetime
 
 
+class StoreHalt(NamedTuple):
+    """Why the writer stopped applying and getting from the queue (`reason`, a short code such
+    as `store-beyond-landing`; `detail`, for an operator), and since when."""
+
+    reason: str
+    detail: str
+    raised_at: datetime
+
+
+# The store is at a log position the landing zone does not reach (a landing rolled back under
+# it): nothing is applied or got until the landing or the store is put right (docs/live.md).
+STORE_BEYOND_LANDING = "store-beyond-landing"
+
+
 class StoreStatus(NamedTuple):
     """Where the store is: the last log position applied, the change log's last seq, how many
     masters and messages it holds, when the last group was committed and the writer's last
-    heartbeat (None before the first)."""
+    heartbeat (None before the first), and why the writer is halted (None: it is not)."""
 
     position: LogPosition
     last_seq: int
@@ -76,6 +90,7 @@ class StoreStatus(NamedTuple):
     messages: int
     committed_at: datetime | None
     heartbeat_at: datetime | None
+    halt: StoreHalt | None = None
 
 
 # -- what sis-live commits ----------------------------------------------------------------------

@@ -14,8 +14,8 @@ from typing import Literal
 
 # Bumped when a table changes; a store of another version is refused rather than misread,
 # except an older one `UPGRADES` brings up to date (tables are only ever added).
-SCHEMA_VERSION = 2
-UPGRADES = (1,)  # version 2 added `ahead`
+SCHEMA_VERSION = 3
+UPGRADES = (1, 2)  # version 2 added `ahead`, version 3 `halt`
 
 Kind = Literal["text", "bytes", "int", "bool", "timestamp", "decimal"]
 
@@ -223,6 +223,20 @@ AHEAD = TableDef(
     primary_key=("master_id",),
 )
 
+# At most one row (id 1): why the writer stopped applying (and getting from the queue), until
+# the cause is put right: e.g. the store is beyond the landing zone's last message, a landing
+# rolled back under it (sis_platform/live/applier.py). Read by `ServingStore.status()`.
+HALT = TableDef(
+    "halt",
+    (
+        _c("id", "int", False),
+        _c("reason", "text", False),
+        _c("detail", "text", False),
+        _c("raised_at", "timestamp", False),
+    ),
+    primary_key=("id",),
+)
+
 TABLES = (
     MASTERS,
     EVENTS,
@@ -233,6 +247,7 @@ TABLES = (
     CHANGES,
     POSITION,
     AHEAD,
+    HALT,
 )
 MODEL_TABLES = (EVENTS, MARKETS, SELECTIONS)
 

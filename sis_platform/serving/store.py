@@ -32,12 +32,14 @@ from sis_platform.serving.records import (
     PositionConflict,
     ServingUnavailable,
     StoredMaster,
+    StoreHalt,
     StoreStatus,
 )
 from sis_platform.serving.schema import (
     AHEAD,
     CHANGES,
     DEAD_LETTERS,
+    HALT,
     MASTERS,
     MESSAGE_OUTCOMES,
     MODEL_TABLES,
@@ -268,6 +270,7 @@ class ServingStore(ABC):
                 )
                 masters = self._one(conn, "SELECT count(*) FROM masters")
                 last_seq = self._last_seq(conn)
+                halt = self._halt(conn)
             assert position is not None and masters is not None  # created with the schema
             return StoreStatus(
                 LogPosition(int(position[0]), int(position[1])),
@@ -276,9 +279,14 @@ class ServingStore(ABC):
                 int(position[2]),
                 self._timestamp_out(position[3]),
                 self._timestamp_out(position[4]),
+                halt,
             )
 
         return self._run(work)
+
+    def _halt(self, conn: Any) -> StoreHalt | None:
+        row = self._one(conn, "SELECT reason, detail, raised_at FROM halt WHERE id = 1")
+        return None if row is None else StoreHalt(row[0], row[1], self._stamp(row[2]))
 
     def versions_at(self, batch_seq: int) -> dict[str, tuple[int, str]]:
         """master id -> (version, document_sha256) of its last change at or before the end of
@@ -311,6 +319,18 @@ class ServingStore(ABC):
         )
         assert row is not None  # created with the schema
         return LogPosition(int(row[0]), int(row[1]))
+
+    def message_at(self, position: LogPosition) -> str | None:
+        """The id of the message the store applied at `position` (None: no outcome there)."""
+        row = self._run(
+            lambda c: self._one(
+                c,
+                "SELECT message_id FROM message_outcomes WHERE batch_seq = ? AND msg_seq = ? "
+                "LIMIT 1",
+                (position.batch_seq, position.msg_seq),
+            )
+        )
+        return None if row is None else str(row[0])
 
     def masters_state(self, ids: Iterable[str]) -> dict[str, MasterRow]:
         """The stored state of those of `ids` the store has."""
@@ -371,7 +391,7 @@ class ServingStore(ABC):
                     f"serving store {self.shown}: group position {tuple(group.position)} is "
                     f"not after the stored {tuple(stored)} (a second writer?)"
                 )
-            now = self._timestamp_in(utc_now())
+            now = self._timestamp_in(self._commit_time(conn))
             self._write_group(conn, group, now)
             last_seq = self._last_seq(conn)
             batch_seq, msg_seq = group.position
@@ -400,6 +420,19 @@ class ServingStore(ABC):
             crash_point(CRASH_POINT)
         return last_seq
 
+    def _commit_time(self, conn: Any) -> datetime:
+        """Now, or the previous commit's time if the clock was stepped back since: the change
+        log's `committed_at` never goes backwards, so `change_as_of` never answers with a
+        version readers were shown only later. Read inside the commit's transaction."""
+        now = utc_now()
+        row = self._one(
+            conn,
+            "SELECT (SELECT committed_at FROM position WHERE id = 1), "
+            "(SELECT committed_at FROM changes ORDER BY seq DESC LIMIT 1)",
+        )
+        previous = [self._stamp(v) for v in row or () if v is not None]
+        return max([now, *previous])
+
     def _locked_position(self, conn: Any) -> LogPosition:
         row = self._one(conn, self._position_for_update())
         assert row is not None  # created with the schema
@@ -422,6 +455,34 @@ class ServingStore(ABC):
         self._insert(conn, CHANGES, R.change_rows(group.changes, now, self.converters))
         self._insert(conn, DEAD_LETTERS, R.dead_letter_rows(group.dead_letters, now))
         self._insert(conn, MESSAGE_OUTCOMES, R.outcome_rows(group.outcomes))
+
+    def halt(self, reason: str, detail: str) -> None:
+        """Record that the writer has halted, and why (`StoreStatus.halt`); a halt already
+        recorded keeps the time it was first raised."""
+
+        def work(conn: Any) -> None:
+            with self._transaction(conn, write=True):
+                conn.execute(
+                    self._sql(
+                        HALT.insert() + " ON CONFLICT (id) DO UPDATE SET reason = excluded.reason, "
+                        "detail = excluded.detail"
+                    ),
+                    (1, reason, detail, self._timestamp_in(utc_now())),
+                )
+
+        self._run(work)
+
+    def clear_halt(self) -> StoreHalt | None:
+        """Forget a recorded halt (its cause was put right); the halt it was, if any."""
+
+        def work(conn: Any) -> StoreHalt | None:
+            with self._transaction(conn, write=True):
+                halt = self._halt(conn)
+                if halt is not None:
+                    conn.execute("DELETE FROM halt WHERE id = 1")
+                return halt
+
+        return self._run(work)
 
     def heartbeat(self) -> None:
         """Record that the writer is alive (StoreStatus.heartbeat_at)."""

@@ -11,7 +11,7 @@ import pytest
 
 from sis_platform import config
 from sis_platform.assets.serving import live_store_fresh, serving_store_spec
-from sis_platform.landing import GroupWriter
+from sis_platform.landing import GroupWriter, LogPosition
 from sis_platform.serving import GroupCommit, OutcomeRow, open_store
 from tests.harness import received
 
@@ -53,3 +53,35 @@ def test_fails_as_an_error_while_landed_messages_wait_for_a_store_that_never_com
         store.commit(GroupCommit(landed.last_position, [], {}, [], [], outcomes))
     fresh = _execute(env)
     assert fresh.passed, fresh.description
+
+
+def test_fails_as_an_error_when_the_store_is_beyond_the_landing(tmp_path: Path):
+    # The landing put back to an earlier copy under the store: the store "has applied every
+    # landed message" and more, which is no pass (sis-live halts: sis_platform/live/applier.py).
+    env = {"SIS_DATA_DIR": str(tmp_path)}
+    resources = config.resources(env)
+    writer = GroupWriter(resources["landing"].zone())
+    writer.land([received(b"<m/>")])
+    with open_store(resources["serving"].url) as store:
+        outcomes = [
+            OutcomeRow(f"m{i}", 1, i, -1, None, "dead-lettered", "invalid-message")
+            for i in range(3)
+        ]
+        store.commit(GroupCommit(LogPosition(1, 2), [], {}, [], [], outcomes))
+
+    beyond = _execute(env)
+    assert not beyond.passed
+    assert beyond.severity is dg.AssetCheckSeverity.ERROR
+    assert "beyond the landing" in (beyond.description or "")
+
+
+def test_a_halt_recorded_in_the_store_fails_as_an_error_naming_it(tmp_path: Path):
+    env = {"SIS_DATA_DIR": str(tmp_path)}
+    resources = config.resources(env)
+    GroupWriter(resources["landing"].zone()).land([received(b"<m/>")])
+    with open_store(resources["serving"].url) as store:
+        store.halt("store-beyond-landing", "the serving store is at (1, 2), beyond (1, 0)")
+    halted = _execute(env)
+    assert not halted.passed
+    assert halted.severity is dg.AssetCheckSeverity.ERROR
+    assert "store-beyond-landing" in (halted.description or "")

@@ -131,6 +131,37 @@ def test_later_appends_with_the_same_app_id_are_never_skipped(tmp_path, spark):
     assert lake.read(MODEL_STEPS).count() == 2
 
 
+def test_an_append_after_one_whose_clock_was_ahead_is_not_skipped(tmp_path, spark, monkeypatch):
+    # A step run on a host whose clock was ahead (or before the clock was stepped back) must
+    # not make a later step's append look like a retry of it.
+    import sis_platform.lake.delta as delta_module
+
+    lake = Lake(spark, str(tmp_path))
+    lake.ensure(MODEL_STEPS)
+    rows = spark.createDataFrame([(1, 1, datetime.now(UTC))], MODEL_STEPS.schema())
+    ahead = delta_module.time.time_ns() + 3_600 * 10**9
+    monkeypatch.setattr(delta_module.time, "time_ns", lambda: ahead)
+    lake.append(MODEL_STEPS, rows, txn_app_id="test:model_steps")
+    monkeypatch.setattr(delta_module.time, "time_ns", lambda: ahead - 10**9)
+    lake.append(MODEL_STEPS, rows, txn_app_id="test:model_steps")
+    assert lake.read(MODEL_STEPS).count() == 2
+
+
+def test_appends_to_a_table_written_with_clock_keyed_versions_are_not_skipped(tmp_path, spark):
+    # A lake written before appends were keyed on the log position holds wall-clock versions
+    # (nanoseconds) under the same app id.
+    import time
+
+    lake = Lake(spark, str(tmp_path))
+    lake.ensure(MODEL_STEPS)
+    rows = spark.createDataFrame([(1, 1, datetime.now(UTC))], MODEL_STEPS.schema())
+    rows.write.format("delta").mode("append").option("txnAppId", "test:model_steps").option(
+        "txnVersion", time.time_ns()
+    ).save(lake.path(MODEL_STEPS))
+    lake.append(MODEL_STEPS, rows, txn_app_id="test:model_steps")
+    assert lake.read(MODEL_STEPS).count() == 2
+
+
 def _last_commit(lake: Lake, table) -> tuple[list[dict], list[dict]]:
     """(add, remove) actions of the table's newest commit, from its Delta log."""
     import json

@@ -77,14 +77,15 @@ def running(
     source: Any = None,
     budget: BudgetConfig | None = None,
     heartbeat: Heartbeat | None = None,
+    lease: ConsumerLease | None = None,
 ) -> Iterator[LiveService]:
     """The service running in a thread, consuming `source` (default: the place's queue), its
-    fold under `budget` (None: unguarded, no fold workers); stopped (and its thread joined) on
-    leaving."""
+    fold under `budget` (None: unguarded, no fold workers), under `lease` (default: the
+    place's); stopped (and its thread joined) on leaving."""
     service = LiveService(
         source if source is not None else place.queue,
         place.zone,
-        place.lease(),
+        lease if lease is not None else place.lease(),
         open_store_ or (lambda: open_store(place.url)),
         config,
         budget=budget,

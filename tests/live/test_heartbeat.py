@@ -40,6 +40,9 @@ def test_health_follows_the_beat() -> None:
     assert (behind.alive, behind.ready) == (True, False)
     ready = health(Beat(1, now, True, True), now, 60)
     assert (ready.alive, ready.ready) == (True, True)
+    halted = health(Beat(1, now - 5, False, False, "store beyond the landing"), now, 60)
+    assert (halted.alive, halted.ready) == (True, False)
+    assert "halted: store beyond the landing" in halted.reason
 
 
 def test_a_heartbeat_writes_a_changed_state_at_once_and_the_same_one_at_most_once_per_period(

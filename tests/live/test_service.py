@@ -5,9 +5,13 @@ down meanwhile, landing goes on and the store catches up when it is back."""
 from __future__ import annotations
 
 import dataclasses
+import logging
+import shutil
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,10 +20,12 @@ from sis_platform.landing import START_POSITION, GroupWriter, LandingZone
 from sis_platform.lease import ConsumerLease
 from sis_platform.live.config import LiveConfig
 from sis_platform.live.fold import LiveFold
+from sis_platform.live.heartbeat import Heartbeat, health, read_beat
 from sis_platform.queues.base import SourceUnavailable
 from sis_platform.queues.embedded import EmbeddedQueue
 from sis_platform.serving import ServingStore, ServingUnavailable, open_store
 from sis_platform.simulator.generator import generate_feed
+from tests.harness import received
 from tests.live.feed import INVALID
 from tests.live.running import (
     BOUND_SECONDS,
@@ -29,6 +35,7 @@ from tests.live.running import (
     drained,
     running,
 )
+from tests.tmpfs import fill, mounted_tmpfs
 
 pytestmark = pytest.mark.cost(25)
 
@@ -420,3 +427,180 @@ def test_a_store_put_back_to_an_earlier_copy_refolds_the_same_change_log(tmp_pat
         assert service.applier.messages == len(feed) - 120  # refolded from the copy's position
     assert _log_rows(place) == first
     assert_live_equals_reference(place, feed)
+
+
+def test_a_landing_rolled_back_under_the_store_halts_intake_loudly_until_put_right(tmp_path):
+    """The landing zone is put back to an earlier copy (a volume snapshot restored) while the
+    store keeps its state: new messages would land at positions the store has passed and be
+    skipped for good. sis-live gets nothing, records the halt in the store and logs an ERROR;
+    once the landing is put right, the halt is cleared and every message is applied."""
+    place = Place(tmp_path)
+    feed = _feed(29, 150)
+    place.put(feed[:50])
+    with running(place) as service:
+        assert service.wait_until(drained, BOUND_SECONDS)
+    snapshot = tmp_path / "landing-snapshot"
+    shutil.copytree(place.zone.root, snapshot)
+    place.put(feed[50:100])
+    with running(place) as service:
+        assert service.wait_until(drained, BOUND_SECONDS)
+    latest = tmp_path / "landing-latest"
+    shutil.copytree(place.zone.root, latest)
+    _put_back(place.zone.root, snapshot)
+    place.put(feed[100:])
+
+    halted = _error_logged("beyond the landing zone")
+    beats = tmp_path / "run" / "sis-live.heartbeat"
+    config = dataclasses.replace(CONFIG, retry_first_seconds=0.05)
+    with running(place, config, heartbeat=Heartbeat(beats, every=0.0)) as service:
+        assert halted.seen.wait(BOUND_SECONDS)
+        # Alive (its loop goes round, so no restart) and not ready, saying why: the probes'
+        # view of the halt.
+        assert service.wait_until(lambda _: _beat_halted(beats), BOUND_SECONDS)
+        probe = health(read_beat(beats), time.monotonic(), 60)
+    logging.getLogger().removeHandler(halted)
+    assert (probe.alive, probe.ready) == (True, False)
+    assert "halted" in probe.reason and "beyond the landing zone" in probe.reason
+    assert place.queue.depth() == 50  # nothing was got while the store was beyond the landing
+    store = open_store(place.url)
+    try:
+        status = store.status()
+    finally:
+        store.close()
+    assert status.halt is not None and status.halt.reason == "store-beyond-landing"
+
+    _put_back(place.zone.root, latest)
+    with running(place) as service:
+        assert service.wait_until(drained, BOUND_SECONDS)
+    store = open_store(place.url)
+    try:
+        assert store.status().halt is None
+    finally:
+        store.close()
+    assert_live_equals_reference(place, feed)
+
+
+def _beat_halted(path: Path) -> bool:
+    beat = read_beat(path)
+    return beat is not None and beat.halted is not None
+
+
+def _put_back(root: Path, copy: Path) -> None:
+    shutil.rmtree(root)
+    shutil.copytree(copy, root)
+
+
+class _ErrorSeen(logging.Handler):
+    """`seen` is set once an ERROR containing `text` is logged (from any thread)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(logging.ERROR)
+        self.text = text
+        self.seen = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.text in record.getMessage():
+            self.seen.set()
+
+
+def _error_logged(text: str) -> _ErrorSeen:
+    seen = _ErrorSeen(text)
+    logging.getLogger().addHandler(seen)
+    return seen
+
+
+def test_a_full_landing_disk_pauses_intake_without_counting_a_delivery(tmp_path):
+    """The landing zone's file system is full: nothing is got (so no message is backed out and
+    none comes closer to the backout queue), the pause is logged as an ERROR, no partial file
+    is left, and every message lands once space returns, delivered once."""
+    place = Place(tmp_path)
+    feed = _feed(30, 60)
+    limits = dataclasses.replace(CONFIG.message_limits, max_message_bytes=64 * 1024)
+    config = dataclasses.replace(
+        CONFIG,
+        batch_max_bytes=256 * 1024,
+        message_limits=limits,
+        retry_first_seconds=0.05,
+        retry_last_seconds=0.2,
+    )
+    lease = ConsumerLease(tmp_path / "lease", "test@localhost:1", 60.0)  # off the full disk
+    with mounted_tmpfs(place.zone.root, 4 * 1024 * 1024):
+        place.zone.ensure()
+        ballast = fill(place.zone.root)
+        place.put(feed)
+        paused = _error_logged("landing zone")
+        try:
+            with running(place, config, lease=lease) as service:
+                assert paused.seen.wait(BOUND_SECONDS)
+                ballast.unlink()
+                assert service.wait_until(
+                    lambda s: drained(s) and s.landed_messages >= len(feed), BOUND_SECONDS
+                )
+        finally:
+            logging.getLogger().removeHandler(paused)
+        assert list(place.zone.tmp_dir.iterdir()) == []  # no partial file left
+        logged = [m.message for m in place.zone.landed_after(START_POSITION, limits)]
+        assert [m.delivery_count for m in logged] == [1] * len(feed)
+        assert_live_equals_reference(place, feed)
+
+
+class _SteppedBack(datetime):
+    """The wall clock as sis-live's service reads it, stepped back an hour (NTP, a VM resumed)
+    since the open batch was opened."""
+
+    @classmethod
+    def now(cls, tz: Any = None) -> Any:
+        return datetime.now(tz) - timedelta(hours=1)
+
+
+def test_an_idle_open_batch_is_sealed_by_its_age_when_the_wall_clock_steps_back(
+    tmp_path, monkeypatch
+):
+    import sis_platform.live.service as service_module
+
+    monkeypatch.setattr(service_module, "datetime", _SteppedBack)
+    place = Place(tmp_path)
+    feed = _feed(31, 10)
+    place.put(feed)
+    config = LiveConfig(group_max_messages=20, batch_max_seconds=0.5, idle_wait_seconds=0.2)
+    with running(place, config) as service:
+        assert service.wait_until(lambda s: drained(s) and s.zone.keys() != [], BOUND_SECONDS)
+    assert len(place.zone.keys()) == 1
+    assert_live_equals_reference(place, feed)
+
+
+def test_a_landing_rolled_back_and_landed_past_the_store_again_halts_too(tmp_path):
+    """The landing is put back to an earlier copy and then gets more messages than it lost
+    before sis-live starts (another writer, or sis-live while the store was unreachable): the
+    store's position is within the landing again, but the message there is another one.
+    Catching up from there would skip the messages landed after the copy, so it halts."""
+    place = Place(tmp_path)
+    feed = _feed(32, 110)
+    place.put(feed[:30])
+    with running(place) as service:
+        assert service.wait_until(drained, BOUND_SECONDS)
+    snapshot = tmp_path / "landing-snapshot"
+    shutil.copytree(place.zone.root, snapshot)
+    place.put(feed[30:60])
+    with running(place) as service:
+        assert service.wait_until(drained, BOUND_SECONDS)
+    _put_back(place.zone.root, snapshot)
+    writer = GroupWriter(place.zone)
+    writer.recover()
+    for start in range(60, 110, 10):  # 50 more than the copy holds: past the store again
+        writer.land(
+            [received(m.body, m.message_id) for m in feed[start : start + 10]],
+        )
+    place.put(feed[:5])  # redelivered copies waiting on the queue: nothing may get them
+
+    halted = _error_logged("differs from the one the store applied")
+    with running(place, dataclasses.replace(CONFIG, retry_first_seconds=0.05)):
+        assert halted.seen.wait(BOUND_SECONDS)
+    logging.getLogger().removeHandler(halted)
+    assert place.queue.depth() == 5
+    store = open_store(place.url)
+    try:
+        status = store.status()
+    finally:
+        store.close()
+    assert status.halt is not None and status.halt.reason == "store-beyond-landing"

@@ -4,13 +4,17 @@ on the real embedded queue and landing zone."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import shutil
 
 import pytest
 
 from sis_platform.consumer import BatchLimits, consume_batch
+from sis_platform.domain.limits import DEFAULT_LIMITS
 from sis_platform.landing import LandingZone
 from sis_platform.queues.embedded import EmbeddedQueue
+from tests.tmpfs import BLOCK, fill, mounted_tmpfs
 
 LIMITS = BatchLimits(get_wait_seconds=0.05)
 
@@ -45,3 +49,31 @@ def test_the_probe_leaves_no_file_behind(tmp_path):
     zone = LandingZone(tmp_path / "landing")
     zone.probe()
     assert list(zone.tmp_dir.iterdir()) == []
+
+
+def test_a_full_landing_disk_gets_nothing_and_leaves_no_partial_file(tmp_path):
+    # The probe's few bytes fit in a nearly full file system; a batch does not.
+    queue = EmbeddedQueue(tmp_path / "queue", backout_threshold=2)
+    zone = LandingZone(tmp_path / "landing")
+    limits = BatchLimits(max_messages=20, max_bytes=64 * 1024, get_wait_seconds=0.05)
+    message_limits = dataclasses.replace(DEFAULT_LIMITS, max_message_bytes=64 * 1024)
+    bodies = [b"<a>" + os.urandom(6000).hex().encode() + b"</a>" for _ in range(8)]
+    with queue.producer() as producer:
+        for body in bodies:
+            producer.put(body)
+    with mounted_tmpfs(zone.root, 1024 * 1024):
+        zone.ensure()
+        ballast = fill(zone.root)
+        ballast.write_bytes(b"\0" * (ballast.stat().st_size - 2 * BLOCK))  # 2 blocks free
+        for _ in range(5):  # more failed ticks than the backout threshold
+            with queue.connect() as session, pytest.raises(OSError):
+                consume_batch(session, zone, limits, message_limits=message_limits)
+            assert list(zone.tmp_dir.iterdir()) == []
+        assert queue.depth() == len(bodies)
+
+        ballast.unlink()
+        with queue.connect() as session:
+            while consume_batch(session, zone, limits, message_limits=message_limits):
+                pass
+        rows = [row for key in zone.keys() for row in zone.read(key).to_pylist()]
+    assert [r["delivery_count"] for r in rows] == [1] * len(bodies)

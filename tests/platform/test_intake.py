@@ -414,8 +414,14 @@ def test_intake_imports_neither_dagster_nor_spark():
     assert out.stdout.strip() == "[]"
 
 
-def test_a_caller_position_beyond_the_zone_is_an_error_not_a_silent_skip(tmp_path, clock):
+def test_a_caller_position_beyond_the_zone_fails_the_tick_and_gets_nothing(tmp_path, clock):
+    # The landing zone went back under the caller (restored from an earlier copy): a batch
+    # landed now would take a number already registered, and never run.
     p = Platform(tmp_path, clock)
     p.put(1)
-    with pytest.raises(RuntimeError, match="taken batches up to 5, beyond the zone's last one"):
-        p.intake.tick(0, registered=5)
+    for _ in range(2):
+        outcome = p.intake.tick(0, registered=5)
+        assert outcome.failed and outcome.status is TickStatus.LANDING_WENT_BACK
+        assert "taken batches up to 5, beyond the zone's last one (0)" in outcome.detail
+    assert p.zone.keys() == []
+    assert p.queue.depth() == 1

@@ -3,6 +3,7 @@ as sis-live writes it, and a real embedded queue it must never touch (no Spark i
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import dagster as dg
@@ -83,7 +84,7 @@ def test_registers_sealed_batches_only_and_requests_their_runs_with_their_anchor
         "dagster/priority": "10",  # ahead of backfills in the run queue
     }
     assert ticker.instance.get_dynamic_partitions("batches") == ["0000000001"]
-    assert ticker.cursor == "1"
+    assert ticker.cursor == f"1:{anchor.head}"
 
     skipped = ticker.tick()
     assert isinstance(skipped, dg.SkipReason)
@@ -129,7 +130,8 @@ def test_a_bounded_number_of_batches_per_tick(tmp_path):
     while isinstance(result := ticker.tick(), dg.SensorResult):
         sizes.append(len(result.run_requests or []))
     assert sizes == [MAX_BATCHES_PER_TICK, 3]
-    assert ticker.cursor == str(MAX_BATCHES_PER_TICK + 3)
+    assert ticker.cursor is not None
+    assert ticker.cursor.split(":")[0] == str(MAX_BATCHES_PER_TICK + 3)
 
 
 def test_backpressure_leaves_sealed_batches_in_the_landing_zone(tmp_path):
@@ -158,3 +160,41 @@ def test_without_a_cursor_it_starts_after_the_partitions_already_registered(tmp_
     result = ticker.tick()
     assert isinstance(result, dg.SensorResult)
     assert [r.partition_key for r in result.run_requests or []] == ["0000000002"]
+
+
+def _registered_then_rolled_back(tmp_path: Path) -> tuple[Ticker, GroupWriter]:
+    """Batches 1 and 2 registered; then the landing zone put back to its copy holding batch 1
+    only (a volume snapshot restored under the lake); a writer on the zone as it is now."""
+    resources = _resources(tmp_path)
+    zone = _zone(resources)
+    writer = GroupWriter(zone)
+    _land(writer, 2)
+    writer.seal(ClosedBy.MESSAGES)
+    snapshot = tmp_path / "landing-snapshot"
+    shutil.copytree(zone.root, snapshot)
+    _land(writer, 3)
+    writer.seal(ClosedBy.MESSAGES)
+    ticker = Ticker(resources)
+    result = ticker.tick()
+    assert isinstance(result, dg.SensorResult) and len(result.run_requests or []) == 2
+    shutil.rmtree(zone.root)
+    shutil.copytree(snapshot, zone.root)
+    return ticker, GroupWriter(zone)
+
+
+def test_a_landing_rolled_back_behind_the_cursor_fails_the_tick(tmp_path):
+    ticker, _ = _registered_then_rolled_back(tmp_path)
+    with pytest.raises(dg.Failure, match="batch 0000000002, which was registered, is gone"):
+        ticker.tick()
+
+
+def test_a_registered_batch_landed_again_with_other_content_fails_the_tick(tmp_path):
+    # After the rollback new messages land as batch 2 again: its run_key was requested
+    # already, so the lake would never run them.
+    ticker, writer = _registered_then_rolled_back(tmp_path)
+    _land(writer, 4)
+    writer.seal(ClosedBy.MESSAGES)
+    _land(writer, 1)
+    writer.seal(ClosedBy.MESSAGES)  # batch 3: new to the sensor, but after a changed batch 2
+    with pytest.raises(dg.Failure, match="batch 0000000002 differs from the one registered"):
+        ticker.tick()

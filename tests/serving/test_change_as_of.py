@@ -52,3 +52,19 @@ def test_the_version_shown_at_an_instant(
     assert (change.committed_at, change.batch_seq, change.msg_seq) == (T0 + SECOND, 2, 0)
     # An instant in another zone is the same instant.
     assert version("M1", (T0 + SECOND).astimezone(timezone(timedelta(hours=2)))) == 2
+
+
+def test_a_clock_stepped_back_never_moves_committed_at_backwards(
+    store: ServingStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The host's clock is stepped back an hour between two commits (NTP, a VM restored): the
+    # second commit is later in the change log, so no reader may have been shown it earlier.
+    _commit_at(store, monkeypatch, T0, (1, 0), [("M1", 1)])
+    _commit_at(store, monkeypatch, T0 - 3600 * SECOND, (2, 0), [("M1", 2)])
+    changes = store.changes()
+    assert [c.committed_at for c in changes] == [T0, T0]
+    assert store.status().committed_at == T0
+    change = store.change_as_of("M1", T0 - 1800 * SECOND)
+    assert change is None  # nothing was committed before T0
+    latest = store.change_as_of("M1", T0)
+    assert latest is not None and latest.version == 2

@@ -321,3 +321,20 @@ def test_a_naive_put_time_is_taken_as_utc(store: ServingStore) -> None:
     change = dataclasses.replace(commit.changes[0], put_time=naive)
     store.commit(dataclasses.replace(commit, changes=[change]))
     assert store.changes()[0].put_time == PUT_TIME
+
+
+def test_message_at_names_the_message_applied_at_a_log_position(store: ServingStore):
+    store.commit(group((1, 2), [("M1", 1), ("M2", 1)], dead=["bad-1"]))
+    assert store.message_at(LogPosition(1, 1)) == "msg-M2-1"
+    assert store.message_at(LogPosition(1, 2)) == "bad-1"
+    assert store.message_at(LogPosition(1, 3)) is None
+
+
+def test_a_halt_is_recorded_read_back_and_cleared(store: ServingStore):
+    assert store.status().halt is None
+    store.halt("store-beyond-landing", "first")
+    store.halt("store-beyond-landing", "again")
+    halt = store.status().halt
+    assert halt is not None and (halt.reason, halt.detail) == ("store-beyond-landing", "again")
+    assert store.clear_halt() == halt
+    assert store.status().halt is None and store.clear_halt() is None
