@@ -2,9 +2,23 @@
 # Set up and run the full test suite: the environment, ActiveMQ for the broker tests, Chromium
 # for the browser test, pytest.
 # Extra arguments go to pytest (e.g. scripts/test.sh -m "not spark" -x).
+# --fast (first argument): the quick tier only, minutes instead of half an hour: the domain,
+# settings, serving store and landing/log tests, without Spark, Dagster, brokers or browsers,
+# and without mypy. CI runs the whole suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+fast=""
+if [ "${1:-}" = --fast ]; then
+  fast=yes
+  shift
+fi
 ./scripts/setup.sh
+if [ -n "$fast" ]; then
+  .venv/bin/ruff check .
+  exec .venv/bin/python -m pytest -n "${SIS_TEST_WORKERS:-2}" --dist loadfile \
+      -m "not (spark or dagster or broker or connect or e2e or faults or browser or cluster)" \
+      tests/domain tests/test_settings.py tests/serving tests/platform "$@"
+fi
 if [ -x scripts/activemq.sh ]; then
   ./scripts/activemq.sh install
 fi
