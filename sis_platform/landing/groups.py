@@ -56,7 +56,8 @@ from sis_platform.landing.rows import (
     part_name,
     write_partial,
 )
-from sis_platform.logchain import Anchor, fsync_dir
+from sis_platform.logchain import Anchor, fsync_dir, verify_messages
+from sis_platform.logseal import LogTampered
 from sis_platform.queues.base import ReceivedMessage
 
 if TYPE_CHECKING:
@@ -148,7 +149,8 @@ class GroupWriter:
             first_prev=current.first_prev,
             head=rows.head.hex(),
         )
-        metadata = anchor_metadata(Anchor(after.key, after.messages, after.first_prev, after.head))
+        running = Anchor(after.key, after.messages, after.first_prev, after.head)
+        metadata = anchor_metadata(self.zone.sign(running, part=current.parts))
         metadata[PART_KEY] = str(current.parts).encode()
         metadata[BYTES_KEY] = str(after.bytes).encode()
         metadata[OPENED_AT_KEY] = after.opened_at.astimezone(UTC).isoformat().encode()
@@ -229,12 +231,36 @@ def open_batch_of(key: str, parts: list[Path]) -> OpenBatch:
 def seal_batch(
     zone: LandingZone, batch: OpenBatch, closed_by: ClosedBy | None, fence: Fence | None
 ) -> LandedBatch:
-    """Seal an open batch: its seal record, then its anchor, under `fence`. `closed_by` None:
-    the reason a seal record left by an interrupted seal gives, else `ClosedBy.RECOVERED`. A
-    batch found sealed already is returned as its anchor says."""
+    """Seal an open batch: check its parts (`verify_open_batch`) and the witness, then write
+    its seal record and its signed anchor under `fence`, then move the witness on. `closed_by`
+    None: the reason a seal record left by an interrupted seal gives, else
+    `ClosedBy.RECOVERED`. A batch found sealed already is returned as its anchor says.
+    LogTampered, and nothing written, when its parts were changed or the witness has seen this
+    batch number sealed already."""
     folder = zone.batch_dir(batch.key)
     reason = closed_by or _recorded_reason(folder) or ClosedBy.RECOVERED
-    anchor = Anchor(batch.key, batch.messages, batch.first_prev, batch.head)
+    anchor = zone.sign(Anchor(batch.key, batch.messages, batch.first_prev, batch.head))
+    existing = zone.anchors.read(batch.key)
+    if existing is None:
+        verify_open_batch(zone, batch)
+        zone.check_witness(anchor)
+        existing = _write_seal(zone, batch, reason, anchor, fence)
+    if existing is not None:
+        anchor = existing
+        reason = _recorded_reason(folder) or reason
+    zone.advance_witness(anchor)
+    token = fence.token if fence is not None else None
+    return LandedBatch(
+        batch.key, batch.seq, folder, anchor.messages, batch.bytes, anchor.head, token, reason
+    )
+
+
+def _write_seal(
+    zone: LandingZone, batch: OpenBatch, reason: ClosedBy, anchor: Anchor, fence: Fence | None
+) -> Anchor | None:
+    """Write the seal record, then the anchor, under `fence`; the anchor found instead when
+    the batch was sealed meanwhile (else None)."""
+    folder = zone.batch_dir(batch.key)
     record = {
         "closed_by": reason.value,
         "fence_token": fence.token if fence is not None else None,
@@ -260,13 +286,47 @@ def seal_batch(
                 zone.anchors.write(anchor)
     finally:
         tmp.unlink(missing_ok=True)
-    if existing is not None:
-        anchor = existing
-        reason = _recorded_reason(folder) or reason
-    token = fence.token if fence is not None else None
-    return LandedBatch(
-        batch.key, batch.seq, folder, anchor.messages, batch.bytes, anchor.head, token, reason
+    return existing
+
+
+def verify_open_batch(zone: LandingZone, batch: OpenBatch) -> None:
+    """Check an open batch's parts before its anchor pins them: the last part's running anchor
+    is signed with the log key and says what `batch` (the writer's own record of what it
+    landed, or that same last part after a restart) says, and the parts' rows, read in order,
+    hold exactly those messages, every field matching its link, the links running from the
+    batch's first previous link to that head. LogTampered naming the batch, the part or
+    message, and what was found otherwise. Reads the batch once: its cost is the batch's
+    size, never the log's."""
+    parts = zone.parts(batch.key)
+    expected = Anchor(batch.key, batch.messages, batch.first_prev, batch.head)
+    problems: list[str] = []
+    claimed = anchor_of(batch.key, pq.read_schema(parts[-1]).metadata or {}) if parts else None
+    if claimed is None:
+        problems.append("its last part is missing or carries no running anchor")
+    else:
+        last_part = len(parts) - 1
+        key = zone.log_key()
+        if key is not None and (problem := key.problem(claimed, part=last_part)) is not None:
+            problems.append(f"part {last_part}: {problem}")
+        if claimed.unsigned() != expected:
+            problems.append(
+                f"part {last_part} says {claimed.messages} message(s) ending on "
+                f"{claimed.head[:16]}..., the writer landed {batch.messages} ending on "
+                f"{batch.head[:16]}... (a part was removed, added or rewritten)"
+            )
+    report = verify_messages(
+        batch.key,
+        zone.stored_messages(batch.key),
+        first_prev=batch.first_prev,
+        source="open batch",
+        anchor=expected,
     )
+    problems += [str(p) for p in report.problems]
+    if problems:
+        raise LogTampered(
+            f"batch {batch.key}: not sealed: its open parts were edited before sealing: "
+            + "; ".join(problems[:5])
+        )
 
 
 def _recorded_reason(folder: Path) -> ClosedBy | None:
