@@ -149,7 +149,10 @@ def verify(
         for problem in tail_problems(zone):
             problems += 1
             print(f"sis-verify-log: {problem}", file=sys.stderr)
-            first_problem = first_problem or problem
+            # The witness names what happened to the tail (truncated, rolled back): it says
+            # more than the missing batch's own problems, so the summary gives it.
+            if first_problem is None or first_problem.batch_key >= problem.batch_key:
+                first_problem = problem
     where = f"{zone.root} and {lake.base_path}"
     if first_problem is None:
         print(

@@ -297,12 +297,19 @@ def verify_open_batch(zone: LandingZone, batch: OpenBatch) -> None:
     batch's first previous link to that head. LogTampered naming the batch, the part or
     message, and what was found otherwise. Reads the batch once: its cost is the batch's
     size, never the log's."""
-    parts = zone.parts(batch.key)
+    # The parts the batch holds, by number: never a listing (its cost would grow with the zone).
+    parts = [zone.batch_dir(batch.key) / part_name(i) for i in range(batch.parts)]
+    missing = [i for i, path in enumerate(parts) if not path.is_file()]
+    if missing:
+        raise LogTampered(
+            f"batch {batch.key}: not sealed: its open parts were edited before sealing: "
+            f"part(s) {', '.join(map(str, missing))} missing (a part was removed)"
+        )
     expected = Anchor(batch.key, batch.messages, batch.first_prev, batch.head)
     problems: list[str] = []
     claimed = anchor_of(batch.key, pq.read_schema(parts[-1]).metadata or {}) if parts else None
     if claimed is None:
-        problems.append("its last part is missing or carries no running anchor")
+        problems.append("its last part carries no running anchor")
     else:
         last_part = len(parts) - 1
         key = zone.log_key()
@@ -316,7 +323,7 @@ def verify_open_batch(zone: LandingZone, batch: OpenBatch) -> None:
             )
     report = verify_messages(
         batch.key,
-        zone.stored_messages(batch.key),
+        zone.stored_messages(batch.key, files=parts),
         first_prev=batch.first_prev,
         source="open batch",
         anchor=expected,

@@ -42,16 +42,8 @@ def tail_problems(zone: LandingZone) -> list[Problem]:
     except ValueError as exc:
         return [Problem(WITNESS, str(exc))]
     if seen is None:
-        keys = zone.anchors.keys()
-        if not keys:
-            return []
-        return [
-            Problem(
-                keys[-1],
-                f"no log witness at {witness.path}: a truncated tail or a rolled-back data "
-                "folder cannot be ruled out",
-            )
-        ]
+        _start_witness(zone)
+        return []
     log_key, problems = _key(zone, seen.batch_key)
     if log_key is not None and (text := log_key.problem(seen)) is not None:
         problems.append(Problem(seen.batch_key, f"the witness {witness.path}: {text}"))
@@ -82,6 +74,24 @@ def tail_problems(zone: LandingZone) -> list[Problem]:
             )
         )
     return problems
+
+
+def _start_witness(zone: LandingZone) -> None:
+    """Start the witness from the folder's last anchor when that anchor is signed with the log
+    key: the first verification of a log older than its witness, or of a data folder copied or
+    moved to a new path (the default witness is named after the folder). The witness is out of
+    the folder writer's reach, so a missing one is never a tamper; from here on it only moves
+    forward. Lists the anchors: this happens once per witness."""
+    keys = zone.anchors.keys()
+    if not keys or zone.seal is None:
+        return
+    try:
+        anchor = zone.anchors.read(keys[-1])
+        log_key = zone.log_key()
+    except (ValueError, LogKeyError):  # reported by the batch's own verification
+        return
+    if anchor is not None and log_key is not None and log_key.problem(anchor) is None:
+        zone.seal.witness.advance(anchor)
 
 
 def _key(zone: LandingZone, key: str) -> tuple[LogKey | None, list[Problem]]:

@@ -467,12 +467,13 @@ class LandingZone:
         for key in self.keys():
             yield from self.read(key).to_pylist()
 
-    def stored_messages(self, key: str, *, check_overflow: bool = True) -> Iterator[StoredMessage]:
-        """The batch's messages as its landing file (or its parts, in order) holds them, read a
-        few rows at a time, each body hashed again (and a moved-aside body's file when
-        `check_overflow`)."""
-        files = self.landed_files(key)
-        for path in files:
+    def stored_messages(
+        self, key: str, *, check_overflow: bool = True, files: Sequence[Path] | None = None
+    ) -> Iterator[StoredMessage]:
+        """The batch's messages as its landing file (or its parts, in order; or `files`, when
+        the caller knows them) holds them, read a few rows at a time, each body hashed again
+        (and a moved-aside body's file when `check_overflow`)."""
+        for path in files if files is not None else self.landed_files(key):
             for record_batch in pq.ParquetFile(path).iter_batches(batch_size=READ_ROWS):
                 yield from self._stored(record_batch, check_overflow)
 
