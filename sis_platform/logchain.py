@@ -173,6 +173,15 @@ class AnchorStore:
         fsync_dir(self.dir)
 
 
+def file_sha256(path: Path) -> str:
+    """sha256 (hex) of a file's bytes, read a MiB at a time."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:

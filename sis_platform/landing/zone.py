@@ -51,7 +51,14 @@ from sis_platform.landing.rows import (
     linked_rows,
     write_partial,
 )
-from sis_platform.logchain import GENESIS_LINK, Anchor, AnchorStore, StoredMessage, fsync_dir
+from sis_platform.logchain import (
+    GENESIS_LINK,
+    Anchor,
+    AnchorStore,
+    StoredMessage,
+    file_sha256,
+    fsync_dir,
+)
 from sis_platform.logseal import LogKey, LogSeal
 from sis_platform.queues.base import ReceivedMessage
 
@@ -525,11 +532,7 @@ class LandingZone:
         path = self._overflow_path(location)
         if path is None or not path.is_file():
             return ""
-        digest = hashlib.sha256()
-        with open(path, "rb") as f:
-            while chunk := f.read(1 << 20):
-                digest.update(chunk)
-        return digest.hexdigest()
+        return file_sha256(path)
 
     def clean_partials(self) -> int:
         """Remove temporary files left by a crash mid-write (batch files, parts, seal records);
