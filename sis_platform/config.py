@@ -36,6 +36,7 @@ from sis_platform.resources.sources import (
 from sis_platform.resources.spark import DeltaSparkResource, delta_spark_config
 from sis_platform.resources.spark_jars import resolved_jars_dir
 from sis_platform.settings import (
+    LOG_KEY_VARIABLE,
     ConfigurationError,
     EmbeddedSourceSettings,
     Settings,
@@ -83,6 +84,7 @@ def resources(settings_or_env: Settings | Mapping[str, str] | None = None) -> di
             max_runs_in_flight=batch.max_runs_in_flight,
             deployment=batch.deployment,
             lease_seconds=batch.lease_seconds,
+            **_log_fields(settings),
         ),
         "lake": DeltaLakeResource(base_path=settings.lake_path),
         "processing": FeedProcessingResource(
@@ -105,6 +107,20 @@ def resources(settings_or_env: Settings | Mapping[str, str] | None = None) -> di
         "serving": ServingStoreResource(
             url=settings.serving.url, max_lag_seconds=settings.live.max_lag_seconds
         ),
+    }
+
+
+def _log_fields(settings: Settings) -> dict[str, Any]:
+    """The landing zone resource's log key and witness: the key bound as `dg.EnvVar` when
+    SIS_LOG_KEY is set (never a value in configuration), else the key file's path."""
+    log = settings.log
+    if log is None:
+        return {}
+    return {
+        "log_key": dg.EnvVar(LOG_KEY_VARIABLE) if log.has_key else None,
+        "log_key_file": str(log.key_file),
+        "create_log_key": log.create_key,
+        "log_witness": str(log.witness),
     }
 
 

@@ -111,6 +111,13 @@ class Anchor:
     first_prev: str  # hex
     head: str  # hex
     format: int = CHAIN_FORMAT
+    # HMAC-SHA256 with the log key (sis_platform/logseal.py) and that key's id; None: unsigned.
+    signature: str | None = None
+    key_id: str | None = None
+
+    def unsigned(self) -> Anchor:
+        """The chain fields alone: what two copies of one anchor must agree on."""
+        return Anchor(self.batch_key, self.messages, self.first_prev, self.head, self.format)
 
 
 class AnchorStore:
@@ -142,6 +149,8 @@ class AnchorStore:
                 first_prev=str(data["first_prev"]),
                 head=str(data["head"]),
                 format=int(data["format"]),
+                signature=data.get("signature"),
+                key_id=data.get("key_id"),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"anchor file {self.path(key)} is not an anchor: {exc}") from exc
@@ -162,6 +171,15 @@ class AnchorStore:
         finally:
             tmp.unlink(missing_ok=True)
         fsync_dir(self.dir)
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 (hex) of a file's bytes, read a MiB at a time."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def fsync_dir(path: Path) -> None:

@@ -13,6 +13,23 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_config_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The user's config folder ($XDG_CONFIG_HOME) for the whole session, in a temporary
+    folder: the default log key and witnesses (sis_platform/logseal.py) go there, not into the
+    real home; child processes inherit it."""
+    import os
+
+    folder = tmp_path_factory.mktemp("config-home")
+    before = os.environ.get("XDG_CONFIG_HOME")
+    os.environ["XDG_CONFIG_HOME"] = str(folder)
+    yield folder
+    if before is None:
+        os.environ.pop("XDG_CONFIG_HOME", None)
+    else:
+        os.environ["XDG_CONFIG_HOME"] = before
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """A local Spark session with Delta, configured as the platform configures a run's driver

@@ -15,6 +15,7 @@ from sis_platform.assets.policies import TRANSIENT_RETRY
 from sis_platform.assets.table_specs import KINDS, OWNERS, column_schema, location, table_spec
 from sis_platform.lake.delta import Lake, sql_identifier
 from sis_platform.lake.tables import BATCH_LOG, CLASSIFY_FAILURES, MESSAGE_ITEMS, RAW_MESSAGES
+from sis_platform.landing.signed import tail_problems
 from sis_platform.resources.platform import (
     DeltaLakeResource,
     FeedProcessingResource,
@@ -112,9 +113,11 @@ def _hash_chain_intact(
     run_anchor = None
     if tags.get("dagster/partition") == key and CHAIN_HEAD_TAG in tags and MESSAGES_TAG in tags:
         run_anchor = RunAnchor(tags[CHAIN_HEAD_TAG], int(tags[MESSAGES_TAG]))
-    verdict = verify_batch(
-        lake.lake(spark.spark_session), landing.zone(), key, run_anchor=run_anchor
-    )
+    zone = landing.zone()
+    verdict = verify_batch(lake.lake(spark.spark_session), zone, key, run_anchor=run_anchor)
+    # The log's tail against the witness outside the data folder: every batch's check fails
+    # while the log is truncated or rolled back, so nothing downstream reads it meanwhile.
+    verdict = verdict.with_problems(tail_problems(zone))
     first = verdict.first_problem
     if first is not None:
         context.log.error(
@@ -148,7 +151,9 @@ with warnings.catch_warnings():
         partitions_def=batches_partitions,
         description="The batch's rows in raw_messages and its landing file both hold exactly "
         "the anchored messages, every logged field unchanged, in order, and the hash chain runs "
-        "unbroken from the previous batch's anchored head to this batch's anchored head.",
+        "unbroken from the previous batch's anchored head to this batch's anchored head; its "
+        "anchor is signed with the log key, and the log reaches, unchanged, the last sealed "
+        "batch its witness (outside the data folder) recorded.",
     )(_hash_chain_intact)
 
 

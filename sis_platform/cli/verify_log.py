@@ -2,13 +2,17 @@
 
     sis-verify-log [--from KEY] [--to KEY]
 
-For every batch in the range (every batch that has an anchor, a landing file or rows in the
-Delta table `raw_messages`, and every number between them), checks its anchor, its landing
-file (or its parts, for a batch landed in groups) and its Delta rows against each other
+For every batch in the range (every batch that has an anchor, a landing file, rows in the
+Delta table `raw_messages`, a run in Dagster or the witness's record, and every number between
+them), checks its anchor and its signature with the log key, its landing file (or its parts,
+for a batch landed in groups), its Delta rows and, where a Dagster instance is configured
+(DAGSTER_HOME), the chain head its batch run was tagged with, against each other
 (sis_platform/spark/chain.py), one batch at a time: the driver holds one batch's row count,
-never the log. Spark, the lake and the landing zone
-come from the platform's own configuration (sis_platform/config.py: SIS_PROFILE, SIS_DATA_DIR,
-SIS_LANDING_DIR, SIS_LAKE_PATH, SIS_SPARK_MASTER, ...).
+never the log. Then the log's tail against the witness outside the data folder
+(sis_platform/landing/signed.py): a truncated tail or a rolled-back folder. Spark, the lake,
+the landing zone, the log key and the witness come from the platform's own configuration
+(sis_platform/config.py: SIS_PROFILE, SIS_DATA_DIR, SIS_LANDING_DIR, SIS_LAKE_PATH,
+SIS_LOG_KEY_FILE, SIS_LOG_WITNESS, SIS_SPARK_MASTER, ...).
 
 Prints each problem (at most MAX_PRINTED) on stderr and a one-line summary on stdout.
 Exit status: 0 the log is intact, 1 it is not (the summary names the first broken batch and
@@ -30,10 +34,13 @@ from sis_platform.cli.platform import (
 )
 from sis_platform.lake.tables import RAW_MESSAGES
 from sis_platform.landing import batch_key, batch_seq_of
+from sis_platform.landing.signed import tail_problems
 from sis_platform.private import private_files
+from sis_platform.settings import dagster_home
 from sis_platform.spark.chain import verify_batch
 
 if TYPE_CHECKING:
+    from sis_platform.cli.batch_runs import BatchRuns
     from sis_platform.lake.delta import Lake
     from sis_platform.landing import LandingZone
     from sis_platform.logchain import Problem
@@ -92,17 +99,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     lake = resources["lake"].lake(spark_session(resources["spark"]))
     zone = resources["landing"].zone()
-    return verify(lake, zone, args.first, args.last)
+    return verify(lake, zone, args.first, args.last, runs=dagster_runs())
 
 
-def verify(lake: Lake, zone: LandingZone, first: str | None, last: str | None) -> int:
-    """Verify batches `first`..`last` (None: from the first / to the last known), print the
-    problems and the summary; the exit status."""
+def dagster_runs() -> BatchRuns | None:
+    """The batch runs of the Dagster instance DAGSTER_HOME configures; None (and why, on
+    stderr) when there is none to read."""
+    if dagster_home() is None:
+        print(
+            "sis-verify-log: run tags not compared: DAGSTER_HOME is not set, so there is no "
+            "Dagster instance to read them from",
+            file=sys.stderr,
+        )
+        return None
+    import dagster as dg
+
+    from sis_platform.cli.batch_runs import BatchRuns
+
+    return BatchRuns(dg.DagsterInstance.get())
+
+
+def verify(
+    lake: Lake,
+    zone: LandingZone,
+    first: str | None,
+    last: str | None,
+    *,
+    runs: BatchRuns | None = None,
+) -> int:
+    """Verify batches `first`..`last` (None: from the first / to the last known), and the log's
+    tail against its witness (unless `last` is given), print the problems and the summary; the
+    exit status."""
     batches = messages = printed = 0
     problems = 0
     first_problem: Problem | None = None
-    for key in _keys(lake, zone, first, last):
-        verdict = verify_batch(lake, zone, key)
+    for key in _keys(lake, zone, first, last, runs):
+        run_anchor = runs.anchor(key) if runs is not None else None
+        verdict = verify_batch(lake, zone, key, run_anchor=run_anchor)
         batches += 1
         messages += verdict.messages
         problems += len(verdict.problems)
@@ -112,6 +145,14 @@ def verify(lake: Lake, zone: LandingZone, first: str | None, last: str | None) -
                 printed += 1
         if first_problem is None:
             first_problem = verdict.first_problem
+    if last is None:
+        for problem in tail_problems(zone):
+            problems += 1
+            print(f"sis-verify-log: {problem}", file=sys.stderr)
+            # The witness names what happened to the tail (truncated, rolled back): it says
+            # more than the missing batch's own problems, so the summary gives it.
+            if first_problem is None or first_problem.batch_key >= problem.batch_key:
+                first_problem = problem
     where = f"{zone.root} and {lake.base_path}"
     if first_problem is None:
         print(
@@ -131,12 +172,24 @@ def verify(lake: Lake, zone: LandingZone, first: str | None, last: str | None) -
     return EXIT_BROKEN
 
 
-def _keys(lake: Lake, zone: LandingZone, first: str | None, last: str | None) -> Iterator[str]:
+def _keys(
+    lake: Lake, zone: LandingZone, first: str | None, last: str | None, runs: BatchRuns | None
+) -> Iterator[str]:
     """Every batch number from `first` to `last`: the last is the highest any copy knows of
-    (anchors, landed batches, Delta rows), so a batch missing from all three but followed by
-    another is still visited and reported. A batch still open (landed in parts, not sealed) is
-    not part of the log yet and is not verified."""
+    (anchors, landed batches, Delta rows, Dagster's batch partitions, the witness), so a batch
+    missing from the folder but followed by another, or known outside it, is still visited
+    and reported. A batch still open (landed in parts, not sealed) is not part of the log yet
+    and is not verified."""
     known = set(zone.keys()) | set(zone.anchors.keys())
+    if runs is not None:
+        known |= set(runs.batches())
+    if zone.seal is not None:
+        try:
+            witnessed = zone.seal.witness.read()
+        except ValueError:  # reported by tail_problems
+            witnessed = None
+        if witnessed is not None:
+            known.add(witnessed.batch_key)
     if lake.exists(RAW_MESSAGES):
         # One string per batch (partitions stay well under 100k): bounded by the batch count.
         rows = lake.read(RAW_MESSAGES).select("batch_key").distinct().collect()

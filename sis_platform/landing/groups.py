@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import pyarrow.parquet as pq
 
@@ -56,7 +56,8 @@ from sis_platform.landing.rows import (
     part_name,
     write_partial,
 )
-from sis_platform.logchain import Anchor, fsync_dir
+from sis_platform.logchain import Anchor, file_sha256, fsync_dir, verify_messages
+from sis_platform.logseal import LogTampered
 from sis_platform.queues.base import ReceivedMessage
 
 if TYPE_CHECKING:
@@ -89,6 +90,10 @@ class GroupWriter:
         self._last_seq = tail.seq
         self._head = tail.head
         self._open = tail.open
+        # sha256 of each part of the open batch as this writer wrote it, in order: what sealing
+        # compares the parts on disk with. None when the open batch was found on disk (its
+        # seal then reads and checks every row instead: verify_open_batch).
+        self._digests: list[str] | None = [] if tail.open is None else None
         # Set when a land failed after it may have claimed its part (e.g. the folder's fsync
         # failed after the link): the next land reads the tail from disk again.
         self._unsure = False
@@ -130,6 +135,7 @@ class GroupWriter:
             seq = self._last_seq + 1
             current = OpenBatch(batch_key(seq), seq, 0, 0, 0, landed_at, self._head.hex(), "")
             self._prepare_folder(current.key)
+            self._digests = []
         rows = linked_rows(
             messages,
             key=current.key,
@@ -148,7 +154,8 @@ class GroupWriter:
             first_prev=current.first_prev,
             head=rows.head.hex(),
         )
-        metadata = anchor_metadata(Anchor(after.key, after.messages, after.first_prev, after.head))
+        running = Anchor(after.key, after.messages, after.first_prev, after.head)
+        metadata = anchor_metadata(self.zone.sign(running, part=current.parts))
         metadata[PART_KEY] = str(current.parts).encode()
         metadata[BYTES_KEY] = str(after.bytes).encode()
         metadata[OPENED_AT_KEY] = after.opened_at.astimezone(UTC).isoformat().encode()
@@ -157,6 +164,7 @@ class GroupWriter:
             metadata[LEASE_HOLDER_KEY] = self.fence.holder.encode()
         table = rows.table.replace_schema_metadata(metadata)
         tmp = write_partial(table, self.zone.tmp_dir, f"{current.key}.{part_name(current.parts)}")
+        digest = file_sha256(tmp)  # read back from the page cache: microseconds
         crash_point("landing.before_claim")
         final = self.zone.batch_dir(current.key) / part_name(current.parts)
         try:
@@ -169,6 +177,8 @@ class GroupWriter:
         finally:
             tmp.unlink(missing_ok=True)
         self._open, self._head, self._last_seq = after, rows.head, after.seq
+        if self._digests is not None:
+            self._digests.append(digest)
         return LandedGroup(
             batch_key=current.key,
             batch_seq=current.seq,
@@ -185,7 +195,7 @@ class GroupWriter:
         it is landed. None when no batch is open."""
         if self._open is None:
             return None
-        batch = seal_batch(self.zone, self._open, closed_by, self.fence)
+        batch = seal_batch(self.zone, self._open, closed_by, self.fence, self._digests)
         self._open = None
         return batch
 
@@ -227,14 +237,43 @@ def open_batch_of(key: str, parts: list[Path]) -> OpenBatch:
 
 
 def seal_batch(
-    zone: LandingZone, batch: OpenBatch, closed_by: ClosedBy | None, fence: Fence | None
+    zone: LandingZone,
+    batch: OpenBatch,
+    closed_by: ClosedBy | None,
+    fence: Fence | None,
+    part_digests: list[str] | None = None,
 ) -> LandedBatch:
-    """Seal an open batch: its seal record, then its anchor, under `fence`. `closed_by` None:
-    the reason a seal record left by an interrupted seal gives, else `ClosedBy.RECOVERED`. A
-    batch found sealed already is returned as its anchor says."""
+    """Seal an open batch: check its parts (`verify_open_batch`) and the witness, then write
+    its seal record and its signed anchor under `fence`, then move the witness on. `closed_by`
+    None: the reason a seal record left by an interrupted seal gives, else
+    `ClosedBy.RECOVERED`. A batch found sealed already is returned as its anchor says.
+    LogTampered, and nothing written, when its parts were changed or the witness has seen this
+    batch number sealed already. `part_digests`: the sha256 of every part as its writer wrote
+    it, which makes the check of the parts a hash of each file (see `verify_open_batch`)."""
     folder = zone.batch_dir(batch.key)
     reason = closed_by or _recorded_reason(folder) or ClosedBy.RECOVERED
-    anchor = Anchor(batch.key, batch.messages, batch.first_prev, batch.head)
+    anchor = zone.sign(Anchor(batch.key, batch.messages, batch.first_prev, batch.head))
+    existing = zone.anchors.read(batch.key)
+    if existing is None:
+        verify_open_batch(zone, batch, part_digests)
+        zone.check_witness(anchor)
+        existing = _write_seal(zone, batch, reason, anchor, fence)
+    if existing is not None:
+        anchor = existing
+        reason = _recorded_reason(folder) or reason
+    zone.advance_witness(anchor)
+    token = fence.token if fence is not None else None
+    return LandedBatch(
+        batch.key, batch.seq, folder, anchor.messages, batch.bytes, anchor.head, token, reason
+    )
+
+
+def _write_seal(
+    zone: LandingZone, batch: OpenBatch, reason: ClosedBy, anchor: Anchor, fence: Fence | None
+) -> Anchor | None:
+    """Write the seal record, then the anchor, under `fence`; the anchor found instead when
+    the batch was sealed meanwhile (else None)."""
+    folder = zone.batch_dir(batch.key)
     record = {
         "closed_by": reason.value,
         "fence_token": fence.token if fence is not None else None,
@@ -264,13 +303,76 @@ def seal_batch(
                 zone.anchors.write(anchor)
     finally:
         tmp.unlink(missing_ok=True)
-    if existing is not None:
-        anchor = existing
-        reason = _recorded_reason(folder) or reason
-    token = fence.token if fence is not None else None
-    return LandedBatch(
-        batch.key, batch.seq, folder, anchor.messages, batch.bytes, anchor.head, token, reason
+    return existing
+
+
+def verify_open_batch(
+    zone: LandingZone, batch: OpenBatch, part_digests: list[str] | None = None
+) -> None:
+    """Check an open batch's parts before its anchor pins them; LogTampered naming the batch,
+    the part or message, and what was found otherwise. Its cost is the batch's, never the log's.
+
+    With `part_digests` (the sealing writer landed every part itself), each part file must
+    hold exactly the bytes it wrote: one hash per part. Otherwise (a batch found open after a
+    restart) every row is read: the last part's running anchor must be signed with the log key
+    and say what `batch` says, and the parts' rows, in order, must hold exactly those messages,
+    every field matching its link, the links running from the batch's first previous link to
+    that head."""
+    # The parts the batch holds, by number: never a listing (its cost would grow with the zone).
+    parts = [zone.batch_dir(batch.key) / part_name(i) for i in range(batch.parts)]
+    missing = [i for i, path in enumerate(parts) if not path.is_file()]
+    if missing:
+        _tampered(batch, [f"part(s) {', '.join(map(str, missing))} missing (a part was removed)"])
+    if part_digests is not None and len(part_digests) == len(parts):
+        changed = [i for i, p in enumerate(parts) if file_sha256(p) != part_digests[i]]
+        if changed:
+            _tampered(
+                batch,
+                [
+                    f"part {i} differs from what the writer landed (its bytes were changed)"
+                    for i in changed
+                ],
+            )
+        return
+    _verify_open_rows(zone, batch, parts)
+
+
+def _tampered(batch: OpenBatch, problems: list[str]) -> NoReturn:
+    raise LogTampered(
+        f"batch {batch.key}: not sealed: its open parts were edited before sealing: "
+        + "; ".join(problems[:5])
     )
+
+
+def _verify_open_rows(zone: LandingZone, batch: OpenBatch, parts: list[Path]) -> None:
+    """Every row of the open batch against its links and the last part's signed running
+    anchor (see `verify_open_batch`)."""
+    expected = Anchor(batch.key, batch.messages, batch.first_prev, batch.head)
+    problems: list[str] = []
+    claimed = anchor_of(batch.key, pq.read_schema(parts[-1]).metadata or {}) if parts else None
+    if claimed is None:
+        problems.append("its last part carries no running anchor")
+    else:
+        last_part = len(parts) - 1
+        key = zone.log_key()
+        if key is not None and (problem := key.problem(claimed, part=last_part)) is not None:
+            problems.append(f"part {last_part}: {problem}")
+        if claimed.unsigned() != expected:
+            problems.append(
+                f"part {last_part} says {claimed.messages} message(s) ending on "
+                f"{claimed.head[:16]}..., the writer landed {batch.messages} ending on "
+                f"{batch.head[:16]}... (a part was removed, added or rewritten)"
+            )
+    report = verify_messages(
+        batch.key,
+        zone.stored_messages(batch.key, files=parts),
+        first_prev=batch.first_prev,
+        source="open batch",
+        anchor=expected,
+    )
+    problems += [str(p) for p in report.problems]
+    if problems:
+        _tampered(batch, problems)
 
 
 def _recorded_reason(folder: Path) -> ClosedBy | None:

@@ -48,6 +48,9 @@ CHAIN_FORMAT_KEY = b"sis:chain_format"
 CHAIN_HEAD_KEY = b"sis:chain_head"
 CHAIN_FIRST_PREV_KEY = b"sis:chain_first_prev"
 MESSAGES_KEY = b"sis:messages"
+# The anchor's (a part: its running anchor's) signature with the log key, and the key's id.
+CHAIN_SIGNATURE_KEY = b"sis:chain_signature"
+CHAIN_KEY_ID_KEY = b"sis:chain_key_id"
 # A part's running totals besides the anchor fields: enough to seal or reopen its batch.
 PART_KEY = b"sis:part"
 BYTES_KEY = b"sis:bytes"
@@ -236,12 +239,16 @@ def warm() -> None:
 def anchor_metadata(anchor: Anchor) -> dict[bytes, bytes]:
     """The chain fields a landing file carries: for a batch file its anchor, for a part the
     running anchor of its batch (messages so far, the batch's first link, the head so far)."""
-    return {
+    metadata = {
         CHAIN_FORMAT_KEY: str(CHAIN_FORMAT).encode(),
         CHAIN_HEAD_KEY: anchor.head.encode(),
         CHAIN_FIRST_PREV_KEY: anchor.first_prev.encode(),
         MESSAGES_KEY: str(anchor.messages).encode(),
     }
+    if anchor.signature is not None and anchor.key_id is not None:
+        metadata[CHAIN_SIGNATURE_KEY] = anchor.signature.encode()
+        metadata[CHAIN_KEY_ID_KEY] = anchor.key_id.encode()
+    return metadata
 
 
 def anchor_of(key: str, metadata: dict[bytes, bytes]) -> Anchor | None:
@@ -253,9 +260,15 @@ def anchor_of(key: str, metadata: dict[bytes, bytes]) -> Anchor | None:
             first_prev=metadata[CHAIN_FIRST_PREV_KEY].decode(),
             head=metadata[CHAIN_HEAD_KEY].decode(),
             format=int(metadata[CHAIN_FORMAT_KEY]),
+            signature=_optional_text(metadata.get(CHAIN_SIGNATURE_KEY)),
+            key_id=_optional_text(metadata.get(CHAIN_KEY_ID_KEY)),
         )
     except (KeyError, ValueError):
         return None
+
+
+def _optional_text(raw: bytes | None) -> str | None:
+    return raw.decode() if raw is not None else None
 
 
 def rows_per_group(table: pa.Table) -> int:

@@ -53,7 +53,15 @@ from sis_platform.landing.rows import (
     linked_rows,
     write_partial,
 )
-from sis_platform.logchain import GENESIS_LINK, Anchor, AnchorStore, StoredMessage, fsync_dir
+from sis_platform.logchain import (
+    GENESIS_LINK,
+    Anchor,
+    AnchorStore,
+    StoredMessage,
+    file_sha256,
+    fsync_dir,
+)
+from sis_platform.logseal import LogKey, LogSeal
 from sis_platform.queues.base import ReceivedMessage
 
 if TYPE_CHECKING:
@@ -88,14 +96,52 @@ class BatchFigures(NamedTuple):
 
 class LandingZone:
     """Batches under `root/batches/`, one Parquet file or one folder of parts each, named by
-    batch key; their anchors under `root/anchors/`; bodies moved aside under `root/overflow/`."""
+    batch key; their anchors under `root/anchors/`; bodies moved aside under `root/overflow/`.
 
-    def __init__(self, root: Path) -> None:
+    With `seal` (the platform's zones: sis_platform/logseal.py) every anchor and every part's
+    running anchor is signed with the log key, and every seal moves the witness forward; without
+    it (a zone opened to read bodies, some tests) anchors are written unsigned, and a verifier
+    reports them as such."""
+
+    def __init__(self, root: Path, seal: LogSeal | None = None) -> None:
         self.root = Path(root)
         self.batches_dir = self.root / "batches"
         self.tmp_dir = self.root / "tmp"
         self.overflow_dir = self.root / "overflow"
         self.anchors = AnchorStore(self.root / "anchors")
+        self.seal = seal
+        self._key: LogKey | None = None
+
+    # -- signing and witnessing anchors -----------------------------------------------------
+
+    def sign(self, anchor: Anchor, part: int | None = None) -> Anchor:
+        """`anchor` signed with the log key (as part `part`'s running anchor when given); as it
+        is without a seal. The default key file is created for a new log's first batch only;
+        a key missing for a log that has one raises LogKeyError."""
+        if self.seal is None:
+            return anchor
+        if self._key is None:
+            self._key = self.seal.key(new_log=anchor.first_prev == GENESIS_LINK.hex())
+        return self._key.sign(anchor) if part is None else self._key.sign_part(anchor, part)
+
+    def log_key(self) -> LogKey | None:
+        """The key the zone's anchors are signed with (None without a seal); LogKeyError when
+        it cannot be loaded. Never creates one: a verifier must not invent a key."""
+        if self.seal is not None and self._key is None:
+            self._key = self.seal.key()
+        return self._key
+
+    def check_witness(self, anchor: Anchor) -> None:
+        """LogTampered when the witness has seen this batch number (or a later one) sealed
+        otherwise: sealing it would write over the evidence of a rollback."""
+        if self.seal is not None:
+            self.seal.witness.check_can_seal(anchor)
+
+    def advance_witness(self, anchor: Anchor) -> None:
+        """Make `anchor`, just written, the witness's latest sealed batch (unless it has a
+        later one)."""
+        if self.seal is not None:
+            self.seal.witness.advance(anchor)
 
     def ensure(self) -> None:
         self.batches_dir.mkdir(parents=True, exist_ok=True)
@@ -308,7 +354,8 @@ class LandingZone:
         rows = linked_rows(
             messages, key=key, seq=seq, first_msg_seq=0, prev=first_prev, received_at=landed_at
         )
-        anchor = Anchor(key, len(messages), first_prev.hex(), rows.head.hex())
+        anchor = self.sign(Anchor(key, len(messages), first_prev.hex(), rows.head.hex()))
+        self.check_witness(anchor)
         metadata = anchor_metadata(anchor)
         if fence is not None:
             metadata[FENCE_TOKEN_KEY] = str(fence.token).encode()
@@ -337,6 +384,7 @@ class LandingZone:
         os.link(tmp, final)
         fsync_dir(self.batches_dir)
         self.anchors.write(anchor)
+        self.advance_witness(anchor)
         # A folder a crash left before the first part of this number: no batch, now superseded.
         try:
             self.batch_dir(anchor.batch_key).rmdir()
@@ -379,6 +427,7 @@ class LandingZone:
                 self.anchors.write(anchor)
             except FileExistsError:  # written meanwhile: the one on disk is the anchor
                 return self.anchors.read(key)
+            self.advance_witness(anchor)
         return anchor
 
     def fence_token(self, key: str) -> int | None:
@@ -446,12 +495,13 @@ class LandingZone:
         for key in self.keys():
             yield from self.read(key).to_pylist()
 
-    def stored_messages(self, key: str, *, check_overflow: bool = True) -> Iterator[StoredMessage]:
-        """The batch's messages as its landing file (or its parts, in order) holds them, read a
-        few rows at a time, each body hashed again (and a moved-aside body's file when
-        `check_overflow`)."""
-        files = self.landed_files(key)
-        for path in files:
+    def stored_messages(
+        self, key: str, *, check_overflow: bool = True, files: Sequence[Path] | None = None
+    ) -> Iterator[StoredMessage]:
+        """The batch's messages as its landing file (or its parts, in order; or `files`, when
+        the caller knows them) holds them, read a few rows at a time, each body hashed again
+        (and a moved-aside body's file when `check_overflow`)."""
+        for path in files if files is not None else self.landed_files(key):
             for record_batch in pq.ParquetFile(path).iter_batches(batch_size=READ_ROWS):
                 yield from self._stored(record_batch, check_overflow)
 
@@ -503,11 +553,7 @@ class LandingZone:
         path = self._overflow_path(location)
         if path is None or not path.is_file():
             return ""
-        digest = hashlib.sha256()
-        with open(path, "rb") as f:
-            while chunk := f.read(1 << 20):
-                digest.update(chunk)
-        return digest.hexdigest()
+        return file_sha256(path)
 
     def clean_partials(self) -> int:
         """Remove temporary files left by a crash mid-write (batch files, parts, seal records,

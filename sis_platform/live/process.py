@@ -19,16 +19,17 @@ from sis_platform.live.config import LiveConfig
 from sis_platform.live.heartbeat import Heartbeat
 from sis_platform.live.service import LiveService
 from sis_platform.live.source import source_from_settings
+from sis_platform.logseal import LogSeal, log_seal
 from sis_platform.serving import ServingStore, open_store
 from sis_platform.serving.location import shown_url
-from sis_platform.settings import Settings
+from sis_platform.settings import LOG_KEY_VARIABLE, Settings, secret
 
 log = logging.getLogger("sis_platform.live")
 
 
 def build_service(settings: Settings) -> LiveService:
     """The service `settings` describe (nothing is connected or opened yet)."""
-    zone = LandingZone(Path(settings.landing_dir))
+    zone = LandingZone(Path(settings.landing_dir), _seal(settings))
     lease = ConsumerLease(
         zone.root, holder_id(settings.batch.deployment), settings.batch.lease_seconds
     )
@@ -46,6 +47,15 @@ def build_service(settings: Settings) -> LiveService:
         budget=BudgetConfig.from_settings(settings),
         heartbeat=Heartbeat(settings.live.heartbeat_file),
     )
+
+
+def _seal(settings: Settings) -> LogSeal | None:
+    """The landing zone's log key and witness (sis_platform/logseal.py)."""
+    log = settings.log
+    if log is None:
+        return None
+    key = secret(LOG_KEY_VARIABLE)
+    return log_seal(log.key_file, log.witness, key, create_key=log.create_key)
 
 
 def run_until_signalled(service: LiveService, settings: Settings) -> None:

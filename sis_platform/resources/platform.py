@@ -13,6 +13,7 @@ from sis_platform.domain.priority import Priority
 from sis_platform.domain.selector import Selector
 from sis_platform.landing import LandingZone
 from sis_platform.lease import ConsumerLease, holder_id
+from sis_platform.logseal import log_seal
 from sis_platform.settings import (
     DEFAULT_BATCH_MAX_BYTES,
     DEFAULT_BATCH_MAX_MESSAGES,
@@ -76,8 +77,35 @@ class LandingZoneResource(dg.ConfigurableResource):
         "a standby takes over this long after the holder's last tick.",
     )
 
+    log_key: str | None = Field(
+        default=None,
+        description="The log key (bound to the SIS_LOG_KEY variable, read when used; never a "
+        "value in configuration). Unset: the key file signs the log's anchors.",
+    )
+    log_key_file: str | None = Field(
+        default=None,
+        description="The file holding the key that signs the log's anchors (outside the data "
+        "folder). Unset, with no log_key: anchors are written unsigned (and fail verification).",
+    )
+    create_log_key: bool = Field(
+        default=False,
+        description="Create log_key_file (mode 0600) for a new log (the default key file).",
+    )
+    log_witness: str | None = Field(
+        default=None,
+        description="The witness file of the log's latest sealed batch (outside the data folder).",
+    )
+
     def zone(self) -> LandingZone:
-        return LandingZone(Path(self.root))
+        if self.log_witness is None or (self.log_key is None and self.log_key_file is None):
+            return LandingZone(Path(self.root))
+        seal = log_seal(
+            self.log_key_file or "",
+            self.log_witness,
+            self.log_key,
+            create_key=self.create_log_key,
+        )
+        return LandingZone(Path(self.root), seal)
 
     def lease(self) -> ConsumerLease:
         """The consumer lease in the landing zone's root, as this process holds or awaits it."""

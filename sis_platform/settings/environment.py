@@ -229,6 +229,18 @@ def cache_home() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache"))
 
 
+def config_home() -> Path:
+    """The user's config folder: $XDG_CONFIG_HOME, else ~/.config (the process's, like
+    `cache_home`: it is the user's, not a setting of the platform)."""
+    return Path(os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config"))
+
+
+def dagster_home() -> str | None:
+    """$DAGSTER_HOME (where Dagster's instance, its runs and their tags, is configured), or
+    None when it is unset: a console script then has no Dagster instance to read."""
+    return os.environ.get("DAGSTER_HOME") or None
+
+
 def spark_home() -> Path | None:
     """The Spark distribution a local driver runs from, whose jars are on its class path:
     $SPARK_HOME when it is set, else the installed pyspark package's own folder (PySpark's

@@ -3,6 +3,7 @@ checked (a bad one raises `ConfigurationError` naming the variable and what it a
 
 from __future__ import annotations
 
+import hashlib
 import socket
 from collections.abc import Mapping
 from pathlib import Path
@@ -12,7 +13,12 @@ from urllib.parse import urlsplit
 from sis_platform.domain.limits import Limits
 from sis_platform.queues.ibmmq.source import check_ssl_peer_name
 from sis_platform.queues.transport import TlsFiles, is_loopback
-from sis_platform.settings.environment import Reader, is_secret_spark_key, variables_in_effect
+from sis_platform.settings.environment import (
+    Reader,
+    config_home,
+    is_secret_spark_key,
+    variables_in_effect,
+)
 from sis_platform.settings.records import (
     Backout,
     BatchSettings,
@@ -21,6 +27,7 @@ from sis_platform.settings.records import (
     FeedChecksSettings,
     IbmMqSourceSettings,
     LiveSettings,
+    LogSettings,
     ProcessingSettings,
     ServingSettings,
     Settings,
@@ -53,6 +60,8 @@ from sis_platform.settings.variables import (
     DEFAULT_LIVE_PRIORITY_WINDOW,
     DEFAULT_LIVE_REPORT_SECONDS,
     DEFAULT_LIVE_STALL_SECONDS,
+    DEFAULT_LOG_KEY_FILE,
+    DEFAULT_LOG_WITNESS_DIR,
     DEFAULT_MAX_RUNS_IN_FLIGHT,
     DEFAULT_PROFILE,
     DEFAULT_QUARANTINE_AFTER,
@@ -71,6 +80,7 @@ from sis_platform.settings.variables import (
     INTAKE_MODES,
     LIMIT_VARIABLES,
     LIVE_HEARTBEAT_FILE,
+    LOG_KEY_VARIABLE,
     MAX_LIVE_FOLD_WORKERS,
     PROFILES,
     SERVING_SCHEMES,
@@ -99,6 +109,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         raise ConfigurationError(
             "profile 'cluster' needs SIS_SPARK_MASTER (spark://, k8s://, yarn or sc://)"
         )
+    landing_dir = read.text("SIS_LANDING_DIR", str(data_dir / "landing"))
     return Settings(
         profile=profile,
         data_dir=data_dir,
@@ -108,12 +119,13 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         processing=processing,
         spark=spark,
         lake_path=read.text("SIS_LAKE_PATH", str(data_dir / "lake")),
-        landing_dir=read.text("SIS_LANDING_DIR", str(data_dir / "landing")),
+        landing_dir=landing_dir,
         serving=_serving(read, data_dir),
         live=_live(read, data_dir, batch.lease_seconds),
         intake=cast(IntakeMode, read.choice("SIS_INTAKE", INTAKE_MODES)),
         sensor_interval_seconds=_sensor_interval(read),
         checks=_checks(read),
+        log=_log(read, data_dir, Path(landing_dir)),
     )
 
 
@@ -440,6 +452,37 @@ def _serving(read: Reader, data_dir: Path) -> ServingSettings:
             f"SIS_SERVING_URL={url!r}: expected postgresql://user@host:port/database"
         )
     return ServingSettings(url, has_password=read.optional("SIS_SERVING_PASSWORD") is not None)
+
+
+def _log(read: Reader, data_dir: Path, landing_dir: Path) -> LogSettings:
+    """SIS_LOG_KEY (environment only) or SIS_LOG_KEY_FILE, and SIS_LOG_WITNESS: both files must
+    resolve outside the data folder and the landing zone, or whoever can rewrite the log could
+    rewrite its key and witness too."""
+    home = config_home()
+    key_file = read.optional("SIS_LOG_KEY_FILE")
+    landing = landing_dir.resolve()
+    default_witness = hashlib.sha256(str(landing).encode()).hexdigest()[:16] + ".json"
+    witness = read.optional("SIS_LOG_WITNESS")
+    settings = LogSettings(
+        key_file=Path(key_file or home / DEFAULT_LOG_KEY_FILE).resolve(),
+        witness=Path(witness or home / DEFAULT_LOG_WITNESS_DIR / default_witness).resolve(),
+        has_key=bool(read.variables.get(LOG_KEY_VARIABLE)),
+        create_key=key_file is None,
+    )
+    folders = {"SIS_DATA_DIR": data_dir, "SIS_LANDING_DIR": landing}
+    if not settings.has_key:
+        _check_outside("SIS_LOG_KEY_FILE", settings.key_file, folders)
+    _check_outside("SIS_LOG_WITNESS", settings.witness, folders)
+    return settings
+
+
+def _check_outside(name: str, path: Path, folders: dict[str, Path]) -> None:
+    for what, folder in folders.items():
+        if path.is_relative_to(folder):
+            raise ConfigurationError(
+                f"{name}={str(path)!r} lies inside {what} ({folder}): the log's key and "
+                "witness must be out of reach of whoever can write the data folder"
+            )
 
 
 def _live(read: Reader, data_dir: Path, lease_seconds: float) -> LiveSettings:

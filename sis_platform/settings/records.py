@@ -188,6 +188,18 @@ class FeedChecksSettings:
 
 
 @dataclass(frozen=True)
+class LogSettings:
+    """Where the message log's anchors are signed and witnessed from (sis_platform/logseal.py):
+    the key file (unless SIS_LOG_KEY holds the key) and the witness file, both outside the data
+    folder. `create_key`: the key file is the default one, created for a new log."""
+
+    key_file: Path
+    witness: Path
+    has_key: bool = False  # SIS_LOG_KEY is set in the environment (value not held)
+    create_key: bool = False
+
+
+@dataclass(frozen=True)
 class Settings:
     profile: str
     data_dir: Path
@@ -203,3 +215,4 @@ class Settings:
     intake: IntakeMode = "live"
     sensor_interval_seconds: int = DEFAULT_SENSOR_INTERVAL_SECONDS
     checks: FeedChecksSettings = field(default_factory=FeedChecksSettings)
+    log: LogSettings | None = None  # None only in hand-built settings: anchors unsigned

@@ -62,6 +62,12 @@ INTAKE_MODES = ("live", "sensor")
 IntakeMode = Literal["live", "sensor"]
 SERVING_SCHEMES = ("sqlite", "postgresql")
 DEFAULT_SERVING_FILE = "serving/serving.db"  # under SIS_DATA_DIR
+# The log key file and the witness of the log's head (sis_platform/logseal.py) by default: under
+# the user's config folder ($XDG_CONFIG_HOME, else ~/.config), outside any data folder; the
+# witness named after its landing zone's folder, so two logs on one host keep two witnesses.
+DEFAULT_LOG_KEY_FILE = "sis-platform/log.key"
+DEFAULT_LOG_WITNESS_DIR = "sis-platform/witness"
+LOG_KEY_VARIABLE = "SIS_LOG_KEY"
 # sis-live closes a group once a get has waited this long without a message: every message of a
 # group waits up to this for the ones behind it, and each group costs a landing file and a store
 # commit (a few ms each), so it trades a little latency for far fewer commits in a burst.
@@ -138,6 +144,7 @@ SECRET_VARIABLES = (
     "SIS_IBMMQ_PASSWORD",
     "SIS_SERVING_PASSWORD",
     "SIS_SPARK_SECRET_CONF",
+    LOG_KEY_VARIABLE,
 )
 # A Spark or Hadoop setting whose name matches holds a secret (an object store's key, a
 # password, a token): SIS_SPARK_CONF refuses it, since what SIS_SPARK_CONF holds reaches the
@@ -189,6 +196,7 @@ VARIABLES = (
     SIS_LIVE_FOLD_WORKERS SIS_LIVE_HEARTBEAT_FILE SIS_LIVE_STALL_SECONDS
     SIS_LAKE_LAG_WARN_SECONDS SIS_LAKE_LAG_FAIL_SECONDS SIS_DEAD_LETTER_RATE_WARN
     SIS_FRESHNESS_WARN_SECONDS SIS_FRESHNESS_FAIL_SECONDS
+    SIS_LOG_KEY SIS_LOG_KEY_FILE SIS_LOG_WITNESS
     """.split(),
     *IBMMQ_REQUIRED,
     *LIMIT_VARIABLES.values(),

@@ -1,7 +1,8 @@
 """Verifying the message log's hash chain, one batch at a time (docs/design.md invariant 5).
 
 A batch is checked three ways against its anchors (sis_platform/logchain.py): its anchor file
-must exist and start where the previous batch's anchor ends; its landing file (or its parts in
+must exist, be signed with the log key (sis_platform/logseal.py) and start where the previous
+batch's anchor ends; its landing file (or its parts in
 order, for a batch landed in groups: read as one sequence) and its rows in
 the Delta table `raw_messages` must each hold exactly the anchored number of messages, every
 one matching its link and every link following the one before, ending on the anchored head;
@@ -25,6 +26,7 @@ from pyspark.sql import functions as F
 from sis_platform.lake.tables import RAW_MESSAGES
 from sis_platform.landing import batch_key, batch_seq_of
 from sis_platform.landing.rows import READ_ROWS
+from sis_platform.landing.signed import signature_problems
 from sis_platform.logchain import (
     Anchor,
     ChainRecord,
@@ -63,6 +65,9 @@ class BatchVerdict:
     def intact(self) -> bool:
         return not self.problems
 
+    def with_problems(self, problems: list[Problem]) -> BatchVerdict:
+        return BatchVerdict(self.batch_key, self.messages, (*self.problems, *problems))
+
     @property
     def first_problem(self) -> Problem | None:
         """The first problem that names a message, else the first problem."""
@@ -85,6 +90,7 @@ def verify_batch(
         key, anchor, previous, first=seq == 1, unanchored_head=unanchored
     )
     problems += found
+    problems += signature_problems(zone, key, anchor)
     if (
         run_anchor is not None
         and anchor is not None

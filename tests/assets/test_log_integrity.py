@@ -1,13 +1,16 @@
 """The message log's integrity (docs/design.md invariant 5) on real Spark and Delta: every kind of
-tampering with the Delta table or a landing file, and truncation of the last batch, is caught
-by the blocking `hash_chain_intact` check (run again later, as from the UI) and by
-`sis-verify-log`; an intact log passes both.
+tampering with the Delta table or a landing file, truncation of the last batch, a consistent
+rewrite without the log key, the last batches deleted with their anchors, the whole folder
+restored from an earlier copy, and a missing or wrong key, is caught by the blocking
+`hash_chain_intact` check (run again later, as from the UI) and by `sis-verify-log`; an intact
+log passes both.
 
 One log of three batches is built once for the module; each test tampers with it, checks, and
 puts it back (Delta RESTORE, the landing files copied back)."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import shutil
 from collections.abc import Callable, Iterator
@@ -24,6 +27,7 @@ import pytest
 from sis_platform.assets.message_log import CHAIN_CHECK, hash_chain_intact, raw_messages
 from sis_platform.cli import verify_log
 from sis_platform.lake.tables import RAW_MESSAGES
+from sis_platform.landing.rows import anchor_metadata, chain_records
 from sis_platform.logchain import ChainRecord, chain_link
 from tests.domain.sportsdata_fixtures import (
     ASCOT_1430,
@@ -47,6 +51,8 @@ class Log:
     lake: Any
     version: int  # raw_messages' Delta version of the intact log
     saved: Path  # copy of the intact landing zone
+    earlier_version: int  # raw_messages' Delta version after the first two batches
+    earlier: Path  # copy of the landing zone after the first two batches
 
     @property
     def zone(self) -> Any:
@@ -101,18 +107,24 @@ def log(spark, tmp_path_factory) -> Iterator[Log]:
         ],
         [received(update(ASCOT_1430, GO_SOFT)), received(update(ASCOT_1430, PRICE_7_TO_9))],
     ]
-    keys = [h.zone.land(b).key for b in batches]
-    assert tuple(keys) == BATCHES
-    h.instance.add_dynamic_partitions("batches", keys)
-    for key in keys:
-        result = h.materialize(key, "raw_messages")
+    lake = h.lake(spark)
+    earlier = h.data_dir.parent / "earlier-landing"
+    keys = []
+    for i, batch in enumerate(batches):
+        keys.append(h.zone.land(batch).key)
+        h.instance.add_dynamic_partitions("batches", keys[-1:])
+        result = h.materialize(keys[-1], "raw_messages")
         (evaluation,) = result.get_asset_check_evaluations()
         assert evaluation.passed, evaluation.metadata["problems"]
-    lake = h.lake(spark)
+        if i == 1:  # a copy of the whole folder, as a backup would take it
+            earlier_version = lake.version(RAW_MESSAGES)
+            for name in ("batches", "anchors"):
+                shutil.copytree(h.zone.root / name, earlier / name)
+    assert tuple(keys) == BATCHES
     saved = h.data_dir.parent / "intact-landing"
     for name in ("batches", "anchors"):
         shutil.copytree(h.zone.root / name, saved / name)
-    yield Log(h, lake, lake.version(RAW_MESSAGES), saved)
+    yield Log(h, lake, lake.version(RAW_MESSAGES), saved, earlier_version, earlier)
 
 
 @pytest.fixture
@@ -267,6 +279,123 @@ def test_truncating_the_last_batch_is_detected(log, cli):
         assert cli("--to", "0000000002")[0] == 0  # the batches before it are intact
     finally:
         log.restore()
+
+
+def _rewrite_consistently(log: Log, first: str) -> None:
+    """What an intruder who can write the data folder but lacks the log key can do: change a
+    message of batch `first`, recompute every SHA-256 link from there to the end of the log,
+    rewrite the landing files with matching chain metadata and their anchors (the old
+    signatures copied over), and rewrite raw_messages from them."""
+    zone = log.zone
+    link = bytes.fromhex(zone.anchors.read(first).first_prev)
+    for key in [k for k in BATCHES if k >= first]:
+        path = zone.batch_path(key)
+        table = pq.read_table(path)
+        if key == first:
+            counts = table.column("delivery_count").to_pylist()
+            counts[1] = 7
+            index = table.schema.get_field_index("delivery_count")
+            table = table.set_column(index, table.schema.field(index), pa.array(counts, pa.int32()))
+        first_prev, prev_links, links = link, [], []
+        for batch in table.to_batches():
+            for record in chain_records(batch):
+                prev_links.append(link.hex())
+                link = chain_link(link, record)
+                links.append(link.hex())
+        for name, values in (("prev_link", prev_links), ("chain_link", links)):
+            index = table.schema.get_field_index(name)
+            table = table.set_column(index, table.schema.field(index), pa.array(values))
+        old = zone.anchors.read(key)
+        forged = dataclasses.replace(old, first_prev=first_prev.hex(), head=link.hex())
+        metadata = {**(table.schema.metadata or {}), **anchor_metadata(forged)}
+        pq.write_table(table.replace_schema_metadata(metadata), path)
+        zone.anchors.path(key).unlink()
+        zone.anchors.write(forged)
+        log.h.defs.resolve_job_def("process_batch").execute_in_process(
+            partition_key=key,
+            instance=log.h.instance,
+            raise_on_error=False,
+            asset_selection=[dg.AssetKey("raw_messages")],
+        )
+
+
+def test_a_consistent_rewrite_of_a_batch_and_all_after_it_without_the_key_is_detected(log, cli):
+    try:
+        _rewrite_consistently(log, "0000000002")
+        for key in ("0000000002", "0000000003"):
+            evaluation = log.check(key)
+            assert not evaluation.passed
+            problems = evaluation.metadata["problems"].value
+            assert f"batch {key}: its anchor's signature does not verify (a consistent " in problems
+        code, out = cli()
+        assert code == 1, out
+        assert "first broken batch 0000000002" in out
+        assert "consistent rewrite without the log key" in out
+    finally:
+        log.restore()
+    assert log.check("0000000002").passed
+
+
+def test_deleting_the_last_batches_with_their_anchors_is_detected(log, cli):
+    try:
+        log.zone.batch_path("0000000003").unlink()
+        log.zone.anchors.path("0000000003").unlink()
+        log.lake.delete(RAW_MESSAGES, "batch_key = '0000000003'")
+        evaluation = log.check("0000000002")  # the last batch left fails: the log was cut
+        assert not evaluation.passed
+        problems = evaluation.metadata["problems"].value
+        assert "batch 0000000003: truncated or rolled back: the witness" in problems
+        code, out = cli()
+        assert code == 1, out
+        assert "first broken batch 0000000003" in out and "truncated or rolled back" in out
+    finally:
+        log.restore()
+
+
+def test_restoring_the_whole_folder_from_an_earlier_copy_is_detected(log, cli):
+    try:
+        log.lake.restore(RAW_MESSAGES, log.earlier_version)
+        for name in ("batches", "anchors"):
+            shutil.rmtree(log.zone.root / name)
+            shutil.copytree(log.earlier / name, log.zone.root / name)
+        assert log.zone.keys() == list(BATCHES[:2])  # every file and anchor genuine, older
+        evaluation = log.check("0000000001")
+        assert not evaluation.passed
+        assert "truncated or rolled back" in evaluation.metadata["problems"].value
+        code, out = cli()
+        assert code == 1, out
+        assert "batch 0000000003" in out and "truncated or rolled back" in out
+    finally:
+        log.restore()
+
+
+def test_a_missing_or_wrong_log_key_is_an_error_not_a_pass(log, cli, monkeypatch, tmp_path):
+    key_file = tmp_path / "other.key"
+    monkeypatch.setenv("SIS_LOG_KEY_FILE", str(key_file))
+    code, out = cli()
+    assert code == 1, out
+    assert "the log key cannot be loaded" in out and "does not exist" in out
+    key_file.write_text("another key, long enough to be one: 0123456789")
+    key_file.chmod(0o600)
+    code, out = cli()
+    assert code == 1, out
+    assert "not with the log key" in out
+
+
+def test_sis_verify_log_compares_the_batch_runs_tags(log, cli, monkeypatch):
+    from sis_platform.assets.message_log import CHAIN_HEAD_TAG, MESSAGES_TAG
+    from sis_platform.cli.batch_runs import BatchRuns
+    from sis_platform.sensors.batch_runs import BATCH_TAG
+
+    anchor = log.zone.anchors.read("0000000002")
+    log.h.instance.create_run_for_job(
+        log.h.defs.resolve_job_def("process_batch"),
+        tags={BATCH_TAG: anchor.batch_key, CHAIN_HEAD_TAG: "ab" * 32, MESSAGES_TAG: "3"},
+    )
+    monkeypatch.setattr(verify_log, "dagster_runs", lambda: BatchRuns(log.h.instance))
+    code, out = cli()
+    assert code == 1, out
+    assert "first broken batch 0000000002: the run was requested for 3 message(s)" in out
 
 
 def test_sis_verify_log_refuses_bad_arguments(cli):

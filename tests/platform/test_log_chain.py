@@ -170,3 +170,173 @@ def test_verifying_a_landing_file_names_each_kind_of_damage(tmp_path):
         [stored[0], *stored[2:]]
     )
     assert problems(stored[:3])[-1][1].startswith("the last link")
+
+
+# -- the log key and the witness (sis_platform/logseal.py) -----------------------------------
+
+
+def _sealed_zone(tmp_path, **variables):
+    """The platform's own landing zone on `tmp_path / "data"`: signed and witnessed as
+    configured (the default key file and witness under the session's config folder)."""
+    from sis_platform import config
+
+    env = {"SIS_DATA_DIR": str(tmp_path / "data"), **variables}
+    return config.resources(env)["landing"].zone()
+
+
+def _edit_part(path, delivery_count: int) -> None:
+    """Rewrite a landing part with its first row's delivery count changed, its metadata (the
+    signed running anchor) kept: an edit of the open batch before it is sealed."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    counts = table.column("delivery_count").to_pylist()
+    counts[0] = delivery_count
+    index = table.schema.get_field_index("delivery_count")
+    pq.write_table(
+        table.set_column(index, table.schema.field(index), pa.array(counts, pa.int32())), path
+    )
+
+
+def test_sealing_names_an_open_batch_edited_before_sealing_and_anchors_nothing(tmp_path):
+    from sis_platform.landing import ClosedBy, GroupWriter
+
+    zone = _sealed_zone(tmp_path)
+    writer = GroupWriter(zone)
+    first = writer.land(_messages(2))
+    writer.land(_messages(2, 2))
+    _edit_part(first.path, 7)
+    with pytest.raises(Exception, match=r"batch 0000000001: not sealed: .*edited before sealing"):
+        writer.seal(ClosedBy.MESSAGES)
+    assert zone.anchors.read("0000000001") is None
+    with pytest.raises(Exception, match=r"batch 0000000001: not sealed"):
+        GroupWriter(zone).recover()  # nor after a restart
+    assert zone.keys() == []
+
+
+def test_sealing_names_a_removed_last_part_of_the_open_batch(tmp_path):
+    from sis_platform.landing import ClosedBy, GroupWriter
+
+    zone = _sealed_zone(tmp_path)
+    writer = GroupWriter(zone)
+    writer.land(_messages(2))
+    last = writer.land(_messages(2, 2))
+    last.path.unlink()
+    with pytest.raises(Exception, match=r"batch 0000000001: not sealed: .*a part was removed"):
+        writer.seal(ClosedBy.MESSAGES)
+
+
+def test_anchors_and_parts_are_signed_with_a_default_key_file_outside_the_data_folder(
+    tmp_path, private_config_home
+):
+    from sis_platform.landing import ClosedBy, GroupWriter
+    from sis_platform.landing.signed import signature_problems, tail_problems
+
+    zone = _sealed_zone(tmp_path)
+    batch = zone.land(_messages(2))
+    writer = GroupWriter(zone)
+    writer.land(_messages(1, 2))
+    sealed = writer.seal(ClosedBy.DRAINED)
+    key_file = private_config_home / "sis-platform" / "log.key"
+    assert stat.S_IMODE(os.stat(key_file).st_mode) == 0o600
+    assert not key_file.is_relative_to(tmp_path / "data")
+    for key in (batch.key, sealed.key):
+        anchor = zone.anchors.read(key)
+        assert anchor.signature and anchor.key_id == zone.log_key().key_id
+        assert signature_problems(zone, key, anchor) == []
+    assert zone.seal.witness.read().unsigned() == zone.anchors.read(sealed.key).unsigned()
+    assert tail_problems(zone) == []
+
+
+def test_a_consistent_rewrite_of_an_anchor_without_the_key_is_named(tmp_path):
+    from sis_platform.landing.signed import signature_problems
+
+    zone = _sealed_zone(tmp_path)
+    batch = zone.land(_messages(2))
+    forged = dataclasses.replace(zone.anchors.read(batch.key), head="ab" * 32)
+    zone.anchors.path(batch.key).unlink()
+    zone.anchors.write(forged)
+    (problem,) = signature_problems(zone, batch.key, zone.anchors.read(batch.key))
+    assert "consistent rewrite without the log key" in problem.text
+    unsigned = dataclasses.replace(forged, signature=None, key_id=None)
+    (problem,) = signature_problems(zone, batch.key, unsigned)
+    assert "unsigned" in problem.text
+
+
+def test_deleting_the_last_batches_with_their_anchors_is_named_by_the_witness(tmp_path):
+    from sis_platform.landing.signed import tail_problems
+
+    zone = _sealed_zone(tmp_path)
+    zone.land(_messages(1))
+    for batch in (zone.land(_messages(1, 1)), zone.land(_messages(1, 2))):
+        batch.path.unlink()
+        zone.anchors.path(batch.key).unlink()
+    (problem,) = tail_problems(zone)
+    assert problem.batch_key == "0000000003"
+    assert "truncated or rolled back" in problem.text
+    assert "its last anchored batch: 0000000001" in problem.text
+
+
+def test_a_folder_restored_from_an_earlier_copy_is_named_and_never_sealed_over(tmp_path):
+    import shutil
+
+    from sis_platform.landing.signed import tail_problems
+
+    zone = _sealed_zone(tmp_path)
+    zone.land(_messages(1))
+    copy = tmp_path / "copy"
+    shutil.copytree(zone.root, copy)
+    zone.land(_messages(2, 1))
+    shutil.rmtree(zone.root)
+    shutil.copytree(copy, zone.root)  # the whole folder rolled back
+    assert "truncated or rolled back" in tail_problems(zone)[0].text
+    with pytest.raises(Exception, match=r"batch 0000000002: not sealed: .*rolled back"):
+        zone.land(_messages(1, 9))
+    assert zone.keys() == ["0000000001"]
+
+
+def test_a_missing_or_wrong_key_is_an_error_not_a_pass(tmp_path):
+    from sis_platform.landing.signed import signature_problems
+    from sis_platform.logseal import LogKeyError
+
+    key_file = tmp_path / "keys" / "log.key"
+    key_file.parent.mkdir()
+    key_file.write_text("k" * 40)
+    key_file.chmod(0o600)
+    zone = _sealed_zone(tmp_path, SIS_LOG_KEY_FILE=str(key_file))
+    batch = zone.land(_messages(1))
+    anchor = zone.anchors.read(batch.key)
+
+    key_file.unlink()
+    (problem,) = signature_problems(
+        _sealed_zone(tmp_path, SIS_LOG_KEY_FILE=str(key_file)), batch.key, anchor
+    )
+    assert "the log key cannot be loaded" in problem.text and "does not exist" in problem.text
+    with pytest.raises(LogKeyError, match="does not exist"):  # an explicit key file is never made
+        _sealed_zone(tmp_path, SIS_LOG_KEY_FILE=str(key_file)).land(_messages(1, 1))
+
+    key_file.write_text("w" * 40)
+    key_file.chmod(0o600)
+    (problem,) = signature_problems(
+        _sealed_zone(tmp_path, SIS_LOG_KEY_FILE=str(key_file)), batch.key, anchor
+    )
+    assert "not with the log key" in problem.text
+    key_file.chmod(0o644)
+    (problem,) = signature_problems(
+        _sealed_zone(tmp_path, SIS_LOG_KEY_FILE=str(key_file)), batch.key, anchor
+    )
+    assert "readable by other users" in problem.text
+    (problem,) = signature_problems(_sealed_zone(tmp_path, SIS_LOG_KEY="short"), batch.key, anchor)
+    assert "needs 32 or more" in problem.text
+    (problem,) = signature_problems(LandingZone(zone.root), batch.key, anchor)
+    assert "no log key configured" in problem.text
+
+
+@pytest.mark.parametrize("variable", ["SIS_LOG_KEY_FILE", "SIS_LOG_WITNESS"])
+def test_a_key_file_or_witness_inside_the_data_folder_is_a_configuration_error(tmp_path, variable):
+    from sis_platform.settings import ConfigurationError, load_settings
+
+    env = {"SIS_DATA_DIR": str(tmp_path / "data"), variable: str(tmp_path / "data" / "x")}
+    with pytest.raises(ConfigurationError, match=f"{variable}=.* lies inside SIS_DATA_DIR"):
+        load_settings(env)
