@@ -249,6 +249,26 @@ def test_anchors_and_parts_are_signed_with_a_default_key_file_outside_the_data_f
     assert tail_problems(zone) == []
 
 
+def test_a_signed_batch_landed_in_groups_verifies_against_its_landing_files(tmp_path):
+    """The last part's metadata carries the part's signature and the anchor the batch's: the
+    two claims agree on the chain, and the batch is intact (what the lake's chain check and
+    sis-verify-log read for every batch sis-live lands)."""
+    from sis_platform.landing import ClosedBy, GroupWriter
+    from sis_platform.spark.chain import verify_landing_file
+
+    zone = _sealed_zone(tmp_path)
+    writer = GroupWriter(zone)
+    writer.land(_messages(2))
+    writer.land(_messages(1, 2))
+    sealed = writer.seal(ClosedBy.DRAINED)
+    anchor = zone.anchors.read(sealed.key)
+    assert verify_landing_file(zone, sealed.key, GENESIS_LINK.hex(), anchor) == []
+    changed = dataclasses.replace(anchor, head="ab" * 32)
+    assert [p.text for p in verify_landing_file(zone, sealed.key, anchor.first_prev, changed)][
+        0
+    ] == "its landing file's chain metadata differs from its anchor"
+
+
 def test_a_consistent_rewrite_of_an_anchor_without_the_key_is_named(tmp_path):
     from sis_platform.landing.signed import signature_problems
 
