@@ -171,14 +171,19 @@ class PgCluster:
         return f"postgresql://{USER}@/{database}?host={self.socket_dir}{port}"
 
     def dagster_env(self, database: str) -> dict[str, str]:
-        """The variables deploy/dagster-postgres.yaml reads, for `database` over TCP."""
-        assert self.port, "dagster-postgres connects over TCP: start the cluster with a port"
+        """The variables deploy/dagster-postgres.yaml reads, for `database` over TCP (with
+        TLS, which the file verifies: libpq's CA in PGSSLROOTCERT)."""
+        assert self.port and self.tls, (
+            "dagster-postgres connects over TCP with verified TLS: start the cluster with a "
+            "port and tls"
+        )
         return {
             "DAGSTER_PG_HOST": "127.0.0.1",
             "DAGSTER_PG_PORT": str(self.port),
             "DAGSTER_PG_DB": database,
             "DAGSTER_PG_USER": USER,
             "DAGSTER_PG_PASSWORD": self.password,
+            "PGSSLROOTCERT": str(self.ca_file),
         }
 
     def admin(self) -> psycopg.Connection:

@@ -407,9 +407,8 @@ def test_postgres_instance_file_loads_as_a_dagster_instance(
     admin = f"postgresql://{USER}@127.0.0.1:{pg.port}/postgres"
     with psycopg.connect(admin, password=pg.password, autocommit=True) as conn:
         conn.execute("CREATE DATABASE dagster")
-    for name, value in pg.dagster_env("dagster").items():
+    for name, value in pg.dagster_env("dagster").items():  # PGSSLROOTCERT too: verify-full
         monkeypatch.setenv(name, value)
-    monkeypatch.setenv("PGSSLROOTCERT", str(pg.ca_file))  # libpq's CA for verify-full
     shutil.copy(INSTANCE, tmp_path / "dagster.yaml")
 
     instance = dg.DagsterInstance.from_config(str(tmp_path))

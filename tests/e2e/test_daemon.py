@@ -151,7 +151,7 @@ def dagster_pg(intake: str) -> Iterator[PgCluster | None]:
     if intake not in POSTGRES_INTAKES:
         yield None
         return
-    with cluster(port=free_port()) as running:
+    with cluster(port=free_port(), tls=True) as running:
         yield running
 
 
