@@ -436,14 +436,7 @@ def test_a_landing_rolled_back_under_the_store_halts_intake_loudly_until_put_rig
     once the landing is put right, the halt is cleared and every message is applied."""
     place = Place(tmp_path)
     feed = _feed(29, 150)
-    place.put(feed[:50])
-    with running(place) as service:
-        assert service.wait_until(drained, BOUND_SECONDS)
-    snapshot = tmp_path / "landing-snapshot"
-    shutil.copytree(place.zone.root, snapshot)
-    place.put(feed[50:100])
-    with running(place) as service:
-        assert service.wait_until(drained, BOUND_SECONDS)
+    snapshot = _applied_past_a_snapshot(place, feed[:50], feed[50:100])
     latest = tmp_path / "landing-latest"
     shutil.copytree(place.zone.root, latest)
     _put_back(place.zone.root, snapshot)
@@ -478,6 +471,20 @@ def test_a_landing_rolled_back_under_the_store_halts_intake_loudly_until_put_rig
     finally:
         store.close()
     assert_live_equals_reference(place, feed)
+
+
+def _applied_past_a_snapshot(place: Place, before: list[Any], after: list[Any]) -> Path:
+    """`before` applied, a copy of the landing zone taken (its path), then `after` applied:
+    the store beyond what the copy holds."""
+    place.put(before)
+    with running(place) as service:
+        assert service.wait_until(drained, BOUND_SECONDS)
+    snapshot = place.zone.root.parent / "landing-snapshot"
+    shutil.copytree(place.zone.root, snapshot)
+    place.put(after)
+    with running(place) as service:
+        assert service.wait_until(drained, BOUND_SECONDS)
+    return snapshot
 
 
 def _beat_halted(path: Path) -> bool:
@@ -576,14 +583,7 @@ def test_a_landing_rolled_back_and_landed_past_the_store_again_halts_too(tmp_pat
     Catching up from there would skip the messages landed after the copy, so it halts."""
     place = Place(tmp_path)
     feed = _feed(32, 110)
-    place.put(feed[:30])
-    with running(place) as service:
-        assert service.wait_until(drained, BOUND_SECONDS)
-    snapshot = tmp_path / "landing-snapshot"
-    shutil.copytree(place.zone.root, snapshot)
-    place.put(feed[30:60])
-    with running(place) as service:
-        assert service.wait_until(drained, BOUND_SECONDS)
+    snapshot = _applied_past_a_snapshot(place, feed[:30], feed[30:60])
     _put_back(place.zone.root, snapshot)
     writer = GroupWriter(place.zone)
     writer.recover()
