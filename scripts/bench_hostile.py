@@ -224,9 +224,9 @@ def run_reference(messages: list[LoggedMessage]) -> Ends:
 def run_worker(messages: list[LoggedMessage]) -> Ends:
     import pyarrow as pa
 
-    from sis_platform.guard import Guard
-    from sis_platform.spark.fold.worker import WorkerPlan, fold_one
-    from sis_platform.spark.items import _classify_batches
+    from sis_platform.lake.spark.fold.worker import WorkerPlan, fold_one
+    from sis_platform.lake.spark.items import _classify_batches
+    from sis_platform.runtime.guard import Guard
 
     logged = [*messages, _valid_other()]
     raw = pa.RecordBatch.from_pydict(

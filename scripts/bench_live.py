@@ -57,7 +57,7 @@ import pyarrow.parquet as pq
 
 from sis_platform.domain.items import Item, selectable_properties
 from sis_platform.domain.priority import Priority, event_attributes
-from sis_platform.landing import LandingZone
+from sis_platform.log.landing import LandingZone
 from sis_platform.queues.embedded import EmbeddedQueue
 from sis_platform.queues.factory import open_source_from_environment
 from sis_platform.serving import ServingStore, ServingUnavailable, open_store

@@ -16,7 +16,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sis_platform.landing import ClosedBy, GroupWriter, LandingZone
+from sis_platform.log.landing import ClosedBy, GroupWriter, LandingZone
 from sis_platform.queues.base import ReceivedMessage, new_message_id
 
 BODY = b"<SportsData><Event id='1'>" + b"x" * 2000 + b"</Event></SportsData>"
@@ -30,7 +30,7 @@ def _group(n: int) -> list[ReceivedMessage]:
 def _zone(root: Path, signed: bool) -> LandingZone:
     if not signed:
         return LandingZone(root / "landing")
-    from sis_platform.logseal import KeySource, LogSeal, Witness
+    from sis_platform.log.seal import KeySource, LogSeal, Witness
 
     seal = LogSeal(KeySource(root / "keys" / "log.key", create=True), Witness(root / "witness"))
     return LandingZone(root / "landing", seal)

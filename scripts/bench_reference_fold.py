@@ -37,8 +37,8 @@ from sis_platform.domain.pipeline import (
     classify_message,
     valid_items_by_master,
 )
-from sis_platform.domain.xmlpatch import Patch, PatchError
 from sis_platform.simulator.generator import generate_feed
+from sis_platform.standards.xmlpatch import Patch, PatchError
 
 T = TypeVar("T")
 

@@ -5,7 +5,7 @@
 scripts/bench.py starts this script once per measurement and samples the memory of its process
 tree, so what it imports is part of what is measured; the plotting library is not imported
 here. The result is one JSON object written to `--result`. The platform runs in this process
-through `sis_platform.inprocess` (`--mode inprocess`), or under a real dagster-daemon
+through `sis_platform.testing.inprocess` (`--mode inprocess`), or under a real dagster-daemon
 (`--mode daemon`), on a new data folder each time.
 """
 
@@ -34,16 +34,16 @@ import dagster as dg
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
-from sis_platform import config
 from sis_platform.cli import spark_connect
 from sis_platform.domain.fold import PatchCache, fold_master
 from sis_platform.domain.pipeline import LoggedMessage, valid_items_by_master
-from sis_platform.inprocess import LOG_ASSETS, InProcessPlatform
-from sis_platform.landing import LandingZone, batch_seq_of
+from sis_platform.lake.spark.fold import fold_step
+from sis_platform.log.landing import LandingZone, batch_seq_of
 from sis_platform.queues.embedded import EmbeddedQueue
+from sis_platform.resources import config
 from sis_platform.settings import ensure_spark_connect_token, python_workers_use_this_interpreter
 from sis_platform.simulator.generator import generate_feed
-from sis_platform.spark.fold import fold_step
+from sis_platform.testing.inprocess import LOG_ASSETS, InProcessPlatform
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -30,10 +30,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql.classic.dataframe import DataFrame
 from pyspark.sql.readwriter import DataFrameWriter
 
+from sis_platform.lake.spark.fold import fold_step
+from sis_platform.lake.spark.items import log_items
+from sis_platform.lake.spark.model import refresh_model
 from sis_platform.settings import python_workers_use_this_interpreter
-from sis_platform.spark.fold import fold_step
-from sis_platform.spark.items import log_items
-from sis_platform.spark.model import refresh_model
 
 
 class Record(NamedTuple):

@@ -2,7 +2,7 @@
 # Set up and run the platform on its embedded default: an embedded durable queue fed by the
 # feed simulator, sis-live consuming it into the landing zone and the serving store, local Spark
 # with Delta tables under ./data, and Dagster (webserver + daemon), all under one supervisor
-# (sis-run, sis_platform/live/supervisor.py): every program's output on stderr prefixed with its
+# (sis-run, sis_platform/runtime/supervisor.py): every program's output on stderr prefixed with its
 # name, a program that dies restarted with backoff, and Ctrl-C, SIGTERM or SIGHUP stop every
 # process it started, Dagster's run workers included.
 #

@@ -13,21 +13,21 @@ from typing import NamedTuple
 
 import dagster as dg
 
-from sis_platform import config
 from sis_platform.assets.freshness import freshness_policy, with_freshness
-from sis_platform.assets.lake_checks import lake_integrity
-from sis_platform.assets.masters import fold_masters
-from sis_platform.assets.message_log import hash_chain_intact, message_items, raw_messages
-from sis_platform.assets.model import interpreted_model
-from sis_platform.assets.serving import live_matches_lake, live_store_fresh, serving_store_spec
-from sis_platform.jobs import (
+from sis_platform.assets.jobs import (
     check_lake_job,
     check_lake_schedule,
     live_matches_lake_job,
     process_batch_job,
     replay_dead_letters_job,
 )
-from sis_platform.private import private_files, private_folder
+from sis_platform.assets.lake_checks import lake_integrity
+from sis_platform.assets.masters import fold_masters
+from sis_platform.assets.message_log import hash_chain_intact, message_items, raw_messages
+from sis_platform.assets.model import interpreted_model
+from sis_platform.assets.serving import live_matches_lake, live_store_fresh, serving_store_spec
+from sis_platform.resources import config
+from sis_platform.runtime.private import private_files, private_folder
 from sis_platform.sensors.landed_sensor import build_landed_batches_sensor
 from sis_platform.sensors.live_check_sensor import build_live_check_sensor
 from sis_platform.sensors.queue_sensor import build_queue_sensor

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 @pytest.fixture(scope="session", autouse=True)
 def private_config_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The user's config folder ($XDG_CONFIG_HOME) for the whole session, in a temporary
-    folder: the default log key and witnesses (sis_platform/logseal.py) go there, not into the
+    folder: the default log key and witnesses (sis_platform/log/seal.py) go there, not into the
     real home; child processes inherit it."""
     import os
 
@@ -43,9 +43,9 @@ def spark() -> Iterator[SparkSession]:
 
     from pyspark.sql import SparkSession
 
-    from sis_platform.resources.jvm_archive import configured_archive
-    from sis_platform.resources.spark import SHORT_LIVED_SQL, delta_spark_config
-    from sis_platform.resources.spark_jars import resolved_jars_dir
+    from sis_platform.lake.driver.conf import SHORT_LIVED_SQL, delta_spark_config
+    from sis_platform.lake.driver.jars import resolved_jars_dir
+    from sis_platform.lake.driver.jvm_archive import configured_archive
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder

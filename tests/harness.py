@@ -1,6 +1,7 @@
 """Drive the platform the way the daemon does, through Dagster's public APIs, in-process.
 
-`Harness` is `sis_platform.inprocess.InProcessPlatform`: a tick evaluates the real sensor with
+`Harness` is `sis_platform.testing.inprocess.InProcessPlatform`: a tick evaluates the real sensor
+with
 a real (ephemeral) instance; every run it requests is executed with `execute_in_process` for
 its partition, in the order requested (or any order the test chooses). The Delta tables and the
 landing zone live under `tmp_path`. What only tests need (a message put at T0 to land directly)
@@ -11,9 +12,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sis_platform.inprocess import LOG_ASSETS, SENSOR, logged_messages
-from sis_platform.inprocess import InProcessPlatform as Harness
 from sis_platform.queues.base import ReceivedMessage, new_message_id
+from sis_platform.testing.inprocess import LOG_ASSETS, SENSOR, logged_messages
+from sis_platform.testing.inprocess import InProcessPlatform as Harness
 
 __all__ = ["LOG_ASSETS", "SENSOR", "T0", "Harness", "logged_messages", "received"]
 

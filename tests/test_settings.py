@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from sis_platform import config, settings
+from sis_platform import settings
 from sis_platform.domain.limits import DEFAULT_LIMITS
 from sis_platform.live.config import LiveConfig
+from sis_platform.resources import config
 from sis_platform.settings import (
     ConfigurationError,
     EmbeddedSourceSettings,

@@ -10,7 +10,7 @@ from typing import Any
 
 import dagster as dg
 
-from sis_platform.spark.dead_letter_summary import ReasonSummary
+from sis_platform.lake.spark.dead_letter_summary import ReasonSummary
 
 # Longest cell text shown for a feed-supplied value.
 MAX_CELL = 120

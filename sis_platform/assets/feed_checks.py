@@ -17,10 +17,10 @@ from typing import Any
 import dagster as dg
 
 from sis_platform.assets.table_specs import identifier
+from sis_platform.lake.spark.checks import Finding
 from sis_platform.lake.tables import DEAD_LETTERS, MASTER_DOCUMENTS
-from sis_platform.landing.backlog import Backlog
+from sis_platform.log.landing.backlog import Backlog
 from sis_platform.resources.platform import FeedChecksResource
-from sis_platform.spark.checks import Finding
 
 LAKE_LAG = "lake_lag_within_bounds"
 DEAD_LETTER_RATE = "dead_letter_rate_below_threshold"

@@ -18,6 +18,8 @@ import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 
 from sis_platform.lake.delta import Lake
+from sis_platform.lake.spark import checks
+from sis_platform.lake.spark.checks import Finding, StepScope
 from sis_platform.lake.tables import (
     FOLD_STEPS,
     MARKETS,
@@ -26,8 +28,6 @@ from sis_platform.lake.tables import (
     MESSAGE_OUTCOMES,
 )
 from sis_platform.resources.platform import DeltaLakeResource
-from sis_platform.spark import checks
-from sis_platform.spark.checks import Finding, StepScope
 
 ONE_ROW_PER_MASTER = "one_row_per_master"
 VERSIONS_GAP_FREE = "versions_gap_free"

@@ -30,6 +30,12 @@ from sis_platform.assets.message_log import classified
 from sis_platform.assets.policies import TRANSIENT_RETRY
 from sis_platform.assets.table_specs import identifier, location, table_spec
 from sis_platform.lake.delta import Lake
+from sis_platform.lake.spark.checks import dead_letter_rate
+from sis_platform.lake.spark.dead_letter_summary import dead_letter_summary
+from sis_platform.lake.spark.fold import FoldStepResult, committed_step, fold_step
+from sis_platform.lake.spark.items import ItemsSummary
+from sis_platform.lake.spark.model import model_step
+from sis_platform.lake.spark.replay import ReplayResult, replay_dead_letters
 from sis_platform.lake.tables import (
     BATCH_LOG,
     DEAD_LETTERS,
@@ -42,19 +48,13 @@ from sis_platform.lake.tables import (
     RAW_MESSAGES,
     Table,
 )
-from sis_platform.landing.backlog import backlog_after, landed_messages
+from sis_platform.log.landing.backlog import backlog_after, landed_messages
 from sis_platform.resources.platform import (
     DeltaLakeResource,
     FeedChecksResource,
     FeedProcessingResource,
     LandingZoneResource,
 )
-from sis_platform.spark.checks import dead_letter_rate
-from sis_platform.spark.dead_letter_summary import dead_letter_summary
-from sis_platform.spark.fold import FoldStepResult, committed_step, fold_step
-from sis_platform.spark.items import ItemsSummary
-from sis_platform.spark.model import model_step
-from sis_platform.spark.replay import ReplayResult, replay_dead_letters
 
 FOLD_POOL = "sis_fold"
 WHEN = (

@@ -14,19 +14,19 @@ from sis_platform.assets.partitions import batches_partitions
 from sis_platform.assets.policies import TRANSIENT_RETRY
 from sis_platform.assets.table_specs import KINDS, OWNERS, column_schema, location, table_spec
 from sis_platform.lake.delta import Lake, sql_identifier
+from sis_platform.lake.spark.chain import RunAnchor, verify_batch
+from sis_platform.lake.spark.items import ItemsSummary, batch_condition, log_items
 from sis_platform.lake.tables import BATCH_LOG, CLASSIFY_FAILURES, MESSAGE_ITEMS, RAW_MESSAGES
-from sis_platform.landing.signed import tail_problems
+from sis_platform.log.landing.signed import tail_problems
 from sis_platform.resources.platform import (
     DeltaLakeResource,
     FeedProcessingResource,
     LandingZoneResource,
 )
-from sis_platform.spark.chain import RunAnchor, verify_batch
-from sis_platform.spark.items import ItemsSummary, batch_condition, log_items
 
 CHAIN_CHECK = "hash_chain_intact"
 # Run tags the sensor requests a batch run with: the batch's anchored chain head and message
-# count, so Dagster's own database keeps a copy of each anchor (sis_platform/logchain.py).
+# count, so Dagster's own database keeps a copy of each anchor (sis_platform/log/chain.py).
 CHAIN_HEAD_TAG = "sis/chain_head"
 MESSAGES_TAG = "sis/messages"
 

@@ -17,6 +17,7 @@ from dagster_pyspark import LazyPySparkResource
 from sis_platform.assets.masters import FOLD_POOL
 from sis_platform.assets.policies import TRANSIENT_RETRY
 from sis_platform.assets.table_specs import identifier, location, table_spec
+from sis_platform.lake.spark.model import refresh_model
 from sis_platform.lake.tables import (
     EVENTS,
     FOLD_STEPS,
@@ -27,7 +28,6 @@ from sis_platform.lake.tables import (
     SELECTIONS,
 )
 from sis_platform.resources.platform import DeltaLakeResource
-from sis_platform.spark.model import refresh_model
 
 WHEN = (
     " Refreshed after the fold in every batch run the queue sensor requests and in a "

@@ -34,12 +34,12 @@ from pyspark.sql import functions as F
 from sis_platform.assets.message_log import raw_messages
 from sis_platform.assets.table_specs import OWNERS
 from sis_platform.lake.delta import Lake
+from sis_platform.lake.spark.fold.ledger import committed_step
 from sis_platform.lake.tables import MASTER_DOCUMENTS
-from sis_platform.landing import LandingZone, LogPosition, batch_key
+from sis_platform.log.landing import LandingZone, LogPosition, batch_key
 from sis_platform.resources.platform import DeltaLakeResource, LandingZoneResource
 from sis_platform.resources.serving import ServingStoreResource, store_kind
 from sis_platform.serving import StoreStatus
-from sis_platform.spark.fold.ledger import committed_step
 
 SERVING_STORE = "serving_store"
 SERVING_STORE_KEY = dg.AssetKey(SERVING_STORE)

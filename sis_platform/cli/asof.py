@@ -1,6 +1,6 @@
 """`sis-trace --as-of MASTER_ID TIME`: a master document as the platform showed it at TIME.
 
-The answer comes from sis_platform/asof.py: the lake's committed versions of that master and,
+The answer comes from sis_platform/lake/asof.py: the lake's committed versions of that master and,
 where the live path runs (SIS_INTAKE=live, the default), the serving store's change log. This
 module parses TIME, opens the store and prints the answer; sis-trace's `main` calls `run`.
 """
@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sis_platform.asof import AsOf, MasterVersion
+    from sis_platform.lake.asof import AsOf, MasterVersion
     from sis_platform.lake.delta import Lake
     from sis_platform.serving import ServingStore
 
@@ -33,7 +33,7 @@ def parse_instant(text: str) -> datetime:
 def run(
     lake: Lake, store: ServingStore | None, master_id: str, at: datetime, *, as_json: bool
 ) -> int:
-    from sis_platform.asof import master_as_of
+    from sis_platform.lake.asof import master_as_of
 
     answer = master_as_of(lake, master_id, at, store=store)
     if as_json:

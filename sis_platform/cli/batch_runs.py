@@ -10,8 +10,8 @@ import dagster as dg
 
 from sis_platform.assets.message_log import CHAIN_HEAD_TAG, MESSAGES_TAG
 from sis_platform.assets.partitions import BATCHES
+from sis_platform.lake.spark.chain import RunAnchor
 from sis_platform.sensors.batch_runs import BATCH_TAG
-from sis_platform.spark.chain import RunAnchor
 
 
 class BatchRuns:

@@ -4,7 +4,7 @@ it cleanly (exit 0) after the group in hand. It refuses to start when SIS_INTAKE
 intake mode consumes at a time.
 
 `sis-live health` answers a liveness probe from the running process's heartbeat
-(sis_platform/live/heartbeat.py): exit 0 when its loop went round within
+(sis_platform/runtime/heartbeat.py): exit 0 when its loop went round within
 SIS_LIVE_STALL_SECONDS, 1 otherwise; `sis-live health --ready`, a readiness probe: 0 when it is
 alive, holds the consumer lease and its serving store has caught up. Neither touches the store,
 the queue or Dagster; each prints one line saying why."""
@@ -16,7 +16,7 @@ import logging
 import sys
 import time
 
-from sis_platform.private import private_files, private_folder
+from sis_platform.runtime.private import private_files, private_folder
 from sis_platform.settings import ConfigurationError, Settings, load_settings
 
 DESCRIPTION = (
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _health(settings: Settings, *, ready: bool) -> int:
     """The probe: the heartbeat file's verdict, printed, as the exit status."""
-    from sis_platform.live.heartbeat import health, read_beat
+    from sis_platform.runtime.heartbeat import health, read_beat
 
     beat = read_beat(settings.live.heartbeat_file)
     verdict = health(beat, time.monotonic(), settings.live.stall_seconds)

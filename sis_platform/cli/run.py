@@ -4,7 +4,7 @@
             [--spark local|connect] [--spark-connect-port 15002]
             [--sim-messages 12000] [--sim-rate 4.2|backlog] [--sim-seed 1] [--grace 20]
 
-Starts, each in a session of its own (sis_platform/live/supervisor.py): `sis-live` when
+Starts, each in a session of its own (sis_platform/runtime/supervisor.py): `sis-live` when
 SIS_INTAKE is live (the default), watched through its heartbeat (restarted when it makes no
 progress for SIS_LIVE_STALL_SECONDS); the feed simulator publishing into the embedded queue (a
 one-shot; none with `--sim-messages 0` or when the source is not the embedded queue); the Spark
@@ -25,14 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sis_platform.cli.spark_connect import READY as SPARK_CONNECT_READY
-from sis_platform.live.supervisor import (
+from sis_platform.runtime.private import private_files, private_folder
+from sis_platform.runtime.supervisor import (
     Endpoint,
     Liveness,
     Program,
     Supervisor,
     SupervisorSettings,
 )
-from sis_platform.private import private_files, private_folder
 from sis_platform.settings import (
     ConfigurationError,
     EmbeddedSourceSettings,

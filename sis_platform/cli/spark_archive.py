@@ -11,14 +11,14 @@ import argparse
 import sys
 import time
 
-from sis_platform.private import private_files
-from sis_platform.resources.jvm_archive import (
+from sis_platform.lake.driver.jvm_archive import (
     UNUSED_DAYS,
     archive_path,
     build,
     prune,
     superseded,
 )
+from sis_platform.runtime.private import private_files
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,8 +32,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
 
-from sis_platform.private import private_files
-from sis_platform.resources.spark_scratch import driver_scratch, with_scratch
+from sis_platform.lake.driver.scratch import driver_scratch, with_scratch
+from sis_platform.runtime.private import private_files
 from sis_platform.settings import (
     SPARK_CONNECT_TOKEN_VARIABLE,
     child_environment,
@@ -54,11 +54,12 @@ def server_command(
 ) -> list[str]:
     """The spark-submit command line of the server, with the Spark settings of `env`, and its
     scratch files in the folder `scratch` (resources/spark_scratch.py; None: Spark's own)."""
-    # Imported here: sis_platform.config imports Dagster (with pyspark: 1.3 s measured), which
+    # Imported here: sis_platform.resources.config imports Dagster (with pyspark: 1.3 s measured),
+    # which
     # `start` in a parent process and `--help` never need.
     import pyspark
 
-    from sis_platform.config import spark_config
+    from sis_platform.resources.config import spark_config
 
     conf = spark_config(spark_settings(env), "local[*]", long_lived=True)
     if scratch is not None:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sis_platform.private import private_files
-from sis_platform.resources.spark_jars import COMPLETE, jars_dir, packages, resolve, s3a_package
+from sis_platform.lake.driver.jars import COMPLETE, jars_dir, packages, resolve, s3a_package
+from sis_platform.runtime.private import private_files
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,10 +4,10 @@
     sis-trace --as-of MASTER_ID TIME [--json]
 
 Prints every logged copy of the message (batch, when received, delivery count, digest, hash
-chain link), how it was parsed and what became of each item (see sis_platform/trace.py).
+chain link), how it was parsed and what became of each item (see sis_platform/lake/trace.py).
 With --as-of: the master document as it was shown at TIME, the message that made that version
 and when it was received (sis_platform/cli/asof.py).
-Spark and the lake come from the platform's own configuration (sis_platform/config.py:
+Spark and the lake come from the platform's own configuration (sis_platform/resources/config.py:
 SIS_PROFILE, SIS_DATA_DIR, SIS_LAKE_PATH, SIS_SPARK_MASTER, ...).
 
 Exit status: 0 the message is in the log (--as-of: a version was shown at TIME), 1 it is not,
@@ -33,8 +33,7 @@ from sis_platform.cli.platform import (
     parse_args,
     spark_session,
 )
-from sis_platform.private import private_files
-from sis_platform.trace import (
+from sis_platform.lake.trace import (
     NOT_FOLDED,
     NOT_PARSED,
     PARSED_INVALID,
@@ -46,6 +45,7 @@ from sis_platform.trace import (
     normalize_message_id,
     trace_message,
 )
+from sis_platform.runtime.private import private_files
 
 if TYPE_CHECKING:
     from sis_platform.serving import ServingStore

@@ -7,11 +7,11 @@ Delta table `raw_messages`, a run in Dagster or the witness's record, and every 
 them), checks its anchor and its signature with the log key, its landing file (or its parts,
 for a batch landed in groups), its Delta rows and, where a Dagster instance is configured
 (DAGSTER_HOME), the chain head its batch run was tagged with, against each other
-(sis_platform/spark/chain.py), one batch at a time: the driver holds one batch's row count,
+(sis_platform/lake/spark/chain.py), one batch at a time: the driver holds one batch's row count,
 never the log. Then the log's tail against the witness outside the data folder
-(sis_platform/landing/signed.py): a truncated tail or a rolled-back folder. Spark, the lake,
+(sis_platform/log/landing/signed.py): a truncated tail or a rolled-back folder. Spark, the lake,
 the landing zone, the log key and the witness come from the platform's own configuration
-(sis_platform/config.py: SIS_PROFILE, SIS_DATA_DIR, SIS_LANDING_DIR, SIS_LAKE_PATH,
+(sis_platform/resources/config.py: SIS_PROFILE, SIS_DATA_DIR, SIS_LANDING_DIR, SIS_LAKE_PATH,
 SIS_LOG_KEY_FILE, SIS_LOG_WITNESS, SIS_SPARK_MASTER, ...).
 
 Prints each problem (at most MAX_PRINTED) on stderr and a one-line summary on stdout.
@@ -32,18 +32,18 @@ from sis_platform.cli.platform import (
     parse_args,
     spark_session,
 )
+from sis_platform.lake.spark.chain import verify_batch
 from sis_platform.lake.tables import RAW_MESSAGES
-from sis_platform.landing import batch_key, batch_seq_of
-from sis_platform.landing.signed import tail_problems
-from sis_platform.private import private_files
+from sis_platform.log.landing import batch_key, batch_seq_of
+from sis_platform.log.landing.signed import tail_problems
+from sis_platform.runtime.private import private_files
 from sis_platform.settings import dagster_home
-from sis_platform.spark.chain import verify_batch
 
 if TYPE_CHECKING:
     from sis_platform.cli.batch_runs import BatchRuns
     from sis_platform.lake.delta import Lake
-    from sis_platform.landing import LandingZone
-    from sis_platform.logchain import Problem
+    from sis_platform.log.chain import Problem
+    from sis_platform.log.landing import LandingZone
 
 EXIT_INTACT = 0
 EXIT_BROKEN = 1

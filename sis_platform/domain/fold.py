@@ -86,7 +86,7 @@ from sis_platform.domain.patchscope import (
     validate_patched,
 )
 from sis_platform.domain.reasons import Outcome, Reason
-from sis_platform.domain.xmlpatch import Patch, PatchError
+from sis_platform.standards.xmlpatch import Patch, PatchError
 
 WARNING_NEW_FOR_EXISTING = "new-for-existing"
 WARNING_REFRESH_FOR_MISSING = "refresh-for-missing"
@@ -97,7 +97,7 @@ _MIN_NODE_BYTES = 4
 
 
 class ItemSelector(Protocol):
-    """What the fold needs of a compiled selector (sis_platform.domain.selector.Selector)."""
+    """What the fold needs of a compiled selector (sis_platform.standards.selector.Selector)."""
 
     def matches(self, props: Mapping[str, object]) -> bool: ...
 

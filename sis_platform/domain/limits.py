@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from sis_platform.standards.xpath import DEFAULT_SELECTOR_BOUNDS
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -68,8 +70,8 @@ class Limits:
     max_patch_operations: int = 1_000
     # Characters in one XPath selector (`sel`), and location steps plus predicates in it
     # (SIS_MAX_SELECTOR_LENGTH, SIS_MAX_SELECTOR_STEPS).
-    max_selector_length: int = 1_024
-    max_selector_steps: int = 64
+    max_selector_length: int = DEFAULT_SELECTOR_BOUNDS.max_selector_length
+    max_selector_steps: int = DEFAULT_SELECTOR_BOUNDS.max_selector_steps
     # Wall-clock seconds one item may take to fold (SIS_ITEM_BUDGET_SECONDS). A worker that
     # overruns it is killed and the item dead-lettered `too-complex`; no content is expected to
     # get near it once the bounds above hold: it is the backstop for an evaluator bug.

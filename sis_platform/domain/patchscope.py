@@ -18,7 +18,7 @@ children (`market*`, `selection*`, `price?`, empty), which is what lets a shallo
 checked as a copy without its children.
 
 Which regions, and when the proof holds. The regions are only derived for selectors whose
-parsed form (sis_platform.domain.xpath, the one selector parser) is plain, the form the
+parsed form (sis_platform.standards.xpath, the one selector parser) is plain, the form the
 provider uses and docs/feed.md shows:
 
     /event(/name([@attr='literal'])*)*(/@name)?
@@ -58,8 +58,8 @@ from lxml import etree
 
 from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
 from sis_platform.domain.schema import fragment_schema, validate_event
-from sis_platform.domain.xmlpatch import in_scope, in_scope_of
-from sis_platform.domain.xpath import (
+from sis_platform.standards.xmlpatch import in_scope, in_scope_of
+from sis_platform.standards.xpath import (
     NCNAME,
     AttributeEquals,
     AttributeStep,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from lxml import etree
 
 from sis_platform.domain.items import Item, selectable_properties
-from sis_platform.domain.selector import InvalidSelector, Selector
+from sis_platform.standards.selector import InvalidSelector, Selector
 
 SEPARATOR = ";"
 # Bytes of a document fed to the pull parser at a time while looking for its root element.

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, TypeVar
 from delta import exceptions as delta_errors
 from pyspark.errors import AnalysisException
 
-from sis_platform.faults import kill_during_write
 from sis_platform.lake.tables import Table
+from sis_platform.runtime.faults import kill_during_write
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -61,7 +61,7 @@ MODEL_FAILURES = Table("model_failures")
 MODEL_STEPS = Table("model_steps")
 
 # Tables the fold appends to, each row tagged with the fold step that wrote it: an uncommitted
-# step's rows are deleted before the next step (see sis_platform/spark/fold/ledger.py).
+# step's rows are deleted before the next step (see sis_platform/lake/spark/fold/ledger.py).
 FOLD_APPEND_TABLES = (MASTER_VERSIONS, DEAD_LETTERS, MESSAGE_OUTCOMES)
 
 

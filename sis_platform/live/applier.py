@@ -43,18 +43,18 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from sis_platform.faults import LIVE_BETWEEN_PARTS, crash_point
-from sis_platform.landing import (
+from sis_platform.live.budget import BudgetConfig, LiveBudget
+from sis_platform.live.config import LiveConfig, Retry
+from sis_platform.live.fold import LaunchedFold, LiveFold
+from sis_platform.live.workers import FoldWorkers, WorkerFoldError
+from sis_platform.log.landing import (
     START_POSITION,
     LandedMessage,
     LandingZone,
     LogPosition,
     batch_key,
 )
-from sis_platform.live.budget import BudgetConfig, LiveBudget
-from sis_platform.live.config import LiveConfig, Retry
-from sis_platform.live.fold import LaunchedFold, LiveFold
-from sis_platform.live.workers import FoldWorkers, WorkerFoldError
+from sis_platform.runtime.faults import LIVE_BETWEEN_PARTS, crash_point
 from sis_platform.serving.records import STORE_BEYOND_LANDING, ServingUnavailable
 
 if TYPE_CHECKING:

@@ -1,4 +1,5 @@
-"""sis-live's per-item budget and its memory of poison: the lake's guard (sis_platform/guard.py)
+"""sis-live's per-item budget and its memory of poison: the lake's guard
+(sis_platform/runtime/guard.py)
 around sis-live's own classification and fold, and what earlier sis-live processes died on
 (docs/design.md invariants 4 and 6; docs/live.md, "Bounds").
 
@@ -58,12 +59,13 @@ from sis_platform.domain.pipeline import (
     whole_message_dead_letter,
 )
 from sis_platform.domain.reasons import Outcome, Reason
-from sis_platform.faults import (
+from sis_platform.live.workers import WorkerSetup
+from sis_platform.runtime.faults import (
     InjectedFailure,
     injected_classify_failure,
     injected_fold_failure,
 )
-from sis_platform.guard import (
+from sis_platform.runtime.guard import (
     RUNNING,
     TIMEOUT,
     Guard,
@@ -78,7 +80,6 @@ from sis_platform.guard import (
     quarantine_detail,
     read_marker,
 )
-from sis_platform.live.workers import WorkerSetup
 from sis_platform.settings import DEFAULT_QUARANTINE_AFTER
 
 if TYPE_CHECKING:
@@ -185,7 +186,7 @@ class LiveBudget:
         self.failures = failures
         self._fold_guard = Guard(str(config.folder / FOLD), config.seconds)
         self._classify_guard = Guard(str(config.folder / CLASSIFY), config.seconds)
-        # Test hooks (sis_platform.faults), read once: they strike inside the guarded work.
+        # Test hooks (sis_platform.runtime.faults), read once: they strike inside the guarded work.
         self._injected_fold: InjectedFailure | None = injected_fold_failure()
         self._injected_classify: InjectedFailure | None = injected_classify_failure()
 

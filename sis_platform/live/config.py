@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 
 from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
 from sis_platform.domain.priority import Priority
-from sis_platform.domain.selector import Selector
 from sis_platform.live.fold import FoldOptions
 from sis_platform.settings import (
     DEFAULT_BATCH_MAX_BYTES,
@@ -18,6 +17,7 @@ from sis_platform.settings import (
     DEFAULT_LIVE_PRIORITY_WINDOW,
     Settings,
 )
+from sis_platform.standards.selector import Selector
 
 # The longest a get waits when nothing else is due: how soon a stop request is seen while the
 # queue is idle (a stop is otherwise seen between groups).

@@ -42,8 +42,8 @@ from sis_platform.domain.pipeline import (
     fold_stretch,
 )
 from sis_platform.domain.priority import Priority
-from sis_platform.landing import LandedMessage, LogPosition
 from sis_platform.live.workers import PARALLEL_MIN_ITEMS, FoldWorkers, SharedFold
+from sis_platform.log.landing import LandedMessage, LogPosition
 from sis_platform.serving.records import (
     ChangeRow,
     DeadLetterRow,

@@ -11,15 +11,15 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from sis_platform.landing import LandingZone
-from sis_platform.landing import rows as landing_rows
-from sis_platform.lease import ConsumerLease, holder_id
+from sis_platform.intake.lease import ConsumerLease, holder_id
 from sis_platform.live.budget import BudgetConfig
 from sis_platform.live.config import LiveConfig
-from sis_platform.live.heartbeat import Heartbeat
 from sis_platform.live.service import LiveService
 from sis_platform.live.source import source_from_settings
-from sis_platform.logseal import LogSeal, log_seal
+from sis_platform.log.landing import LandingZone
+from sis_platform.log.landing import rows as landing_rows
+from sis_platform.log.seal import LogSeal, log_seal
+from sis_platform.runtime.heartbeat import Heartbeat
 from sis_platform.serving import ServingStore, open_store
 from sis_platform.serving.location import shown_url
 from sis_platform.settings import LOG_KEY_VARIABLE, Settings, secret
@@ -50,7 +50,7 @@ def build_service(settings: Settings) -> LiveService:
 
 
 def _seal(settings: Settings) -> LogSeal | None:
-    """The landing zone's log key and witness (sis_platform/logseal.py)."""
+    """The landing zone's log key and witness (sis_platform/log/seal.py)."""
     log = settings.log
     if log is None:
         return None

@@ -1,6 +1,7 @@
 """The sis-live loop: the queue's resident consumer, landing small groups and applying them.
 
-While it holds the consumer lease (sis_platform.lease, renewed well before it expires; lost or
+While it holds the consumer lease (sis_platform.intake.lease, renewed well before it expires; lost
+or
 taken over: it stops consuming and stands by, as intake does), the service:
 
 1. after taking the lease, seals a batch a crash or an earlier holder left open
@@ -17,7 +18,8 @@ taken over: it stops consuming and stands by, as intake does), the service:
    `live.after_queue_commit`; the open batch sealed when it reached a bound (messages,
    bytes, or age, the last also when no message comes).
 
-Landing comes first, as in the consumer (sis_platform/consumer.py, invariant 1): a crash before
+Landing comes first, as in the consumer (sis_platform/intake/consumer.py, invariant 1): a crash
+before
 the land leaves every message on the queue (backed out by it). From the land on, the landed log
 is what counts: the store records the landing position it has applied, and a restart folds the
 log after it. So the queue commit can wait until the store has committed, which keeps the
@@ -47,10 +49,13 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, NamedTuple
 
-from sis_platform.consumer import move_aside
 from sis_platform.domain.pipeline import LoggedMessage
-from sis_platform.faults import crash_point
-from sis_platform.landing import (
+from sis_platform.intake.consumer import move_aside
+from sis_platform.intake.lease import ConsumerLease, Lease, LeaseError
+from sis_platform.live.applier import Applier
+from sis_platform.live.budget import BudgetConfig
+from sis_platform.live.config import LiveConfig, Retry
+from sis_platform.log.landing import (
     ClosedBy,
     GroupWriter,
     LandedGroup,
@@ -60,11 +65,6 @@ from sis_platform.landing import (
     MovedAside,
     landing_bytes_bound,
 )
-from sis_platform.lease import ConsumerLease, Lease, LeaseError
-from sis_platform.live.applier import Applier
-from sis_platform.live.budget import BudgetConfig
-from sis_platform.live.config import LiveConfig, Retry
-from sis_platform.live.heartbeat import Heartbeat
 from sis_platform.queues.base import (
     FencedOff,
     QueueSession,
@@ -72,6 +72,8 @@ from sis_platform.queues.base import (
     ReceivedMessage,
     SourceUnavailable,
 )
+from sis_platform.runtime.faults import crash_point
+from sis_platform.runtime.heartbeat import Heartbeat
 
 if TYPE_CHECKING:
     from sis_platform.serving import ServingStore
@@ -107,7 +109,7 @@ class LiveService:
         # `budget`: the fold's per-item budget and in-flight folder (sis_platform/live/budget.py)
         self.applier = Applier(zone, open_store, config, clock=clock, budget=budget)
         self._clock = clock
-        # Beaten each time the loop goes round (sis_platform/live/heartbeat.py): liveness.
+        # Beaten each time the loop goes round (sis_platform/runtime/heartbeat.py): liveness.
         self._heartbeat = heartbeat
         self._stop = threading.Event()
         self._session: QueueSession | None = None

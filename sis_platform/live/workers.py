@@ -45,8 +45,8 @@ from sis_platform.domain.fold import (
 from sis_platform.domain.items import Item
 from sis_platform.domain.limits import Limits
 from sis_platform.domain.pipeline import MasterFolder
-from sis_platform.faults import InjectedFailure, injected_fold_failure
-from sis_platform.guard import Guard, failure_detail, fold_watched
+from sis_platform.runtime.faults import InjectedFailure, injected_fold_failure
+from sis_platform.runtime.guard import Guard, failure_detail, fold_watched
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess

@@ -6,7 +6,8 @@ are reinstated with their backout count raised by one). A consumer that dies wit
 has it backed out by the queue (the embedded queue does it on the next open).
 
 No Dagster import here: sensors reach this through the resources in
-`sis_platform.resources.sources`, and the conformance suite in `tests/queues` drives it directly.
+`sis_platform.resources.sources`, and the conformance suite in `tests/queues` drives it
+directly.
 """
 
 from __future__ import annotations
@@ -20,14 +21,6 @@ from types import TracebackType
 from typing import Self
 
 from sis_platform.domain.limits import DEFAULT_LIMITS
-
-# Backouts after which a source moves a message to its backout queue instead of returning it
-# (MQ BOTHRESH), unless configured otherwise; 0 turns the threshold off. It must stay above the
-# feed contract's redelivery limit (SIS_REDELIVERY_LIMIT, 5): a message that keeps coming back
-# is then normally landed with its delivery count and dead-lettered by the fold first, so the
-# message log accounts for it; the threshold catches only what never reaches the log (a message
-# that kills intake before it is landed, e.g. by exhausting the consumer's memory).
-DEFAULT_BACKOUT_THRESHOLD = 10
 
 # The largest message a source returns (the IBM MQ source's SIS_IBMMQ_MAX_GET_BYTES): twice
 # the platform's largest accepted body, so a body somewhat over that bound still reaches intake

@@ -23,7 +23,7 @@ backout) and every state change is one SQLite transaction:
   stops coming back after the threshold.
 
 Waiting: SQLite has no cross-process notification, so the queue's folder has a doorbell
-(sis_platform.doorbell, a folder of Unix datagram sockets): every change that makes messages
+(sis_platform.runtime.doorbell, a folder of Unix datagram sockets): every change that makes messages
 gettable (a put, a commit moving messages to a backout queue, a backout, reinstating a dead
 session's messages) rings it after its transaction commits, and a waiting `get` sleeps on its
 own socket until rung, looking again then. It also looks again every half second without a
@@ -31,7 +31,7 @@ ring, to reinstate dead sessions' messages (a crashed consumer rings nothing) an
 ring was missed (a producer of an older version, a full socket buffer).
 
 Checkpoints: a consumer's commits nudge a checkpoint thread of its session
-(sis_platform.walcheckpoint), so the log is copied into the database off the get and commit
+(sis_platform.runtime.walcheckpoint), so the log is copied into the database off the get and commit
 path instead of inside whichever put or get reaches SQLite's automatic threshold.
 """
 
@@ -50,9 +50,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sis_platform.doorbell import Doorbell, Waiter, ring
 from sis_platform.queues.base import (
-    DEFAULT_BACKOUT_THRESHOLD,
     QueueProducer,
     QueueSession,
     QueueSource,
@@ -60,7 +58,9 @@ from sis_platform.queues.base import (
     SourceUnavailable,
     new_message_id,
 )
-from sis_platform.walcheckpoint import WalCheckpointer
+from sis_platform.runtime.doorbell import Doorbell, Waiter, ring
+from sis_platform.runtime.walcheckpoint import WalCheckpointer
+from sis_platform.settings.variables import DEFAULT_BACKOUT_THRESHOLD
 
 log = logging.getLogger(__name__)
 
@@ -389,7 +389,7 @@ class EmbeddedSession(QueueSession):
         self._closed = False
         self._waiter: Waiter | None = None  # bound at the first get that waits
         # Started at the first commit: checkpoints off the get and commit path (see
-        # sis_platform/walcheckpoint.py).
+        # sis_platform/runtime/walcheckpoint.py).
         self._checkpointer: WalCheckpointer | None = None
 
     def _register(self) -> None:

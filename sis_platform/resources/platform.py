@@ -10,10 +10,9 @@ from pydantic import Field
 
 from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
 from sis_platform.domain.priority import Priority
-from sis_platform.domain.selector import Selector
-from sis_platform.landing import LandingZone
-from sis_platform.lease import ConsumerLease, holder_id
-from sis_platform.logseal import log_seal
+from sis_platform.intake.lease import ConsumerLease, holder_id
+from sis_platform.log.landing import LandingZone
+from sis_platform.log.seal import log_seal
 from sis_platform.settings import (
     DEFAULT_BATCH_MAX_BYTES,
     DEFAULT_BATCH_MAX_MESSAGES,
@@ -27,6 +26,7 @@ from sis_platform.settings import (
     DEFAULT_QUARANTINE_AFTER,
     DEFAULT_REDELIVERY_LIMIT,
 )
+from sis_platform.standards.selector import Selector
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

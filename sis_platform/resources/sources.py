@@ -1,8 +1,10 @@
 """The message source as a Dagster resource: one interface, three implementations.
 
 Sensors annotate `QueueSourceResource`; which implementation is bound is decided once, in
-`sis_platform.config`, from the settings (sis_platform/settings/). Each resource only holds
-configuration and builds the real client (`sis_platform.queues.*`) when asked, so constructing
+`sis_platform.resources.config`, from the settings (sis_platform/settings/). Each resource only
+holds
+configuration and builds the real client (`sis_platform.queues.*`) when asked, so
+constructing
 one never touches the network.
 
 `open()` returns one source object per process and configuration. Dagster builds fresh

@@ -2,7 +2,7 @@
 
 A landed batch becomes a `batches` dynamic partition and one run request of the per-batch job,
 requested once (`run_key` `batch-<key>`) and tagged with its anchored chain head and message
-count, so Dagster's own database keeps a copy of every anchor (sis_platform/logchain.py). The
+count, so Dagster's own database keeps a copy of every anchor (sis_platform/log/chain.py). The
 sensor's cursor is the number of the last batch handed on. Runs in flight are counted here too:
 both sensors hold back while enough of the feed's batch runs wait or run (a backfill's runs do
 not count: they wait behind the feed's in the run queue).
@@ -14,10 +14,10 @@ from collections.abc import Sequence
 
 import dagster as dg
 
+from sis_platform.assets.jobs import process_batch_job
 from sis_platform.assets.message_log import CHAIN_HEAD_TAG, MESSAGES_TAG
 from sis_platform.assets.partitions import BATCHES, batches_partitions
-from sis_platform.intake import ReadyBatch
-from sis_platform.jobs import process_batch_job
+from sis_platform.intake.tick import ReadyBatch
 
 BATCH_TAG = "sis/batch"
 # Dagster's run queue launches higher priorities first (equal ones in submission order): the

@@ -1,6 +1,6 @@
 """The landed-batches sensor: the lake's intake when sis-live consumes the queue (SIS_INTAKE=live).
 
-sis-live lands the feed in groups and seals them into batches (sis_platform/landing). Each
+sis-live lands the feed in groups and seals them into batches (sis_platform/log/landing). Each
 tick this sensor takes the batches sealed after its cursor, found by probing the next keys
 (`LandingZone.sealed_after`: the cost is the number of new batches, never the size of the
 zone), and hands them on to Dagster exactly as the queue sensor does
@@ -27,11 +27,11 @@ from typing import NamedTuple
 
 import dagster as dg
 
+from sis_platform.assets.jobs import process_batch_job
 from sis_platform.assets.partitions import BATCHES
-from sis_platform.intake import ready_batch
-from sis_platform.jobs import process_batch_job
-from sis_platform.landing import LandingZone, batch_key, batch_seq_of
-from sis_platform.landing.groups import open_batch_of
+from sis_platform.intake.tick import ready_batch
+from sis_platform.log.landing import LandingZone, batch_key, batch_seq_of
+from sis_platform.log.landing.groups import open_batch_of
 from sis_platform.resources.platform import LandingZoneResource
 from sis_platform.sensors.batch_runs import batches_result, runs_in_flight
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from sis_platform.jobs import live_matches_lake_job
+from sis_platform.assets.jobs import live_matches_lake_job
 from sis_platform.lake.tables import MASTER_DOCUMENTS
 from sis_platform.sensors.batch_runs import IN_FLIGHT
 

@@ -1,10 +1,10 @@
-"""The queue sensor: the Dagster adapter of intake (sis_platform/intake.py).
+"""The queue sensor: the Dagster adapter of intake (sis_platform/intake/tick.py).
 
 Each tick counts the batch runs in flight in the Dagster instance, runs one intake tick (lease,
 partial-file cleanup, backpressure, get/land/commit, anchor recovery) and turns its outcome into
 Dagster's terms: the batches handed on become `batches` partitions, each with a run request
 tagged with its anchored chain head and message count (so Dagster's database keeps a copy of
-every anchor, sis_platform/logchain.py), and the cursor moves to the last of them
+every anchor, sis_platform/log/chain.py), and the cursor moves to the last of them
 (sis_platform/sensors/batch_runs.py, shared with the landed-batches sensor); a standby,
 backpressure or an empty queue is a skip with its reason; an outage or a lost lease is a failed
 tick (`dg.Failure`), visible in the UI.
@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import dagster as dg
 
-from sis_platform.consumer import BatchLimits
-from sis_platform.faults import crash_point
-from sis_platform.intake import Intake, IntakeLimits, TickOutcome, TickStatus
-from sis_platform.jobs import process_batch_job
+from sis_platform.assets.jobs import process_batch_job
+from sis_platform.intake.consumer import BatchLimits
+from sis_platform.intake.tick import Intake, IntakeLimits, TickOutcome, TickStatus
 from sis_platform.resources.platform import FeedProcessingResource, LandingZoneResource
 from sis_platform.resources.sources import QueueSourceResource
+from sis_platform.runtime.faults import crash_point
 from sis_platform.sensors.batch_runs import batches_result, runs_in_flight
 
 SENSOR_NAME = "sportsdata_queue_sensor"

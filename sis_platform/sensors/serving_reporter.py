@@ -33,7 +33,7 @@ from sis_platform.assets.serving import (
     store_unavailable,
     utc,
 )
-from sis_platform.landing import START_POSITION, LandingZone, LogPosition, batch_key
+from sis_platform.log.landing import START_POSITION, LandingZone, LogPosition, batch_key
 from sis_platform.resources.platform import LandingZoneResource
 from sis_platform.resources.serving import ServingStoreResource
 from sis_platform.serving import ServingUnavailable, StoreStatus

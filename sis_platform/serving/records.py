@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import NamedTuple
 
 from sis_platform.domain.interpret import Interpretation
-from sis_platform.position import LogPosition
+from sis_platform.log.position import LogPosition
 
 
 class ServingUnavailable(Exception):

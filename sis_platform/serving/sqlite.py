@@ -12,9 +12,9 @@ docs/serving.md, "What a reader can rely on"). The folder is created 0700 and th
 (SQLite gives its -wal and -shm files the database's mode). A writer that meets the lock past
 the busy timeout, a full disk or an I/O error raises `ServingUnavailable`.
 
-Waiting readers are woken by a doorbell (`sis_platform.doorbell`) beside the database
+Waiting readers are woken by a doorbell (`sis_platform.runtime.doorbell`) beside the database
 (`<file>.doorbell/`): the writer rings it after each commit, and nudges a checkpoint thread
-(`sis_platform.walcheckpoint`), so the log is copied into the database off the commit path.
+(`sis_platform.runtime.walcheckpoint`), so the log is copied into the database off the commit path.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from sis_platform.doorbell import Doorbell, ring
-from sis_platform.private import make_private_folder
+from sis_platform.runtime.doorbell import Doorbell, ring
+from sis_platform.runtime.private import make_private_folder
+from sis_platform.runtime.walcheckpoint import WalCheckpointer
 from sis_platform.serving.store import ServingStore, as_utc
-from sis_platform.walcheckpoint import WalCheckpointer
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ from decimal import Decimal
 from types import TracebackType
 from typing import Any, TypeVar
 
-from sis_platform.faults import crash_point
-from sis_platform.position import LogPosition
+from sis_platform.log.position import LogPosition
+from sis_platform.runtime.faults import crash_point
 from sis_platform.serving import rows as R
 from sis_platform.serving.records import (
     Change,

@@ -4,7 +4,8 @@ The only package of the platform that reads the process environment (in its modu
 `environment`; `variables` names every variable and default, `records` holds the typed records,
 `loading` the checks). `load_settings` reads the `SIS_*` variables (and the profile file
 `SIS_SETTINGS_FILE` names, if any: `SIS_NAME=value` lines, under the environment) into a frozen
-`Settings`, which `sis_platform.config` turns into Dagster resources. Every default lives here;
+`Settings`, which `sis_platform.resources.config` turns into Dagster resources. Every default lives
+here;
 a value that cannot be used raises `ConfigurationError` naming the variable and what it
 accepts, so the platform stops at start.
 

@@ -11,8 +11,6 @@ from typing import Any, cast
 from urllib.parse import urlsplit
 
 from sis_platform.domain.limits import Limits
-from sis_platform.queues.ibmmq.source import check_ssl_peer_name
-from sis_platform.queues.transport import TlsFiles, is_loopback
 from sis_platform.settings.environment import (
     Reader,
     config_home,
@@ -36,6 +34,7 @@ from sis_platform.settings.records import (
     StompSourceSettings,
     is_local_master,
 )
+from sis_platform.settings.transport import TlsFiles, check_ssl_peer_name, is_loopback
 from sis_platform.settings.variables import (
     DEFAULT_BACKOUT_THRESHOLD,
     DEFAULT_BATCH_MAX_BYTES,
@@ -546,7 +545,7 @@ def _priority(read: Reader) -> str | None:
         return None
     # Here, not at the top: reading the settings must not load lxml (a CLI's --help is quick).
     from sis_platform.domain.priority import Priority
-    from sis_platform.domain.selector import InvalidSelector
+    from sis_platform.standards.selector import InvalidSelector
 
     try:
         Priority.compile(text)

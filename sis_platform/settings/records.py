@@ -163,7 +163,7 @@ class ServingSettings:
 class LiveSettings:
     """sis-live's group bounds, its in-memory bound, its liveness, and how Dagster watches it."""
 
-    heartbeat_file: Path  # sis_platform/live/heartbeat.py
+    heartbeat_file: Path  # sis_platform/runtime/heartbeat.py
     group_wait_seconds: float = DEFAULT_LIVE_GROUP_WAIT_MS / 1000
     group_max_messages: int = DEFAULT_LIVE_GROUP_MAX_MESSAGES
     max_masters_in_memory: int = DEFAULT_LIVE_MAX_MASTERS
@@ -189,7 +189,7 @@ class FeedChecksSettings:
 
 @dataclass(frozen=True)
 class LogSettings:
-    """Where the message log's anchors are signed and witnessed from (sis_platform/logseal.py):
+    """Where the message log's anchors are signed and witnessed from (sis_platform/log/seal.py):
     the key file (unless SIS_LOG_KEY holds the key) and the witness file, both outside the data
     folder. `create_key`: the key file is the default one, created for a new log."""
 

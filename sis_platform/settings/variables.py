@@ -7,8 +7,6 @@ from pathlib import Path
 from typing import Literal
 
 from sis_platform.domain.limits import DEFAULT_LIMITS as DEFAULT_LIMITS
-from sis_platform.lease import DEFAULT_LEASE_SECONDS as DEFAULT_LEASE_SECONDS
-from sis_platform.queues.base import DEFAULT_BACKOUT_THRESHOLD as DEFAULT_BACKOUT_THRESHOLD
 
 PROFILES = ("local", "activemq", "ibmmq", "cluster")
 SOURCES = ("embedded", "stomp", "ibmmq")
@@ -62,7 +60,7 @@ INTAKE_MODES = ("live", "sensor")
 IntakeMode = Literal["live", "sensor"]
 SERVING_SCHEMES = ("sqlite", "postgresql")
 DEFAULT_SERVING_FILE = "serving/serving.db"  # under SIS_DATA_DIR
-# The log key file and the witness of the log's head (sis_platform/logseal.py) by default: under
+# The log key file and the witness of the log's head (sis_platform/log/seal.py) by default: under
 # the user's config folder ($XDG_CONFIG_HOME, else ~/.config), outside any data folder; the
 # witness named after its landing zone's folder, so two logs on one host keep two witnesses.
 DEFAULT_LOG_KEY_FILE = "sis-platform/log.key"
@@ -95,7 +93,7 @@ MAX_LIVE_FOLD_WORKERS = 64
 DEFAULT_LIVE_BATCH_SECONDS = 120.0
 DEFAULT_LIVE_REPORT_SECONDS = 5.0  # how often the serving store's progress is shown in Dagster
 DEFAULT_LIVE_MAX_LAG_SECONDS = 30.0  # landed but not yet in the store for longer: not fresh
-# sis-live's liveness (sis_platform/live/heartbeat.py): its loop beats at least every second or
+# sis-live's liveness (sis_platform/runtime/heartbeat.py): its loop beats at least every second or
 # so when idle, every quarter lease while standing by; a beat older than this is a process that
 # has stopped making progress, which the supervisor (sis-run) and the Kubernetes liveness probe
 # restart. It must exceed half the lease (SIS_LEASE_SECONDS): a standby beats once per quarter;
@@ -117,9 +115,16 @@ DEFAULT_DEAD_LETTER_RATE_WARN = 0.05
 # lands every minute or two, so ten minutes without one is a warning and thirty a failure.
 DEFAULT_FRESHNESS_WARN_SECONDS = 600.0
 DEFAULT_FRESHNESS_FAIL_SECONDS = 1800.0
-# Three defaults are defined beside the code they bound and imported here: DEFAULT_LIMITS
-# (domain/limits.py), DEFAULT_LEASE_SECONDS (lease.py) and DEFAULT_BACKOUT_THRESHOLD
-# (queues/base.py; unset, the threshold is twice a higher SIS_REDELIVERY_LIMIT).
+# DEFAULT_LIMITS is defined beside the code it bounds (domain/limits.py) and imported here.
+# The consumer lease's length (intake/lease.py, SIS_LEASE_SECONDS).
+DEFAULT_LEASE_SECONDS = 60.0
+# Backouts after which a source moves a message to its backout queue instead of returning it
+# (MQ BOTHRESH), unless configured otherwise (unset, twice a higher SIS_REDELIVERY_LIMIT); 0
+# turns the threshold off. It must stay above the feed contract's redelivery limit
+# (SIS_REDELIVERY_LIMIT, 5): a message that keeps coming back is then normally landed with its delivery count and dead-lettered by the fold first, so the
+# message log accounts for it; the threshold catches only what never reaches the log (a message
+# that kills intake before it is landed, e.g. by exhausting the consumer's memory).
+DEFAULT_BACKOUT_THRESHOLD = 10
 
 # Each resource bound (sis_platform.domain.limits) and the variable that sets it.
 LIMIT_VARIABLES = {
@@ -166,7 +171,7 @@ SPARK_SECRET_KEY_EXCEPTIONS = r"(?i)\.(providers?|provider\.(path|type)|enabled)
 # Connect.getAuthenticateToken, when spark.connect.authenticate.token is unset) and PySpark's
 # client (ChannelBuilder.token) both read it, so it never appears in a URL or a command line.
 SPARK_CONNECT_TOKEN_VARIABLE = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
-# Test hooks, read at call time (sis_platform/faults.py); production never sets them.
+# Test hooks, read at call time (sis_platform/runtime/faults.py); production never sets them.
 FAULT_INJECTION_VARIABLES = (
     "SIS_CRASH_AT",
     "SIS_INJECT_FOLD_FAILURE",

@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import date, datetime
 from pathlib import Path
 
-from sis_platform.private import private_files
 from sis_platform.queues.base import SourceUnavailable
 from sis_platform.queues.factory import open_source_from_environment
+from sis_platform.runtime.private import private_files
 from sis_platform.simulator.feedfile import FeedFileError, read_feed, write_feed, write_stream
 from sis_platform.simulator.generator import (
     DEFAULT_MAX_BYTES,

@@ -12,8 +12,8 @@ import pytest
 
 from sis_platform.assets.dead_letter_view import MAX_CELL, dead_letter_metadata, markdown
 from sis_platform.lake.delta import Lake
+from sis_platform.lake.spark.dead_letter_summary import ReasonSummary, dead_letter_summary
 from sis_platform.lake.tables import DEAD_LETTERS
-from sis_platform.spark.dead_letter_summary import ReasonSummary, dead_letter_summary
 from tests.domain.sportsdata_fixtures import ASCOT_1430, ASCOT_1500, GO_SOFT, event, master, update
 from tests.harness import Harness
 
@@ -143,7 +143,7 @@ def test_a_run_shows_the_view_and_the_row_counts_and_check_lake_passes(tmp_path,
     assert rate.metadata["worst_batch_rate"].value == 0.5
     assert rate.metadata["dead_letters_orphan_update"].value == 1
     # The lake's integrity checks, run by their own job, pass (each one's faults:
-    # tests/spark/test_checks.py); a batch run does not evaluate them.
+    # tests/lake/spark/test_checks.py); a batch run does not evaluate them.
     checked = h.defs.resolve_job_def("check_lake").execute_in_process(instance=h.instance)
     evaluations = {e.check_name: e for e in checked.get_asset_check_evaluations()}
     assert set(evaluations) == {

@@ -1,6 +1,6 @@
 """The checks that watch the feed (assets/feed_checks.py) without Spark: the backlog the lake lag
 is measured on (landing/backlog.py), the lag check's verdict against its thresholds, and their
-settings. The dead-letter rate's Spark part is in tests/spark/test_checks.py; both checks in a
+settings. The dead-letter rate's Spark part is in tests/lake/spark/test_checks.py; both checks in a
 real batch run in tests/assets/test_dead_letter_view.py."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from sis_platform import config
 from sis_platform.assets.feed_checks import LAKE_LAG, lake_lag_result
 from sis_platform.definitions import build_definitions
-from sis_platform.landing import ClosedBy, GroupWriter, LandingZone
-from sis_platform.landing.backlog import Backlog, backlog_after, landed_messages
+from sis_platform.log.landing import ClosedBy, GroupWriter, LandingZone
+from sis_platform.log.landing.backlog import Backlog, backlog_after, landed_messages
 from sis_platform.queues.base import ReceivedMessage, new_message_id
+from sis_platform.resources import config
 from sis_platform.resources.platform import FeedChecksResource
 from sis_platform.settings import ConfigurationError, load_settings
 

@@ -1,4 +1,4 @@
-"""A batch landed in groups (parts, sis_platform.landing.GroupWriter) through the lake's message
+"""A batch landed in groups (parts, sis_platform.log.landing.GroupWriter) through the lake's message
 log: raw_messages reads its parts, the blocking chain check and sis-verify-log pass it, and
 damage to one of its parts is found like damage to a batch file."""
 
@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from sis_platform.cli.verify_log import EXIT_BROKEN, EXIT_INTACT, verify
+from sis_platform.lake.spark.chain import verify_batch
 from sis_platform.lake.tables import RAW_MESSAGES
-from sis_platform.landing import ClosedBy, GroupWriter
-from sis_platform.spark.chain import verify_batch
+from sis_platform.log.landing import ClosedBy, GroupWriter
 from tests.harness import Harness, received
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(120)]

@@ -27,8 +27,8 @@ import pytest
 from sis_platform.assets.message_log import CHAIN_CHECK, hash_chain_intact, raw_messages
 from sis_platform.cli import verify_log
 from sis_platform.lake.tables import RAW_MESSAGES
-from sis_platform.landing.rows import anchor_metadata, chain_records
-from sis_platform.logchain import ChainRecord, chain_link
+from sis_platform.log.chain import ChainRecord, chain_link
+from sis_platform.log.landing.rows import anchor_metadata, chain_records
 from tests.domain.sportsdata_fixtures import (
     ASCOT_1430,
     GO_SOFT,

@@ -18,6 +18,7 @@ import os
 import pytest
 
 from sis_platform.domain.limits import DEFAULT_LIMITS
+from sis_platform.lake.spark.arrow import MAX_BATCH_BYTES
 from sis_platform.lake.tables import (
     DEAD_LETTERS,
     EVENTS,
@@ -25,8 +26,7 @@ from sis_platform.lake.tables import (
     MODEL_FAILURES,
     SELECTIONS,
 )
-from sis_platform.landing.rows import MovedAside
-from sis_platform.spark.arrow import MAX_BATCH_BYTES
+from sis_platform.log.landing.rows import MovedAside
 from tests.assets.test_process_batch import _land
 from tests.domain.sportsdata_fixtures import ASCOT_1430, GO_SOFT, event, master, update
 from tests.harness import Harness, received

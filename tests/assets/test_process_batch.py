@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+from sis_platform.lake.spark.model import model_step
 from sis_platform.lake.tables import EVENTS, MASTER_DOCUMENTS, SELECTIONS
 from sis_platform.queues.base import ReceivedMessage, new_message_id
-from sis_platform.spark.model import model_step
 from tests.domain.sportsdata_fixtures import (
     ASCOT_1430,
     ASCOT_1500,

@@ -292,7 +292,7 @@ def test_fold_failures_of_a_lake_from_before_kinds_still_quarantine_and_gain_the
     from datetime import UTC, datetime
 
     from sis_platform.lake.delta import Lake
-    from sis_platform.spark.fold import MasterFailure, known_failures, record_failures
+    from sis_platform.lake.spark.fold import MasterFailure, known_failures, record_failures
 
     lake = Lake(spark, str(tmp_path))
     old = ", ".join(

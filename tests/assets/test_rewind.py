@@ -18,8 +18,8 @@ import pytest
 
 from sis_platform.domain.limits import DEFAULT_LIMITS
 from sis_platform.lake.tables import DEAD_LETTERS, EVENTS, MASTER_VERSIONS
+from sis_platform.lake.trace import trace_message
 from sis_platform.queues.base import new_message_id
-from sis_platform.trace import trace_message
 from tests.domain.sportsdata_fixtures import (
     ASCOT_1430,
     ASCOT_1500,
@@ -166,8 +166,8 @@ def test_concurrent_backfill_of_every_batch_converges_to_one_serial_run(
     # batch_log merges that conflict and are retried. Then one fold refolds what changed.
     from concurrent.futures import ThreadPoolExecutor
 
-    from sis_platform.spark.fold import fold_step
-    from sis_platform.spark.items import log_items
+    from sis_platform.lake.spark.fold import fold_step
+    from sis_platform.lake.spark.items import log_items
 
     h = _copy(folded, tmp_path)
     lake = h.lake(spark)

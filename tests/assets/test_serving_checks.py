@@ -14,8 +14,8 @@ import pytest
 
 from sis_platform.definitions import build_definitions
 from sis_platform.domain.limits import DEFAULT_LIMITS
-from sis_platform.landing import START_POSITION, ClosedBy, GroupWriter
 from sis_platform.live.fold import FoldOptions, LiveFold
+from sis_platform.log.landing import START_POSITION, ClosedBy, GroupWriter
 from sis_platform.sensors.landed_sensor import build_landed_batches_sensor
 from sis_platform.sensors.live_check_sensor import build_live_check_sensor
 from sis_platform.serving import open_store

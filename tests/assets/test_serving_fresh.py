@@ -9,9 +9,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from sis_platform import config
 from sis_platform.assets.serving import live_store_fresh, serving_store_spec
-from sis_platform.landing import GroupWriter, LogPosition
+from sis_platform.log.landing import GroupWriter, LogPosition
+from sis_platform.resources import config
 from sis_platform.serving import GroupCommit, OutcomeRow, open_store
 from tests.harness import received
 

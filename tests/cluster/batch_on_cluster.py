@@ -20,9 +20,9 @@ import os
 import sys
 from pathlib import Path
 
-from sis_platform.inprocess import InProcessPlatform
 from sis_platform.lake.tables import MASTER_DOCUMENTS
 from sis_platform.simulator.generator import generate_feed
+from sis_platform.testing.inprocess import InProcessPlatform
 from tests.delta_log import log_store_class
 from tests.reference import assert_lake_matches_reference, reference_for
 

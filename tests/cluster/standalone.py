@@ -21,7 +21,7 @@ from typing import Any
 
 import pyspark
 
-from sis_platform.resources.spark import delta_spark_config
+from sis_platform.lake.driver.conf import delta_spark_config
 from tests.ports import free_port
 
 SPARK_HOME = Path(pyspark.__file__).parent
@@ -63,7 +63,7 @@ def standalone_cluster(
         # without authentication.
         "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
         # The master and workers live for one test module and schedule a handful of tasks:
-        # the JIT and collector of a run's driver (sis_platform/resources/spark.py).
+        # the JIT and collector of a run's driver (sis_platform/lake/driver/conf.py).
         "SPARK_DAEMON_JAVA_OPTS": delta_spark_config(master="local[1]")[
             "spark.driver.extraJavaOptions"
         ],

@@ -34,7 +34,7 @@ def pipeline(url: str, data_dir: Path) -> None:
 
 
 def _lake(url: str, data_dir: Path):  # type: ignore[no-untyped-def]
-    from sis_platform import config
+    from sis_platform.resources import config
 
     resources = config.resources({"SIS_DATA_DIR": str(data_dir), "SIS_SPARK_MASTER": url})
     return resources["lake"].lake(resources["spark"].spark_session)
@@ -43,8 +43,8 @@ def _lake(url: str, data_dir: Path):  # type: ignore[no-untyped-def]
 def orphan_writer(url: str, data_dir: Path) -> None:
     """A fold writer whose append is still running on the server (its Python worker writes its
     pid to `started`, then sleeps): the test kills this process while it waits."""
+    from sis_platform.lake.spark.fold import FOLD_WRITER
     from sis_platform.lake.tables import MODEL_STEPS
-    from sis_platform.spark.fold import FOLD_WRITER
 
     lake = _lake(url, data_dir)
     lake.ensure(MODEL_STEPS)
@@ -66,7 +66,7 @@ def orphan_writer(url: str, data_dir: Path) -> None:
 
 def next_writer(url: str, data_dir: Path) -> None:
     """The next fold writer: claiming the role interrupts the orphan's append."""
-    from sis_platform.spark.fold import FOLD_WRITER
+    from sis_platform.lake.spark.fold import FOLD_WRITER
 
     interrupted = _lake(url, data_dir).claim_writer(FOLD_WRITER)
     assert len(interrupted) == 1, interrupted

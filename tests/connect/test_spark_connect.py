@@ -21,8 +21,8 @@ import psutil
 import pytest
 
 from sis_platform.cli import spark_connect
+from sis_platform.lake.driver.conf import SHORT_LIVED_SQL
 from sis_platform.lake.tables import MODEL_STEPS
-from sis_platform.resources.spark import SHORT_LIVED_SQL
 from sis_platform.settings import SPARK_CONNECT_TOKEN_VARIABLE
 from tests.ports import free_port
 

@@ -17,7 +17,7 @@ from sis_platform.domain.items import Item, split_message
 from sis_platform.domain.messages import parse_message
 from sis_platform.domain.reasons import STALE_REASONS, Outcome, Reason
 from sis_platform.domain.schema import validate_event
-from sis_platform.domain.selector import Selector
+from sis_platform.standards.selector import Selector
 from tests.domain.sportsdata_fixtures import (
     ASCOT_1430,
     ASCOT_1500,

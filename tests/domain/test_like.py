@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sis_platform.domain.like import LikePattern, like_matcher
-from sis_platform.domain.selector import Selector
+from sis_platform.standards.like import LikePattern, like_matcher
+from sis_platform.standards.selector import Selector
 
 FOUR_MIB = 4 * 1024 * 1024
 

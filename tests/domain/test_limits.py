@@ -13,7 +13,7 @@ from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
 from sis_platform.domain.messages import InvalidMessage, parse_message
 from sis_platform.domain.pipeline import DeadLetter, LoggedMessage, classify_message
 from sis_platform.domain.reasons import Outcome, Reason
-from sis_platform.domain.xmlpatch import Patch
+from sis_platform.standards.xmlpatch import Patch
 from tests.domain.sportsdata_fixtures import (
     ASCOT_1430,
     GO_SOFT,
@@ -371,7 +371,7 @@ def test_updates_that_grow_a_masters_namespace_declarations_past_the_bound_are_t
 
 
 def test_the_compile_caches_are_keyed_on_the_namespaces_an_operation_uses_only():
-    from sis_platform.domain import xmlpatch
+    from sis_platform.standards import xmlpatch
 
     # An operation with content (compiled each time, its selector from the cache) and one
     # without (compiled once, from the operation cache).
@@ -391,7 +391,7 @@ def test_the_compile_caches_are_keyed_on_the_namespaces_an_operation_uses_only()
 
 
 def test_a_compiled_operation_is_not_cached_under_a_key_larger_than_the_cache_allows():
-    from sis_platform.domain import xmlpatch
+    from sis_platform.standards import xmlpatch
 
     # 4,096 such operations would keep 4 GiB of text in the cache.
     value = "x" * 1_000_000

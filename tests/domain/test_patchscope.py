@@ -9,8 +9,8 @@ from sis_platform.domain.messages import parse_xml
 from sis_platform.domain.patchscope import patch_scope, validate_patched
 from sis_platform.domain.pipeline import DeadLetter, LoggedMessage, classify_message
 from sis_platform.domain.schema import validate_event
-from sis_platform.domain.xmlpatch import Patch, PatchError
 from sis_platform.simulator.generator import generate_feed
+from sis_platform.standards.xmlpatch import Patch, PatchError
 from tests.domain.sportsdata_fixtures import event, update
 
 WIN_7_PRICE = (
@@ -121,7 +121,7 @@ def test_other_patches_are_validated_whole(operation):
     ids=["relative", "double-quotes", "spaces"],
 )
 def test_plain_selectors_spelled_differently_have_the_scope_of_their_canonical_form(sel):
-    # One parser (sis_platform.domain.xpath): RFC 5261 evaluates a relative selector from the
+    # One parser (sis_platform.standards.xpath): RFC 5261 evaluates a relative selector from the
     # document root node, and whitespace and quote style do not change a path.
     canonical = scope_of("<replace sel=\"/event/market[@id='WIN']/@status\">closed</replace>")
     assert canonical == scope_of(f"<replace sel={etree_quote(sel)}>closed</replace>")

@@ -18,8 +18,8 @@ from sis_platform.domain.pipeline import (
     valid_items_by_master,
 )
 from sis_platform.domain.reasons import Outcome, Reason
-from sis_platform.domain.selector import Selector
 from sis_platform.simulator.generator import INVALID_REASONS, generate_feed
+from sis_platform.standards.selector import Selector
 from tests.domain.sportsdata_fixtures import (
     ASCOT_1430,
     ASCOT_1500,

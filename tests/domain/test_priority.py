@@ -6,7 +6,7 @@ import pytest
 
 from sis_platform.domain.items import Item
 from sis_platform.domain.priority import Priority, event_attributes, split_selectors
-from sis_platform.domain.selector import InvalidSelector
+from sis_platform.standards.selector import InvalidSelector
 
 EVENT = b'<event id="E1" sport="greyhounds" country="IE" course="Limerick"><market/></event>'
 HORSES = b'<event id="E1" sport="horse-racing" country="GB" course="Ascot"/>'

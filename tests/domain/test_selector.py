@@ -8,7 +8,7 @@ from enum import StrEnum
 
 import pytest
 
-from sis_platform.domain.selector import InvalidSelector, Selector
+from sis_platform.standards.selector import InvalidSelector, Selector
 
 SPORTSDATA = "sport = 'horse-racing' AND country IN ('GB','IE')"
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from sis_platform.domain.selector import InvalidSelector, Selector
+from sis_platform.standards.selector import InvalidSelector, Selector
 from tests.vectors import load_conformance
 
 VECTORS = load_conformance("jms-selectors.json")

@@ -13,14 +13,14 @@ from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
 from sis_platform.domain.messages import parse_message, parse_xml
 from sis_platform.domain.pipeline import DeadLetter, LoggedMessage, classify_message
 from sis_platform.domain.reasons import Outcome, Reason
-from sis_platform.domain.xmlpatch import (
+from sis_platform.simulator.generator import INVALID_REASONS, generate_feed
+from sis_platform.standards.xmlpatch import (
     ERROR_NAMES,
     Patch,
     PatchError,
     apply_patch,
     parse_patch,
 )
-from sis_platform.simulator.generator import INVALID_REASONS, generate_feed
 
 
 def document(text: str) -> etree._ElementTree:
@@ -541,7 +541,7 @@ def test_a_shared_operation_is_reported_at_its_position_in_each_patch() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Selectors are bounded (docs/design.md invariant 6; sis_platform.domain.xpath, limits)
+# Selectors are bounded (docs/design.md invariant 6; sis_platform.standards.xpath, limits)
 
 RACE_DOC = MASTER.format(id="ASC-20261121-1430", name="Race 1")
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from lxml import etree
 
-from sis_platform.domain.xmlpatch import Patch, PatchError, parse_patch
+from sis_platform.standards.xmlpatch import Patch, PatchError, parse_patch
 from tests.vectors import load_conformance
 
 VECTORS = load_conformance("rfc5261-xml-patch.json")
@@ -85,7 +85,7 @@ DEVIATIONS: dict[str, str] = {
     "xp-0093": "a selector calls local-name() and namespace-uri(): " + _FUNCTION + "; and "
     "the document declares ISO-8859-1 and the patch UTF-8, which RFC 5261 section 5 makes "
     "invalid-character-set (as xp-0167; the peer's DOM ignores declared encodings)",
-    # Selectors outside RFC 5261's grammar (sis_platform.domain.xpath).
+    # Selectors outside RFC 5261's grammar (sis_platform.standards.xpath).
     "xp-0001": _DESCENDANT,
     "xp-0196": _DESCENDANT,
     "xp-0198": _DESCENDANT,

@@ -6,7 +6,8 @@ import pytest
 from lxml import etree
 
 from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
-from sis_platform.domain.xpath import (
+from sis_platform.simulator.generator import generate_feed
+from sis_platform.standards.xpath import (
     AttributeEquals,
     AttributeStep,
     ChildEquals,
@@ -24,7 +25,6 @@ from sis_platform.domain.xpath import (
     render_last,
     render_steps,
 )
-from sis_platform.simulator.generator import generate_feed
 
 PRICE_NUM = "/event/market[@id='WIN']/selection[@id='7']/price/@num"
 

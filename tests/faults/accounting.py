@@ -7,7 +7,7 @@ from collections import Counter
 from typing import Any
 
 from sis_platform.lake.tables import MESSAGE_OUTCOMES, RAW_MESSAGES
-from sis_platform.landing import LandingZone
+from sis_platform.log.landing import LandingZone
 from tests.harness import logged_messages
 
 __all__ = ["assert_log_accounts_for_every_message", "logged_messages"]

@@ -9,7 +9,7 @@ what the daemon does with the result, in the daemon's order: register the new pa
 store the cursor. `run` executes the `process_batch` job for each KEY in turn (in-process
 executor, one Spark session); with `:FIRST_STEP` only that step and the ones after it, as a
 re-execution from the failed step does. The crash points come from `SIS_CRASH_AT`
-(sis_platform.faults) in the environment the test gives the process.
+(sis_platform.runtime.faults) in the environment the test gives the process.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import dagster as dg
 
-from sis_platform import config
 from sis_platform.definitions import build_definitions
-from sis_platform.inprocess import job_subset
+from sis_platform.resources import config
+from sis_platform.testing.inprocess import job_subset
 
 SENSOR = "sportsdata_queue_sensor"
 # The job's steps in execution order, with the asset keys each materializes.

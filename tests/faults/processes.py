@@ -11,7 +11,7 @@ import time
 import uuid
 from pathlib import Path
 
-from sis_platform.faults import ENV
+from sis_platform.runtime.faults import ENV
 
 REPO = Path(__file__).resolve().parents[2]
 MARKER = "SIS_FAULT_TEST_PROCESS"

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from sis_platform.domain.selector import Selector
 from sis_platform.lake.tables import (
     EVENTS,
     FOLD_STEPS,
@@ -21,6 +20,7 @@ from sis_platform.lake.tables import (
     MODEL_STEPS,
 )
 from sis_platform.simulator.generator import generate_feed
+from sis_platform.standards.selector import Selector
 from tests.faults.accounting import assert_log_accounts_for_every_message, logged_messages
 from tests.faults.driver import platform_env, run, tick_until_empty
 from tests.faults.processes import SIGKILLED, drive
@@ -76,7 +76,7 @@ def converge_after_kills(
     """Land `messages` of the feed (40 per batch), run `clean_runs` in this process, then one
     process per point of `sequence`, each SIGKILLed there; finish with `final` in this process
     and check the lake against the reference fold and the message log."""
-    from sis_platform import config
+    from sis_platform.resources import config
 
     data, home = tmp_path / "data", tmp_path / "dagster"
     env = {**platform_env(data), "SIS_SELECTOR": SELECTOR}

@@ -10,12 +10,12 @@ from collections import Counter
 
 import pytest
 
-from sis_platform import config
 from sis_platform.domain.pipeline import ReferencePipeline
 from sis_platform.domain.reasons import Outcome
-from sis_platform.faults import CONSUMER_POINTS
-from sis_platform.landing import LandingZone
+from sis_platform.log.landing import LandingZone
 from sis_platform.queues.embedded import EmbeddedQueue
+from sis_platform.resources import config
+from sis_platform.runtime.faults import CONSUMER_POINTS
 from sis_platform.simulator.generator import generate_feed
 from tests.faults.accounting import logged_messages
 from tests.faults.driver import cursor_path, instance, platform_env, tick_until_empty

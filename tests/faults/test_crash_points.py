@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from sis_platform import faults
+from sis_platform.runtime import faults
 from tests.faults.processes import REPO, SIGKILLED
 
 pytestmark = pytest.mark.faults
@@ -40,7 +40,7 @@ def test_an_unknown_point_is_refused(monkeypatch):
 
 
 def test_an_armed_point_kills_the_process_with_sigkill():
-    code = "from sis_platform.faults import crash_point; crash_point('consume.after_land')"
+    code = "from sis_platform.runtime.faults import crash_point; crash_point('consume.after_land')"
     env = {**os.environ, "PYTHONPATH": str(REPO), faults.ENV: "consume.after_land"}
     proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, timeout=60)
     assert proc.returncode == SIGKILLED

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from sis_platform.faults import (
+from sis_platform.runtime.faults import (
     CONSUMER_POINTS,
     CRASH_POINTS,
     LIVE_POINTS,

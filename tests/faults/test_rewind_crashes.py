@@ -20,8 +20,8 @@ pytestmark = [pytest.mark.faults, pytest.mark.spark, pytest.mark.dagster, pytest
 
 @pytest.mark.timeout(1800)
 def test_fold_killed_while_rewinding_converges_to_the_reference(tmp_path, request):
-    from sis_platform import config
-    from sis_platform.spark.items import log_items
+    from sis_platform.lake.spark.items import log_items
+    from sis_platform.resources import config
 
     data, home = tmp_path / "data", tmp_path / "dagster"
     feed = list(generate_feed(seed=23, messages=80, invalid={}, duplicates=0.0))

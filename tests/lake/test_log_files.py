@@ -1,5 +1,5 @@
 """Delta's log files on a local lake are written through Hadoop's FileSystem API
-(sis_platform/resources/spark.py, LOCAL_FILE_WRITES): a commit starts no `readlink` process,
+(sis_platform/lake/driver/conf.py, LOCAL_FILE_WRITES): a commit starts no `readlink` process,
 and the log store and checksum writer are the ones configured."""
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import random
 from datetime import UTC, datetime
 
 from sis_platform.domain.pipeline import LoggedMessage
-from sis_platform.landing import LandedMessage, LogPosition
+from sis_platform.log.landing import LandedMessage, LogPosition
 from sis_platform.simulator.generator import INVALID_REASONS, generate_feed
 
 INVALID = {str(reason): 0.004 for reason in INVALID_REASONS}

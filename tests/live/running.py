@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sis_platform.landing import START_POSITION, LandingZone
-from sis_platform.lease import ConsumerLease
+from sis_platform.intake.lease import ConsumerLease
 from sis_platform.live.budget import BudgetConfig
 from sis_platform.live.config import LiveConfig
-from sis_platform.live.heartbeat import Heartbeat
 from sis_platform.live.service import LiveService
+from sis_platform.log.landing import START_POSITION, LandingZone
 from sis_platform.queues.embedded import EmbeddedQueue
+from sis_platform.runtime.heartbeat import Heartbeat
 from sis_platform.serving import ServingStore, open_store
 from sis_platform.simulator.generator import SimulatedMessage
 from tests.live.store_view import assert_store_matches_reference

@@ -42,9 +42,9 @@ from sis_platform.domain.pipeline import (
     whole_message_dead_letter,
 )
 from sis_platform.domain.reasons import Outcome, Reason
-from sis_platform.guard import TIMEOUT, InFlightFolder, InFlightRecord
-from sis_platform.landing import START_POSITION
 from sis_platform.live.budget import CLASSIFY, FACTS_FILE, FOLD, Failures
+from sis_platform.log.landing import START_POSITION
+from sis_platform.runtime.guard import TIMEOUT, InFlightFolder, InFlightRecord
 from sis_platform.serving import ServingStore, open_store
 from tests.domain.sportsdata_fixtures import (
     ASCOT_1430,

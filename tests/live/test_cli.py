@@ -10,7 +10,7 @@ import subprocess
 import sys
 from datetime import UTC, datetime
 
-from sis_platform.landing import START_POSITION
+from sis_platform.log.landing import START_POSITION
 from sis_platform.serving import open_store
 from sis_platform.simulator.generator import generate_feed
 from tests.live.processes import REPO, finish, live_env, start_live
@@ -35,7 +35,7 @@ def test_help_does_not_import_the_service(tmp_path):
         "import sys; from sis_platform.cli.live import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
         "print(sorted(m for m in sys.modules if m.startswith(('sis_platform.live', "
-        "'sis_platform.landing', 'pyarrow', 'lxml'))))"
+        "'sis_platform.log.landing', 'pyarrow', 'lxml'))))"
     )
     out = _python(code, tmp_path)
     assert "usage: sis-live" in out

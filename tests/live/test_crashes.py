@@ -1,4 +1,4 @@
-"""sis-live SIGKILLed at each of its crash points (sis_platform/faults.py: live.after_get,
+"""sis-live SIGKILLed at each of its crash points (sis_platform/runtime/faults.py: live.after_get,
 live.after_land, live.store_commit, live.before_queue_commit, live.after_queue_commit), then
 restarted clean and drained: nothing lost, nothing applied twice, the store equal to the
 reference over the landed log; and SIGKILLed at random moments while a mixed feed arrives."""
@@ -11,8 +11,8 @@ import signal
 
 import pytest
 
-from sis_platform.faults import LIVE_POINTS
-from sis_platform.landing import START_POSITION
+from sis_platform.log.landing import START_POSITION
+from sis_platform.runtime.faults import LIVE_POINTS
 from sis_platform.serving import open_store
 from sis_platform.simulator.generator import generate_feed
 from tests.live.feed import INVALID

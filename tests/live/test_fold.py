@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from sis_platform.domain.reasons import Outcome, Reason
-from sis_platform.domain.selector import Selector
-from sis_platform.landing import LandedMessage
 from sis_platform.live.fold import FoldOptions, LiveFold
+from sis_platform.log.landing import LandedMessage
 from sis_platform.serving import open_store
+from sis_platform.standards.selector import Selector
 from tests.live.feed import groups_of_varying_size, landed_feed
 from tests.live.store_view import assert_store_matches_reference
 from tests.reference import reference_for

@@ -1,4 +1,4 @@
-"""sis-live's liveness (sis_platform/live/heartbeat.py): the loop beats while it consumes, while
+"""sis-live's liveness (sis_platform/runtime/heartbeat.py): the loop beats while it consumes, while
 it waits on an empty queue and while it stands by; `sis-live health` answers the probes from the
 beat alone; and a sis-live frozen under the supervisor is killed and replaced by one that
 takes the lease over and becomes ready."""
@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sis_platform.live.heartbeat import Beat, Heartbeat, health, read_beat, write_beat
+from sis_platform.runtime.heartbeat import Beat, Heartbeat, health, read_beat, write_beat
 from sis_platform.simulator.generator import generate_feed
 from tests.live.processes import REPO, live_env
 from tests.live.running import BOUND_SECONDS, Place, drained, running
@@ -148,7 +148,7 @@ SUPERVISED_LIVE = textwrap.dedent(
     """
     import sys
     from sis_platform.cli.run import RunOptions, platform_programs
-    from sis_platform.live.supervisor import Supervisor, SupervisorSettings
+    from sis_platform.runtime.supervisor import Supervisor, SupervisorSettings
     from sis_platform.settings import load_settings
     programs = platform_programs(RunOptions(sim_messages=0), load_settings())
     live = [p for p in programs if p.name == "sis-live"]

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from sis_platform.landing import START_POSITION
 from sis_platform.live.budget import BudgetConfig
 from sis_platform.live.workers import FoldWorkers
+from sis_platform.log.landing import START_POSITION
 from sis_platform.serving import ServingStore, ServingUnavailable, open_store
 from sis_platform.simulator.generator import generate_feed
 from tests.live.feed import INVALID

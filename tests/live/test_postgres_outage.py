@@ -12,9 +12,9 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from sis_platform.landing import START_POSITION
 from sis_platform.live.config import LiveConfig
 from sis_platform.live.service import LiveService
+from sis_platform.log.landing import START_POSITION
 from sis_platform.serving import ServingStore, open_store
 from sis_platform.simulator.generator import generate_feed
 from tests.live.feed import INVALID

@@ -10,8 +10,8 @@ import pytest
 
 from sis_platform.domain.pipeline import ReferencePipeline
 from sis_platform.domain.priority import Priority
-from sis_platform.faults import LIVE_BETWEEN_PARTS
 from sis_platform.live.fold import FoldOptions, LiveFold
+from sis_platform.runtime.faults import LIVE_BETWEEN_PARTS
 from sis_platform.serving import open_store
 from sis_platform.serving.records import GroupCommit
 from sis_platform.serving.store import ServingStore

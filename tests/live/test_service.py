@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from sis_platform.landing import START_POSITION, GroupWriter, LandingZone
-from sis_platform.lease import ConsumerLease
+from sis_platform.intake.lease import ConsumerLease
 from sis_platform.live.config import LiveConfig
 from sis_platform.live.fold import LiveFold
-from sis_platform.live.heartbeat import Heartbeat, health, read_beat
+from sis_platform.log.landing import START_POSITION, GroupWriter, LandingZone
 from sis_platform.queues.base import SourceUnavailable
 from sis_platform.queues.embedded import EmbeddedQueue
+from sis_platform.runtime.heartbeat import Heartbeat, health, read_beat
 from sis_platform.serving import ServingStore, ServingUnavailable, open_store
 from sis_platform.simulator.generator import generate_feed
 from tests.harness import received

@@ -19,9 +19,6 @@ from pathlib import Path
 import pytest
 
 from sis_platform.domain.pipeline import classify_stretch
-from sis_platform.domain.selector import Selector
-from sis_platform.guard import budget_detail, quarantine_detail
-from sis_platform.landing import LandedMessage
 from sis_platform.live.budget import DIED_FOLDING, FOLD, BudgetConfig, LiveBudget
 from sis_platform.live.fold import FoldOptions, LiveFold
 from sis_platform.live.workers import (
@@ -31,7 +28,10 @@ from sis_platform.live.workers import (
     WorkerFoldError,
     split_shares,
 )
+from sis_platform.log.landing import LandedMessage
+from sis_platform.runtime.guard import budget_detail, quarantine_detail
 from sis_platform.serving import ServingStore, open_store
+from sis_platform.standards.selector import Selector
 from tests.live.feed import groups_of_varying_size, landed_feed
 from tests.live.store_view import assert_store_matches_reference
 from tests.live.test_budget import Expected, ReferenceWithFailures

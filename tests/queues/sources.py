@@ -134,7 +134,8 @@ def outage_stomp(ctx: Context) -> Iterator[None]:
         yield
 
 
-# -- ibmmq-fake: the IBM MQ source over the in-memory fake of pymqi (tests/queues/fake_pymqi) -
+# -- ibmmq-fake: the IBM MQ source over the in-memory fake of pymqi
+# (tests/queues/fake_pymqi) -
 #
 # BOTHRESH/BOQNAME are attributes of an MQ queue, not of the client: opening with a threshold
 # sets the test queue's BOTHRESH and its BOQNAME ("<queue>.BACKOUT"); opening with 0 leaves
@@ -336,7 +337,8 @@ SOURCES: list[SourceKind] = [
         read_backout=read_backout_stomp,
         marks=(pytest.mark.broker,),
         # ActiveMQ's STOMP frames carry `redelivered:true` but no count (see
-        # sis_platform/queues/stomp/source.py): the source counts redeliveries in a file, so a
+        # sis_platform/queues/stomp/source.py): the source counts redeliveries in a file, so
+        # a
         # new source object (another process) knows them too.
         exact_delivery_count_after_reopen=True,
         prefetch_may_mark_redelivered=True,

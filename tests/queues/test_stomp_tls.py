@@ -18,9 +18,9 @@ from sis_platform.queues.base import SourceUnavailable
 from sis_platform.queues.factory import open_source
 from sis_platform.queues.ibmmq import IbmMqQueue
 from sis_platform.queues.stomp import StompQueue
-from sis_platform.queues.transport import TlsFiles, is_loopback
 from sis_platform.resources.sources import IbmMqQueueResource, StompQueueResource
 from sis_platform.settings import Credentials, StompSourceSettings, load_settings
+from sis_platform.settings.transport import TlsFiles, is_loopback
 from tests.queues.broker import Broker
 from tests.queues.pki import CLIENT_KEY_PASSWORD, Pki, make_pki
 

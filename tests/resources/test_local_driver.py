@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from sis_platform.resources.spark_scratch import sweep
+from sis_platform.lake.driver.scratch import sweep
 
 pytestmark = [pytest.mark.spark, pytest.mark.cost(40)]
 

@@ -8,11 +8,15 @@ import threading
 import dagster as dg
 import pytest
 
-from sis_platform import config
-from sis_platform.queues.base import DEFAULT_BACKOUT_THRESHOLD, DEFAULT_MAX_GET_BYTES, QueueSource
+from sis_platform.queues.base import (
+    DEFAULT_BACKOUT_THRESHOLD,
+    DEFAULT_MAX_GET_BYTES,
+    QueueSource,
+)
 from sis_platform.queues.embedded import EmbeddedQueue
 from sis_platform.queues.ibmmq import IbmMqQueue
 from sis_platform.queues.stomp import StompQueue
+from sis_platform.resources import config
 from sis_platform.resources.sources import EmbeddedQueueResource, StompQueueResource
 from tests.harness import Harness
 

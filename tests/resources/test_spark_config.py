@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from sis_platform.cli import spark_archive
-from sis_platform.config import ConfigurationError, resources
-from sis_platform.resources import jvm_archive
-from sis_platform.resources.spark import SHORT_LIVED_SQL, delta_spark_config
+from sis_platform.lake.driver import jvm_archive
+from sis_platform.lake.driver.conf import SHORT_LIVED_SQL, delta_spark_config
+from sis_platform.resources.config import ConfigurationError, resources
 
 
 def _java_options(env: dict[str, str]) -> str:
@@ -284,7 +284,7 @@ def test_a_spark_connect_client_sets_only_its_sessions_sql_settings():
 
 
 def test_every_run_of_a_deployment_joins_one_spark_connect_session_named_after_its_lake():
-    from sis_platform import config
+    from sis_platform.resources import config
 
     def url(env):
         return config.resources(env)["spark"].spark_config["spark.remote"]

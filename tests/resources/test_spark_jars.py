@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from sis_platform.cli import spark_jars as spark_jars_cli
-from sis_platform.config import spark_config
-from sis_platform.resources.spark_jars import (
+from sis_platform.lake.driver.jars import (
     COMPLETE,
     hadoop_version,
     jar_paths,
@@ -24,6 +23,7 @@ from sis_platform.resources.spark_jars import (
     resolved_jars_dir,
     s3a_package,
 )
+from sis_platform.resources.config import spark_config
 from sis_platform.settings.records import SparkSettings
 
 

@@ -9,12 +9,12 @@ import socket
 import subprocess
 import sys
 
-from sis_platform.config import resources
-from sis_platform.resources.spark_scratch import (
+from sis_platform.lake.driver.scratch import (
     driver_scratch,
     sweep,
     with_scratch,
 )
+from sis_platform.resources.config import resources
 
 
 def _dead_pid() -> int:

@@ -9,8 +9,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from sis_platform import config
-from sis_platform.landing import ClosedBy, GroupWriter, LandingZone
+from sis_platform.log.landing import ClosedBy, GroupWriter, LandingZone
+from sis_platform.resources import config
 from sis_platform.sensors.landed_sensor import (
     LANDED_SENSOR_NAME,
     MAX_BATCHES_PER_TICK,
@@ -192,7 +192,7 @@ def test_a_registered_batch_landed_again_with_other_content_fails_the_tick(tmp_p
     # After the rollback new messages land as batch 2 again: its run_key was requested
     # already, so the lake would never run them.
     ticker, writer = _registered_then_rolled_back(tmp_path)
-    # The log's witness refuses to seal over a rollback (sis_platform/logseal.py); a site whose
+    # The log's witness refuses to seal over a rollback (sis_platform/log/seal.py); a site whose
     # witness went back with the folder (or was lost) lands over it, which the sensor must see.
     writer.zone.seal.witness.path.unlink()
     _land(writer, 4)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
+from sis_platform.assets.jobs import live_matches_lake_job
 from sis_platform.definitions import build_definitions
-from sis_platform.jobs import live_matches_lake_job
 from sis_platform.lake.tables import MASTER_DOCUMENTS
 from sis_platform.sensors.live_check_sensor import build_live_check_sensor
 

@@ -16,9 +16,9 @@ from collections.abc import Callable
 import dagster as dg
 import pytest
 
-from sis_platform.consumer import BatchLimits, consume_batch
 from sis_platform.domain.pipeline import MessageResult, ReferencePipeline
 from sis_platform.domain.reasons import Outcome
+from sis_platform.intake.consumer import BatchLimits, consume_batch
 from sis_platform.lake.tables import MESSAGE_OUTCOMES
 from sis_platform.queues.base import (
     QueueProducer,

@@ -11,9 +11,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from sis_platform.consumer import BatchLimits, consume_batch
 from sis_platform.definitions import build_definitions
-from sis_platform.landing import ClosedBy
+from sis_platform.intake.consumer import BatchLimits, consume_batch
+from sis_platform.log.landing import ClosedBy
 from sis_platform.queues.base import ReceivedMessage, new_message_id
 from sis_platform.queues.embedded import EmbeddedQueue
 from sis_platform.sensors.batch_runs import BATCH_TAG, FEED_PRIORITY

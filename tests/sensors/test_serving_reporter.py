@@ -12,7 +12,7 @@ import dagster as dg
 import pytest
 
 from sis_platform.assets.serving import LIVE_STORE_FRESH, SERVING_STORE_KEY
-from sis_platform.landing import ClosedBy, GroupWriter, LandingZone, LogPosition
+from sis_platform.log.landing import ClosedBy, GroupWriter, LandingZone, LogPosition
 from sis_platform.resources.platform import LandingZoneResource
 from sis_platform.resources.serving import ServingStoreResource
 from sis_platform.sensors.serving_reporter import (

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sis_platform.domain.interpret import interpret
-from sis_platform.landing import LogPosition
+from sis_platform.log.landing import LogPosition
 from sis_platform.serving import (
     ChangeRow,
     DeadLetterRow,

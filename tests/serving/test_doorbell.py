@@ -8,7 +8,7 @@ import sys
 import threading
 from pathlib import Path
 
-from sis_platform.doorbell import SUFFIX, Doorbell, ring
+from sis_platform.runtime.doorbell import SUFFIX, Doorbell, ring
 
 JOIN_SECONDS = 60
 NEVER = 600.0
@@ -41,7 +41,7 @@ def test_a_waiter_blocked_in_wait_is_woken_from_another_process(tmp_path: Path) 
         woken: list[bool] = []
         thread = threading.Thread(target=lambda: woken.append(waiter.wait(NEVER)))
         thread.start()
-        code = f"from sis_platform.doorbell import ring; print(ring({str(bell.folder)!r}))"
+        code = f"from sis_platform.runtime.doorbell import ring; print(ring({str(bell.folder)!r}))"
         out = subprocess.run(
             [sys.executable, "-c", code], check=True, capture_output=True, text=True
         ).stdout

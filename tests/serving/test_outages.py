@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sis_platform.landing import LogPosition
+from sis_platform.log.landing import LogPosition
 from sis_platform.serving import ServingUnavailable, StoredMaster, open_store
 from tests.pg import PASSWORD_VARIABLE, PgCluster
 from tests.serving.groups import document, group

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import sis_platform.serving.store as store_module
-from sis_platform.landing import LogPosition
+from sis_platform.log.landing import LogPosition
 from sis_platform.serving import (
     PositionConflict,
     ServingStore,

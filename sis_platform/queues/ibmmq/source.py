@@ -19,7 +19,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sis_platform.queues.base import (
-    DEFAULT_BACKOUT_THRESHOLD,
     DEFAULT_MAX_GET_BYTES,
     QueueProducer,
     QueueSession,
@@ -39,6 +38,8 @@ from sis_platform.queues.ibmmq.mqi import (
 )
 from sis_platform.queues.ibmmq.producer import IbmMqProducer
 from sis_platform.queues.ibmmq.session import IbmMqSession
+from sis_platform.settings.transport import check_ssl_peer_name
+from sis_platform.settings.variables import DEFAULT_BACKOUT_THRESHOLD
 
 log = logging.getLogger(__name__)
 
@@ -58,30 +59,6 @@ class _Secret:
         return "'***'"
 
     __str__ = __repr__
-
-
-# MQ_SSL_PEER_NAME_LENGTH: the longest SSLPEER a channel takes.
-MAX_SSL_PEER_NAME_LENGTH = 1024
-
-
-def check_ssl_peer_name(peer_name: str | None, cipher_spec: str | None) -> None:
-    """An SSLPEER is a distinguished-name pattern ("CN=QM1,O=SIS"), only meaningful on a TLS
-    channel; a bad one is refused here (ValueError) rather than by the MQ client library at
-    the first connect."""
-    if not peer_name:
-        return
-    if not cipher_spec:
-        raise ValueError(
-            "an SSL peer name (SSLPEER) pins the queue manager's TLS certificate and needs a "
-            "cipher spec (SIS_IBMMQ_CIPHER_SPEC)"
-        )
-    if len(peer_name.encode("utf-8")) > MAX_SSL_PEER_NAME_LENGTH:
-        raise ValueError(f"the SSL peer name is longer than MQ's {MAX_SSL_PEER_NAME_LENGTH} bytes")
-    if any(ord(c) < 0x20 for c in peer_name) or "=" not in peer_name:
-        raise ValueError(
-            f"the SSL peer name {peer_name!r} is not a distinguished name such as "
-            "'CN=QM1,O=SIS,C=GB'"
-        )
 
 
 class IbmMqQueue(QueueSource):

@@ -23,7 +23,7 @@ import stomp
 import stomp.exception
 
 from sis_platform.queues.base import SourceUnavailable
-from sis_platform.queues.transport import TlsFiles
+from sis_platform.settings.transport import TlsFiles
 
 log = logging.getLogger(__name__)
 

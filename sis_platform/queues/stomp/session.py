@@ -1,5 +1,6 @@
 """The STOMP consumer session: MQ syncpoint semantics on a JMS broker over STOMP 1.2, as
-ActiveMQ 5.17 actually behaves (each point is exercised by tests/queues against a real broker).
+ActiveMQ 5.17 actually behaves (each point is exercised by tests/queues against a real
+broker).
 
 - Consuming: one subscription with `ack:client` and a bounded `activemq.prefetchSize`. The
   messages handed to the caller are ACKed *inside a STOMP transaction* that is the unit of

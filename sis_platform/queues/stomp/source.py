@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import Any
 
 from sis_platform.queues.base import (
-    DEFAULT_BACKOUT_THRESHOLD,
     QueueSource,
     ReceivedMessage,
     SourceUnavailable,
@@ -54,8 +53,8 @@ from sis_platform.queues.stomp.frames import (
 from sis_platform.queues.stomp.link import Endpoint, Link, LinkLost
 from sis_platform.queues.stomp.producer import StompProducer
 from sis_platform.queues.stomp.session import StompSession
-from sis_platform.queues.transport import TlsFiles, is_loopback
-from sis_platform.settings.variables import DEFAULT_STOMP_PREFETCH
+from sis_platform.settings.transport import TlsFiles, is_loopback
+from sis_platform.settings.variables import DEFAULT_BACKOUT_THRESHOLD, DEFAULT_STOMP_PREFETCH
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,149 @@
+"""Which batches a fold step folds: the gap-free run of processed batches after the last committed
+step (the fold never advances over a missing batch: docs/design.md invariant 3), and the
+already-folded batches whose items changed since (to be rewound, see rewind.py).
+
+The batch log is read at a pinned version. message_items is written before batch_log
+(assets/message_log.py), so reading batch_log's version first, then message_items', never pairs
+a digest with items older than it. The worst case, newer items under an older digest, is seen as
+changed by the next step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sis_platform.lake.spark.fold.ledger import CommittedStep, FoldedBatch, folded_batches
+from sis_platform.lake.tables import BATCH_LOG, MESSAGE_ITEMS
+
+if TYPE_CHECKING:
+    from pyspark.sql import Row
+
+    from sis_platform.lake.delta import Lake
+
+
+@dataclass(frozen=True)
+class LoggedBatch:
+    """One row of batch_log as the fold reads it."""
+
+    seq: int
+    key: str
+    digest: str  # items_digest of its current message_items
+    messages: int
+
+
+@dataclass(frozen=True)
+class LoggedBatches:
+    """The batch log as one fold step reads it (pinned: see the module docstring)."""
+
+    keys: dict[int, str]  # batch_seq -> batch_key
+    digests: dict[int, str]  # batch_seq -> items_digest of its current message_items
+    messages: dict[int, int] | None = None  # batch_seq -> messages in it (None: not read)
+
+    @classmethod
+    def of(cls, batches: list[LoggedBatch]) -> LoggedBatches:
+        return cls(
+            {b.seq: b.key for b in batches},
+            {b.seq: b.digest for b in batches},
+            {b.seq: b.messages for b in batches},
+        )
+
+    def gap_free_after(self, after: int) -> tuple[list[tuple[int, str]], int | None]:
+        """The gap-free run of processed batches after batch `after`, and the first missing
+        batch number beyond which later processed batches wait (None if nothing waits)."""
+        run: list[tuple[int, str]] = []
+        seq = after + 1
+        while seq in self.keys:
+            run.append((seq, self.keys[seq]))
+            seq += 1
+        waiting = seq if any(s > seq for s in self.keys) else None
+        return run, waiting
+
+    def changed_since(self, folded: dict[int, FoldedBatch], last_folded: int) -> list[int]:
+        """The folded batches (up to `last_folded`) whose items digest differs now."""
+        return sorted(
+            seq
+            for seq, digest in self.digests.items()
+            if seq in folded and seq <= last_folded and folded[seq].digest != digest
+        )
+
+
+def read_batch_log(lake: Lake, version: int) -> LoggedBatches:
+    rows = (
+        lake.read(BATCH_LOG, version=version)
+        .select("batch_seq", "batch_key", "items_digest", "messages")
+        .collect()
+    )
+    return LoggedBatches.of(
+        [
+            LoggedBatch(
+                int(r["batch_seq"]), str(r["batch_key"]), str(r["items_digest"]), int(r["messages"])
+            )
+            for r in rows
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """What one fold step folds, decided on the driver before any Spark job over items."""
+
+    step: int  # the step's number: its last batch, or one more than the last step
+    last: int  # the last batch the step folds (the last committed one if no new batch)
+    run: list[tuple[int, str]]  # (batch_seq, batch_key) of the new batches, in order
+    waiting_for: int | None  # the missing batch that blocks later ones, if any
+    changed: list[int]  # folded batches whose items changed: their masters are rewound
+    folded: dict[int, FoldedBatch]  # what each batch was when last folded
+    logged: LoggedBatches
+    items_version: int  # the message_items version the step reads
+
+    @property
+    def first(self) -> int | None:
+        return self.run[0][0] if self.run else None
+
+    @property
+    def keys(self) -> list[str]:
+        return [k for _, k in self.run]
+
+    @property
+    def changed_keys(self) -> list[str]:
+        return [self.logged.keys[s] for s in self.changed]
+
+    def run_messages(self) -> int:
+        """Messages in the new batches (from batch_log, no job)."""
+        counts = self.logged.messages or {}
+        return sum(counts.get(seq, 0) for seq, _ in self.run)
+
+    def digests(self) -> dict[int, str]:
+        """The items digest of every batch the step folds or refolds, as it commits them."""
+        return {s: self.logged.digests[s] for s in [*self.changed, *(s for s, _ in self.run)]}
+
+
+def plan_step(
+    lake: Lake,
+    committed: CommittedStep,
+    steps: list[Row],
+    *,
+    max_batches: int | None = None,
+) -> StepPlan:
+    """The step after `committed` (`steps`: the rows of fold_steps). Its `run` and `changed`
+    are both empty when nothing can be folded."""
+    log_version = lake.version(BATCH_LOG)
+    items_version = lake.version(MESSAGE_ITEMS)
+    logged = read_batch_log(lake, log_version)
+    run, waiting = logged.gap_free_after(committed.last_batch_seq)
+    if max_batches is not None:
+        run = run[:max_batches]
+    folded = folded_batches(steps)
+    changed = logged.changed_since(folded, committed.last_batch_seq)
+    last = run[-1][0] if run else committed.last_batch_seq
+    return StepPlan(
+        step=max(last, committed.fold_step + 1),
+        last=last,
+        run=run,
+        waiting_for=waiting,
+        changed=changed,
+        folded=folded,
+        logged=logged,
+        items_version=items_version,
+    )

@@ -1,0 +1,1 @@
+"""Tests of the process-level utilities of sis_platform/runtime/."""
