@@ -118,12 +118,13 @@ DEFAULT_FRESHNESS_FAIL_SECONDS = 1800.0
 # DEFAULT_LIMITS is defined beside the code it bounds (domain/limits.py) and imported here.
 # The consumer lease's length (intake/lease.py, SIS_LEASE_SECONDS).
 DEFAULT_LEASE_SECONDS = 60.0
-# Backouts after which a source moves a message to its backout queue instead of returning it
-# (MQ BOTHRESH), unless configured otherwise (unset, twice a higher SIS_REDELIVERY_LIMIT); 0
-# turns the threshold off. It must stay above the feed contract's redelivery limit
-# (SIS_REDELIVERY_LIMIT, 5): a message that keeps coming back is then normally landed with its delivery count and dead-lettered by the fold first, so the
-# message log accounts for it; the threshold catches only what never reaches the log (a message
-# that kills intake before it is landed, e.g. by exhausting the consumer's memory).
+# Backouts after which a source moves a message to its backout queue instead of returning it (MQ
+# BOTHRESH), unless configured otherwise (unset, twice a higher SIS_REDELIVERY_LIMIT); 0 turns the
+# threshold off. It must stay above the feed contract's redelivery limit (SIS_REDELIVERY_LIMIT,
+# 5): a message that keeps coming back is then normally landed with its delivery count and dead-
+# lettered by the fold first, so the message log accounts for it; the threshold catches only what
+# never reaches the log (a message that kills intake before it is landed, e.g. by exhausting the
+# consumer's memory).
 DEFAULT_BACKOUT_THRESHOLD = 10
 
 # Each resource bound (sis_platform.domain.limits) and the variable that sets it.
