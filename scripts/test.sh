@@ -17,7 +17,8 @@ if [ -n "$fast" ]; then
   .venv/bin/ruff check .
   exec .venv/bin/python -m pytest -n "${SIS_TEST_WORKERS:-2}" --dist loadfile \
       -m "not (spark or dagster or broker or connect or e2e or faults or browser or cluster)" \
-      tests/domain tests/test_settings.py tests/serving tests/platform "$@"
+      tests/domain tests/standards tests/test_settings.py tests/serving tests/log tests/intake \
+      tests/runtime "$@"
 fi
 if [ -x scripts/activemq.sh ]; then
   ./scripts/activemq.sh install
@@ -26,11 +27,12 @@ fi
 if [ -x scripts/chromium.sh ]; then
   ./scripts/chromium.sh install
 fi
-# Lint, formatting and types (pyproject.toml's [tool.mypy]) first: checks that fail fast
-# before the long suite.
+# Lint, formatting, types (pyproject.toml's [tool.mypy]) and the import floors
+# ([tool.importlinter]) first: checks that fail fast before the long suite.
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy sis_platform
+.venv/bin/lint-imports
 # Two pytest-xdist workers, a test file at a time each: the Spark tests spend much of their time
 # waiting (JVM starts, Delta commits), so two of them overlap well even on two cores. Files go
 # out in collection order, which tests/conftest.py sorts heaviest first (their `cost` marks).
