@@ -1,1 +1,5 @@
-"""Operator commands (console scripts declared in pyproject.toml)."""
+"""Operator commands, the console scripts declared in pyproject.toml: `sis-live` (`live.py`),
+`sis-run` (`run.py`), `sis-trace` (`trace.py`, with `--as-of` in `asof.py`), `sis-verify-log`
+(`verify_log.py`, which reads Dagster's copies of the anchors through `batch_runs.py`),
+`sis-spark-connect`, `sis-spark-archive` and `sis-spark-jars`, and the platform's processes they
+start (`platform.py`)."""

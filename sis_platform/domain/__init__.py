@@ -1,6 +1,8 @@
-"""The feed's domain in plain Python and lxml, with no Dagster and no Spark: parsing and
-validating a message (messages, schema, limits), splitting it into items (items), RFC 5261
-patches and their XPath selectors (xmlpatch, xpath, patchscope), JMS selectors (selector), the
-reference fold of one master and the serial reference pipeline (fold, pipeline), the
-interpreted model (interpret) and the reason codes (reasons). The Spark transforms run this
-same code in their Python workers (docs/design.md, "Layers and the direction of imports")."""
+"""The feed's rules in plain Python and lxml, with no Dagster and no Spark: parsing and
+validating a message against the Sportsdata schema and the bounds (`messages.py`, `schema.py`,
+`limits.py`), splitting it into items (`items.py`), validating what a patch can have changed
+(`patchscope.py`), the reference fold of one master and the serial reference pipeline
+(`fold.py`, `pipeline.py`), the interpreted model (`interpret.py`), priorities (`priority.py`)
+and the reason codes (`reasons.py`). The general engines it applies (RFC 5261 patches, XPath,
+JMS selectors) are in sis_platform/standards/; the Spark transforms run this same code in their
+Python workers."""

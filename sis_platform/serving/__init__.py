@@ -1,6 +1,8 @@
 """The serving store: the live path's current masters, interpreted model, dead letters, message
 outcomes and ordered change log, committed by sis-live group by group with the log position it
-has applied, and read by Opportunity Management (docs/serving.md).
+has applied, and read by Opportunity Management (docs/serving.md). `store.py` the SQL both
+backends share (`sqlite.py`, `postgres.py`), `schema.py` its tables, `records.py` and `rows.py`
+what is read and committed, `location.py` its URL.
 
 `open_store(url)` opens one: SQLite (`sqlite:///path`, the default under SIS_DATA_DIR) or
 PostgreSQL (`postgresql://user@host:port/dbname`, its password in SIS_SERVING_PASSWORD).

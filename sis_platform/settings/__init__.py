@@ -1,4 +1,7 @@
-"""The platform's settings: every `SIS_*` variable read once, checked, and held in typed records.
+"""The platform's settings: every `SIS_*` variable read once, checked, and held in typed records
+(`variables.py` each variable and its default, `environment.py` reading them, `loading.py`
+checking them into the records of `records.py`, `transport.py` the TLS and loopback facts a
+connection is checked against).
 
 The only package of the platform that reads the process environment (in its module
 `environment`; `variables` names every variable and default, `records` holds the typed records,
