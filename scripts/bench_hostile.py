@@ -11,9 +11,9 @@ dead-lettered), whether the valid master after it was applied, the seconds the m
 and the process's peak RSS (MiB, imports included; the `baseline` row is a valid master alone).
 
 Paths: `reference` is `ReferencePipeline.process` (sis-live's group loop runs the same
-`classify_stretch` and `fold_stretch`); `worker` is `spark/items.py`'s `_classify_batches` (the
+`classify_stretch` and `fold_stretch`); `worker` is `lake/spark/items.py`'s `_classify_batches` (the
 `mapInArrow` function of message_items) on one Arrow batch of raw rows, then
-`spark/fold/worker.py`'s `fold_one` per master (the fold's per-master function), without a
+`lake/spark/fold/worker.py`'s `fold_one` per master (the fold's per-master function), without a
 JVM. The intake's size bound (a body over SIS_MAX_MESSAGE_BYTES is moved aside before it is
 landed) is measured as the pipeline sees such a body: parse_message's own size check.
 """

@@ -1,6 +1,6 @@
 """The lake's integrity checks as Dagster sees them: one multi-check (`lake_integrity`) over the
-fold's and the model's tables, evaluated by its own job (`check_lake`, jobs.py), from the
-findings of spark/checks.py.
+fold's and the model's tables, evaluated by its own job (`check_lake`, assets/jobs.py), from the
+findings of lake/spark/checks.py.
 
 The step-scoped checks look at the last committed fold step (the masters, message ids and
 batches it covered); the others at the whole of their (small) tables. They are a job of their
@@ -75,7 +75,7 @@ SPECS = [
     specs=SPECS,
     can_subset=True,
     name="lake_integrity",
-    description="The lake's integrity checks (spark/checks.py), run by the check_lake job.",
+    description="The lake's integrity checks (lake/spark/checks.py), run by the check_lake job.",
 )
 def lake_integrity(
     context: dg.AssetCheckExecutionContext, spark: LazyPySparkResource, lake: DeltaLakeResource

@@ -3,7 +3,7 @@ records (fold_steps, fold_failures), as one unpartitioned multi-asset.
 
 The fold is global incremental state, not a function of one batch: each materialization is a
 fold step over every landed batch not yet folded, up to the first missing one, in feed order
-(spark/fold/). It runs in every batch run the queue sensor requests (after that batch's
+(lake/spark/fold/). It runs in every batch run the queue sensor requests (after that batch's
 message_items), in a dead-letter replay (with `replay` config), and whenever a user materializes
 it. Every writer of the fold's tables runs in the `sis_fold` pool, one at a time.
 

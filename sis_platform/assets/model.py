@@ -3,7 +3,7 @@ records (model_steps, model_failures), as one unpartitioned multi-asset.
 
 Like the fold it is global incremental state: each materialization refreshes the model to the
 last committed fold step, rebuilding only the masters that changed since the last refresh
-(spark/model.py).
+(lake/spark/model.py).
 
 No `from __future__ import annotations` in asset and sensor modules: Dagster reads the
 `context` annotation at definition time.
@@ -99,7 +99,7 @@ def interpreted_model(
         )
     context.log.info(f"model refreshed to fold step {r.fold_step}: {r.masters} master(s)")
     if r.failed:
-        # One master's failure does not fail the others (spark/model.py): it is reported here
+        # One master's failure does not fail the others (lake/spark/model.py): it is reported here
         # and kept in model_failures, and the master has no model rows until it folds again.
         context.log.warning(
             f"{r.failed} master(s) could not be interpreted and have no model rows (see "

@@ -1,4 +1,5 @@
-"""`sis-spark-archive`: build the Spark driver's class-data archive (see resources/jvm_archive.py).
+"""`sis-spark-archive`: build the Spark driver's class-data archive (see
+lake/driver/jvm_archive.py).
 
 sis-spark-archive [--if-missing] [--print-path]
 

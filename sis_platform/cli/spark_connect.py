@@ -53,7 +53,7 @@ def server_command(
     host: str, port: int, env: Mapping[str, str], scratch: Path | None = None
 ) -> list[str]:
     """The spark-submit command line of the server, with the Spark settings of `env`, and its
-    scratch files in the folder `scratch` (resources/spark_scratch.py; None: Spark's own)."""
+    scratch files in the folder `scratch` (lake/driver/scratch.py; None: Spark's own)."""
     # Imported here: sis_platform.resources.config imports Dagster (with pyspark: 1.3 s measured),
     # which
     # `start` in a parent process and `--help` never need.

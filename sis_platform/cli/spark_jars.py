@@ -1,4 +1,4 @@
-"""`sis-spark-jars`: resolve Delta's jars once into the user's cache (resources/spark_jars.py).
+"""`sis-spark-jars`: resolve Delta's jars once into the user's cache (lake/driver/jars.py).
 
 sis-spark-jars [--if-missing] [--print-path] [--s3a] [--package COORDINATES ...]
 

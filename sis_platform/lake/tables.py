@@ -215,7 +215,7 @@ def _fold_steps() -> StructType:
 
 
 def _fold_failures() -> StructType:
-    # One row per master a failed fold attempt was folding (spark/fold/quarantine.py), from a
+    # One row per master a failed fold attempt was folding (lake/spark/fold/quarantine.py), from a
     # structured fact: the master's failure row, or a worker's in-flight marker.
     return T.StructType(
         [
@@ -228,7 +228,7 @@ def _fold_failures() -> StructType:
             # error (the fold raised), crash (its worker died), timeout (an item overran the
             # per-item budget: message_id/position name it). Null in rows of a lake from
             # before kinds, which were errors or crashes. Nullable: added to such a lake's
-            # table in place (spark/fold/quarantine.py).
+            # table in place (lake/spark/fold/quarantine.py).
             T.StructField("kind", T.StringType(), True),
             T.StructField("message_id", T.StringType(), True),
             T.StructField("position", T.IntegerType(), True),
@@ -238,7 +238,7 @@ def _fold_failures() -> StructType:
 
 def _classify_failures() -> StructType:
     # One row per message a failed message_items attempt was classifying when its worker died
-    # or overran the per-item budget (spark/items.py). Counted per run: a later run (a replay,
+    # or overran the per-item budget (lake/spark/items.py). Counted per run: a later run (a replay,
     # a backfill after a fix) classifies the message afresh.
     return T.StructType(
         [
@@ -298,7 +298,7 @@ def _selections() -> StructType:
             T.StructField("trainer", T.StringType(), True),
             T.StructField("price_num", T.LongType(), True),
             T.StructField("price_den", T.LongType(), True),
-            # num/den + 1, exact to 6 places (spark/model.py): at most 2^63, 19 digits before
+            # num/den + 1, exact to 6 places (lake/spark/model.py): at most 2^63, 19 digits before
             # the point, where a double keeps 15 to 17 significant digits in all.
             T.StructField("price_decimal", T.DecimalType(38, 6), True),
             T.StructField("price_at", T.StringType(), True),
@@ -308,7 +308,7 @@ def _selections() -> StructType:
 
 
 def _model_failures() -> StructType:
-    # One row per master whose model rows a refresh could not build (spark/model.py): the
+    # One row per master whose model rows a refresh could not build (lake/spark/model.py): the
     # interpreter raised, or a value does not fit its column. The master has no rows in
     # events, markets and selections as of that refresh (model_step).
     return T.StructType(

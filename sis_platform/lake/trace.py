@@ -134,7 +134,7 @@ class MessageCopy:
     body_intact: bool  # the logged bytes still hash to body_sha256
     prev_link: str
     chain_link: str
-    link_consistent: bool  # chain_link = sha256(prev_link || its logged fields), logchain.py
+    link_consistent: bool  # chain_link = sha256(prev_link || its logged fields), log/chain.py
     parsed: str  # PARSED_ITEMS | PARSED_INVALID | NOT_PARSED
     invalid_reason: str | None
     invalid_detail: str | None

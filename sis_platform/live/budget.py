@@ -14,7 +14,7 @@ process.
 When sis-live opens its fold (`LiveBudget.open`, before anything is folded), it turns the
 markers left behind into durable facts (`failures.json` in the same folder, written whole and
 fsync'd before the markers are removed), and the fold then ends each as the lake's does
-(spark/fold/worker.py, spark/fold/quarantine.py, spark/items.py):
+(lake/spark/fold/worker.py, lake/spark/fold/quarantine.py, lake/spark/items.py):
 
 - a fold item that timed out: dead-lettered `too-complex` with `budget_detail`, without being
   folded again; an existing master is left stale (`fold_skipping`, shared with the lake);
@@ -156,7 +156,7 @@ class Failures:
     def absorb(self, fold: list[InFlightRecord], classify: list[InFlightRecord]) -> bool:
         """Take in the markers a dead process left (its fold's and its classification's);
         whether anything was new. A timeout explains the death: a `running` marker beside it is
-        not a crash of its own (the lake's rule, spark/fold/quarantine.py `died_in_flight`)."""
+        not a crash of its own (the lake's rule, lake/spark/fold/quarantine.py `died_in_flight`)."""
         fold_timeouts = [r for r in fold if r.state == TIMEOUT]
         classify_timeouts = [r for r in classify if r.state == TIMEOUT]
         for r in fold_timeouts:

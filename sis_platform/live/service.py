@@ -447,7 +447,7 @@ class LiveService:
     def _landing_ready(self, writer: GroupWriter) -> bool:
         """Whether a group may be got now: the zone has room for the largest group that may
         come (checked before every get), and after a landing failure it was proved writable
-        again. A backout raises every message's backout count (consumer.py), so a full disk
+        again. A backout raises every message's backout count (intake/consumer.py), so a full disk
         pauses intake here, before the get, rather than backing groups out: nothing is got
         until space returns (logged once as an ERROR, checked with growing delays)."""
         now = self._clock()

@@ -40,7 +40,7 @@ class DeltaSparkResource(LazyPySparkResource):
 
     A local driver keeps its scratch files (Spark's local directories, the JVM's temporary
     folder) in `scratch_dir`, one folder per process, and removes those of processes that are
-    gone when it starts (spark_scratch.py): a killed driver leaves nothing behind for good.
+    gone when it starts (lake/driver/scratch.py): a killed driver leaves nothing behind for good.
     """
 
     scratch_dir: str | None = Field(

@@ -1,5 +1,5 @@
 """Whether a process recorded by host name and process id has ended: the consumer lease's
-holder (lease.py) and a Spark driver's scratch folder (resources/spark_scratch.py) are named so.
+holder (intake/lease.py) and a Spark driver's scratch folder (lake/driver/scratch.py) are named so.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ elsewhere it stands for itself (ActiveMQ/Artemis), so ESCAPE '%' and ESCAPE '_' 
 
 The values matched are message content (a course name can be megabytes), so no regular
 expression runs over them: with several '%' one backtracks, in time growing with a power of the
-value's length, and `re` holds the GIL meanwhile, so the per-item watchdog (guard.py) could not
+value's length, and `re` holds the GIL meanwhile, so the per-item watchdog (runtime/guard.py) could
+not
 even fire. Instead a pattern is cut at its '%' into segments of fixed length. The first
 segment must match at the start of the value, the last at its end, and each segment between
 them is taken at its leftmost match after the one before: a leftmost match never loses one,

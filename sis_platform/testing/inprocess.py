@@ -375,7 +375,7 @@ def job_subset(job: dg.JobDefinition, keys: Iterable[dg.AssetKey]) -> dg.JobDefi
     """`job` for the assets `keys` only, with the job's own checks on them. Selecting the
     assets alone (`execute_in_process(asset_selection=...)`) would add every check that targets
     them, the lake's integrity checks included, which the batch job leaves to their own job
-    (jobs.py): seconds of Spark queries on every fold step."""
+    (assets/jobs.py): seconds of Spark queries on every fold step."""
     selected = set(keys)
     checks = {k for k in job.asset_layer.asset_graph.asset_check_keys if k.asset_key in selected}
     return job.get_subset(asset_selection=selected, asset_check_selection=checks)

@@ -1,4 +1,5 @@
-"""The dead letters by reason (spark/dead_letter_summary.py) and how the `dead_letters` asset shows
+"""The dead letters by reason (lake/spark/dead_letter_summary.py) and how the `dead_letters` asset
+shows
 them (assets/dead_letter_view.py): counts and the latest example per reason, committed steps
 only; feed-supplied text escaped so a hostile message cannot break the table or reach out."""
 

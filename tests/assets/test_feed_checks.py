@@ -1,5 +1,5 @@
 """The checks that watch the feed (assets/feed_checks.py) without Spark: the backlog the lake lag
-is measured on (landing/backlog.py), the lag check's verdict against its thresholds, and their
+is measured on (log/landing/backlog.py), the lag check's verdict against its thresholds, and their
 settings. The dead-letter rate's Spark part is in tests/lake/spark/test_checks.py; both checks in a
 real batch run in tests/assets/test_dead_letter_view.py."""
 

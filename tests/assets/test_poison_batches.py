@@ -3,7 +3,7 @@ completes every step, each poison ends as its dead letter or as a correct model 
 normal batch still folds and reaches the model.
 
 Many ids: two updates within the ids and split-size bounds whose items add up to more than one Arrow
-chunk (spark/arrow.py), one over the ids bound. Large numbers: prices that 32-bit columns and a
+chunk (lake/spark/arrow.py), one over the ids bound. Large numbers: prices that 32-bit columns and a
 double could not hold. Every other hostile class of docs/bounds.md beside them: a DOCTYPE naming a
 FIFO, RELAX NG blow-ups (attributes, children), a selector outside the grammar, a body over the
 size bound (moved aside at intake), and namespace-declaration floods (on a master's and on an

@@ -41,7 +41,7 @@ def server(tmp_path_factory) -> Iterator[str]:
         env = {
             **os.environ,
             "SIS_SPARK_SHUFFLE_PARTITIONS": "2",
-            # Its scratch folder (resources/spark_scratch.py) goes with the test's files.
+            # Its scratch folder (lake/driver/scratch.py) goes with the test's files.
             "SIS_DATA_DIR": str(tmp_path_factory.mktemp("server")),
             # This server lives for one test module, not for a deployment's runs: it gets what
             # a run's driver gets (C1 only, no code generation; resources/spark.py): with C2 this

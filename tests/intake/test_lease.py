@@ -324,7 +324,7 @@ def test_a_holder_paused_past_expiry_cannot_land_and_its_messages_stay_on_the_qu
     assert [(m.message_id, m.delivery_count) for m in back] == [(ids[0], 2), (ids[4], 2)]
     with queue.connect() as session:
         consume_batch(session, zone, limits, fence=dr.fence(dr.acquire()))
-    # Exactly once, but not in put order: the price of a holder paused mid-tick (lease.py).
+    # Exactly once, but not in put order: the price of a holder paused mid-tick (intake/lease.py).
     assert [r["message_id"] for r in zone.iter_messages()] == ids[1:4] + [ids[0], ids[4]]
     assert [zone.fence_token(k) for k in zone.keys()] == [2, 2]
     assert queue.depth() == 0

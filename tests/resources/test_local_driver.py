@@ -5,7 +5,7 @@ process: the suite's own session already has PYSPARK_PYTHON set (tests/conftest.
   `python_workers_use_this_interpreter`), even with another `python3` first on PATH: the fold's
   and the model's Arrow functions need its virtualenv (pandas, pyarrow, lxml, the platform).
 - Its scratch files are in the resource's scratch folder, not /tmp; when the driver is killed
-  they stay there, and the next driver's start removes them (resources/spark_scratch.py).
+  they stay there, and the next driver's start removes them (lake/driver/scratch.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The local Spark driver's configuration: the JVM class-data archive (resources/jvm_archive.py)."""
+"""The local Spark driver's configuration: the JVM class-data archive
+(lake/driver/jvm_archive.py)."""
 
 from __future__ import annotations
 

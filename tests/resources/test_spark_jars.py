@@ -1,4 +1,4 @@
-"""Delta's jars resolved once into the cache and passed to every driver (resources/spark_jars.py).
+"""Delta's jars resolved once into the cache and passed to every driver (lake/driver/jars.py).
 
 The resolution itself (one Spark driver with `spark.jars.packages`) runs in scripts/setup.sh
 before the suite, and the suite's Spark session takes its jars from the folder it made

@@ -1,4 +1,4 @@
-"""A local driver's scratch folder (resources/spark_scratch.py): where it is, what the driver's
+"""A local driver's scratch folder (lake/driver/scratch.py): where it is, what the driver's
 configuration says of it, and which folders the sweep removes. That a real driver writes there
 and that a killed driver's folder is swept: tests/resources/test_local_driver.py."""
 

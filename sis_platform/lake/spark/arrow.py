@@ -9,7 +9,7 @@ variable-width values and by rows, whatever the input batch held.
 
 The other direction is Spark's: the batches it sends to a Python worker are cut at
 spark.sql.execution.arrow.maxRecordsPerBatch (10,000) rows and maxBytesPerBatch (64 MiB by
-default in Spark 4.2), and the driver's `toArrow` in spark/items.py brings a digest and a few
+default in Spark 4.2), and the driver's `toArrow` in lake/spark/items.py brings a digest and a few
 short columns per item. So no array comes near 2 GiB and spark.sql.execution.arrow.
 useLargeVarTypes (64-bit offsets for every string and binary column, both ways) stays off.
 """

@@ -148,7 +148,7 @@ def verify_landing_file(
             ]
         problems: list[Problem] = []
         # The chain fields only: a batch in parts carries its last part's running anchor, signed
-        # as a part, and each signature is checked against its own kind (landing/signed.py).
+        # as a part, and each signature is checked against its own kind (log/landing/signed.py).
         if anchor is not None and claimed.unsigned() != anchor.unsigned():
             problems.append(
                 Problem(key, "its landing file's chain metadata differs from its anchor")

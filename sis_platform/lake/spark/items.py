@@ -388,7 +388,7 @@ def log_items(
     landing_root: str | None = None,
 ) -> ItemsSummary:
     """(Re)write one batch's message_items from its raw_messages, then its batch_log row (in
-    that order: the fold reads batch_log's version first, see spark/fold/plan.py)."""
+    that order: the fold reads batch_log's version first, see lake/spark/fold/plan.py)."""
     lake.ensure(MESSAGE_ITEMS, BATCH_LOG)
     where = batch_condition(key)
     write_items(

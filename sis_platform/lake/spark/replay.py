@@ -1,6 +1,7 @@
 """Dead-letter replay: after a fix (schema, code or configuration), the batches holding dead
 letters are classified again and the masters they touch are rewound and refolded from the
-first dead letter on, in feed order, through the fold's rewind (spark/fold/rewind.py). A dead letter
+first dead letter on, in feed order, through the fold's rewind (lake/spark/fold/rewind.py). A dead
+letter
 that the fix does not cure is dead-lettered again, in the same place; nothing is applied twice.
 Replaying a master's `quarantined` or `too-complex` dead letters releases its recorded fold
 failures (the fix is deployed).

@@ -1,7 +1,7 @@
 """What the lake has still to fold: the messages landed after the fold's position, and when the
 oldest of them landed (the lake lag check, assets/masters.py).
 
-The fold folds whole batches in order (spark/fold/plan.py), so what it has not folded is every
+The fold folds whole batches in order (lake/spark/fold/plan.py), so what it has not folded is every
 landed batch after the last one it committed, and the open batch a resident consumer is filling
 (its messages are landed, durable, and waiting for the batch to be sealed). The oldest of them
 is the first message of the first such batch. Read from the landing zone alone: the listing, an

@@ -1,4 +1,4 @@
-"""Record batches cut by bytes and rows (spark/arrow.py), without a Spark session."""
+"""Record batches cut by bytes and rows (lake/spark/arrow.py), without a Spark session."""
 
 from __future__ import annotations
 

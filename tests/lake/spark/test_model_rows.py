@@ -95,7 +95,7 @@ def test_a_master_whose_interpretation_raises_is_a_failure_and_the_others_get_ro
             raise RuntimeError("a bug in the interpreter")
         return interpret(master_id, document)
 
-    # spark/model.py calls the interpreter by the name it imported.
+    # lake/spark/model.py calls the interpreter by the name it imported.
     monkeypatch.setattr(model_module, "interpret", interpret_failing_for_ascot_1500)
     docs = [
         (ASCOT_1430, event(ASCOT_1430)),
