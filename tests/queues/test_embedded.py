@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 
 from sis_platform.queues.base import (
-    DEFAULT_BACKOUT_THRESHOLD,
     ReceivedMessage,
     SourceUnavailable,
     new_message_id,
 )
 from sis_platform.queues.embedded import DATABASE_NAME, EmbeddedQueue
+from sis_platform.settings import DEFAULT_BACKOUT_THRESHOLD
 
 SPAWN = multiprocessing.get_context("spawn")
 DEADLINE_SECONDS = 120.0

@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 from sis_platform.domain.pipeline import DeadLetter, LoggedMessage, classify_message
 from sis_platform.domain.reasons import Reason
 from sis_platform.queues.base import (
-    DEFAULT_BACKOUT_THRESHOLD,
     DEFAULT_MAX_GET_BYTES,
     SourceUnavailable,
 )
@@ -35,6 +34,7 @@ from sis_platform.queues.ibmmq import (
 from sis_platform.queues.ibmmq import connection as connection_module
 from sis_platform.queues.ibmmq import message as message_module
 from sis_platform.queues.ibmmq.mqi import MQI_MODULES
+from sis_platform.settings import DEFAULT_BACKOUT_THRESHOLD
 from tests.queues import sources
 from tests.queues.fake_pymqi import (
     CMQC,

@@ -21,7 +21,7 @@ import stomp.utils
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sis_platform.queues.base import DEFAULT_BACKOUT_THRESHOLD, SourceUnavailable
+from sis_platform.queues.base import SourceUnavailable
 from sis_platform.queues.deliveries import RedeliveryCounts
 from sis_platform.queues.stomp import (
     ACTIVEMQ_DLQ,
@@ -31,6 +31,7 @@ from sis_platform.queues.stomp import (
 )
 from sis_platform.queues.stomp import frames as frames_module
 from sis_platform.queues.stomp.frames import received_message
+from sis_platform.settings import DEFAULT_BACKOUT_THRESHOLD
 from tests.ports import free_port
 from tests.queues.broker import Broker
 

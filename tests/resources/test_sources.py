@@ -9,7 +9,6 @@ import dagster as dg
 import pytest
 
 from sis_platform.queues.base import (
-    DEFAULT_BACKOUT_THRESHOLD,
     DEFAULT_MAX_GET_BYTES,
     QueueSource,
 )
@@ -18,6 +17,7 @@ from sis_platform.queues.ibmmq import IbmMqQueue
 from sis_platform.queues.stomp import StompQueue
 from sis_platform.resources import config
 from sis_platform.resources.sources import EmbeddedQueueResource, StompQueueResource
+from sis_platform.settings import DEFAULT_BACKOUT_THRESHOLD
 from tests.harness import Harness
 
 IBMMQ = {

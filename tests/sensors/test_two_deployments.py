@@ -17,8 +17,8 @@ from typing import Any
 import dagster as dg
 import pytest
 
+from sis_platform.intake import lease as lease_module
 from sis_platform.intake.lease import ConsumerLease
-from sis_platform.intake.tick import lease as lease_module
 from sis_platform.log.landing import LandingZone
 from sis_platform.queues.base import QueueSession, ReceivedMessage
 from sis_platform.queues.embedded import EmbeddedQueue
