@@ -22,9 +22,9 @@ DEFAULT_QUEUE_NAME = "SPORTSDATA"
 DEFAULT_STOMP_HOST = "127.0.0.1"
 DEFAULT_STOMP_PORT = 61613
 DEFAULT_STOMP_DESTINATION = "/queue/SPORTSDATA"
-# Half of it is the batch the STOMP session ACKs at once (queues/stomp/session.py): with 10, a
-# 12,000-message backlog drained in 4.7-6.4 s; with 100, 3.8-4.0 s (BENCHMARKS.md). What a
-# larger one costs: after a consumer crashes or backs out, messages it only had prefetched come
+# Half of it is the batch the STOMP session ACKs at once (queues/stomp/session.py): fewer, larger
+# ACKs drain a backlog faster (BENCHMARKS.md, "The live path"). What a larger one costs: after a
+# consumer crashes or backs out, messages it only had prefetched come
 # back flagged redelivered and are counted as one more delivery (docs/configuration.md); and
 # the pushed messages wait in memory, bounded by the broker's message size limit (4 MiB on
 # scripts/activemq.sh's broker: 400 MiB at worst; docs/operations.md).
@@ -33,8 +33,8 @@ DEFAULT_IBMMQ_RECONNECT: IbmMqReconnect = "disabled"
 # The default bounds of one landing batch. Every batch run pays a fixed cost (Delta commits and
 # snapshot reads), so a backlog should land in few large batches; but the Spark driver's heap
 # and Python workers grow with the step, and these bounds keep a 1.2 M-message backlog under
-# the 4 GiB budget on two cores (BENCHMARKS.md: batches of 100,000 were ~9% faster and peaked
-# at 4.1 GiB). A live feed closes its batches long before any bound (SIS_GET_WAIT_SECONDS
+# the 4 GiB budget on two cores (larger batches are a little faster but pass it: BENCHMARKS.md).
+# A live feed closes its batches long before any bound (SIS_GET_WAIT_SECONDS
 # without a message). The byte bound is checked before each get and a body over
 # SIS_MAX_MESSAGE_BYTES is moved aside, so a batch's body bytes exceed SIS_BATCH_MAX_BYTES by
 # less than one message's bound.

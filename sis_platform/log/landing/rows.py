@@ -35,10 +35,9 @@ PART_RE = re.compile(r"^part-(\d{5,})\.parquet$")
 # the simulated feed). Spark splits a file between tasks only at row-group boundaries: a
 # 50,000-message batch file in one row group was read by one task, which then wrote the batch's
 # rows in raw_messages as one file, so every later read of the batch (the chain check,
-# classification) ran on one core too. In 13 row groups it is read by two tasks on two cores
-# (measured, 50,000-message batches: raw_messages 4.8 -> 3.7 s, hash_chain_intact 3.8 -> 2.2 s
-# with the Arrow read of chain.py, message_items 9.1 -> 6.8 s). A live part of a few messages
-# is one row group, as before.
+# classification) ran on one core too. In row groups of this size a full batch is read by as
+# many tasks as there are cores, and so are the reads after it. A live part of a few messages
+# is one row group.
 ROW_GROUP_BYTES = 4 * 1024 * 1024
 SEAL_RECORD = "_seal.json"  # in a segmented batch's folder; "_": Spark skips it in a folder
 FENCE_TOKEN_KEY = b"sis:fence_token"
@@ -296,8 +295,8 @@ def _write_parquet(table: pa.Table, fd: int) -> None:
     """Write `table` as Parquet to the open descriptor `fd`, fsync it and close it."""
     with os.fdopen(fd, "wb") as f:
         # No dictionary pages and no column statistics: a landing file is always read whole,
-        # and both cost time and space on the live path's one-message parts (a lone message's
-        # part: 4.1 KB and 0.7 ms instead of 6.2 KB and 1.1 ms; 2,000 messages: 8 ms, not 11).
+        # and both cost time and space on the live path's one-message parts (about a third of
+        # a lone message's part, in bytes and in time).
         pq.write_table(
             table,
             f,
