@@ -49,6 +49,7 @@ from sis_platform.runtime.guard import (
     classify_deaths_detail,
     classify_watched,
 )
+from sis_platform.settings import DEFAULT_QUARANTINE_AFTER
 
 if TYPE_CHECKING:
     from sis_platform.lake.delta import Lake
@@ -212,7 +213,7 @@ def write_items(
     limits: Limits,
     redelivery_limit: int,
     run_id: str | None,
-    quarantine_after: int = 3,
+    quarantine_after: int = DEFAULT_QUARANTINE_AFTER,
     landing_root: str | None = None,
 ) -> None:
     """Classify one batch's raw_messages into its message_items (replacing them), holding back
@@ -384,7 +385,7 @@ def log_items(
     limits: Limits,
     redelivery_limit: int,
     run_id: str | None,
-    quarantine_after: int = 3,
+    quarantine_after: int = DEFAULT_QUARANTINE_AFTER,
     landing_root: str | None = None,
 ) -> ItemsSummary:
     """(Re)write one batch's message_items from its raw_messages, then its batch_log row (in

@@ -26,6 +26,7 @@ from sis_platform.lake.spark.fold import (
 )
 from sis_platform.lake.spark.items import ItemsSummary, log_items
 from sis_platform.lake.tables import DEAD_LETTERS
+from sis_platform.settings import DEFAULT_QUARANTINE_AFTER
 
 if TYPE_CHECKING:
     from sis_platform.lake.delta import Lake
@@ -47,7 +48,7 @@ def replay_dead_letters(
     limits: Limits,
     redelivery_limit: int,
     selector: str | None,
-    quarantine_after: int = 3,
+    quarantine_after: int = DEFAULT_QUARANTINE_AFTER,
     run_id: str | None,
     on_relogged: Callable[[str, ItemsSummary], None] | None = None,
     landing_root: str | None = None,

@@ -65,6 +65,7 @@ from sis_platform.lake.tables import (
 )
 from sis_platform.runtime.faults import injected_fold_failure, kill_in_worker
 from sis_platform.runtime.guard import InFlightFolder
+from sis_platform.settings import DEFAULT_QUARANTINE_AFTER
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -91,7 +92,7 @@ def fold_step(
     run_id: str | None = None,
     max_batches: int | None = None,
     rewind: Mapping[str, int] | None = None,
-    quarantine_after: int = 3,
+    quarantine_after: int = DEFAULT_QUARANTINE_AFTER,
     limits: Limits = DEFAULT_LIMITS,
     priority: str | None = None,
 ) -> FoldStepResult:
