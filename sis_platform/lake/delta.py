@@ -13,8 +13,8 @@ SQL extension, where `DeltaTable` needs the server to load the Delta Connect plu
 from __future__ import annotations
 
 import logging
+import math
 import os
-import random
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -29,6 +29,7 @@ from delta import exceptions as delta_errors
 from pyspark.errors import AnalysisException
 
 from sis_platform.lake.tables import Table
+from sis_platform.runtime.backoff import AROUND, Backoff
 from sis_platform.runtime.faults import kill_during_write
 
 if TYPE_CHECKING:
@@ -102,6 +103,9 @@ class Lake:
         self.base_path = base_path.rstrip("/")
         self.conflict_attempts = conflict_attempts
         self.conflict_backoff_seconds = conflict_backoff_seconds
+        self._conflict_backoff = Backoff(
+            first=conflict_backoff_seconds, most=math.inf, jitter=AROUND
+        )
         self.remote = is_remote(spark)
         self.writer_tag: str | None = None
         # Over Spark Connect, a lake folder that exists here is the server's (see _log_versions).
@@ -159,8 +163,7 @@ class Lake:
             except CONFLICT_EXCEPTIONS as error:
                 if attempt == self.conflict_attempts:
                     raise
-                delay = self.conflict_backoff_seconds * 2 ** (attempt - 1)
-                delay *= random.uniform(0.5, 1.5)
+                delay = self._conflict_backoff.delay(attempt)
                 log.warning(
                     "%s: Delta conflict (%s), attempt %d of %d, retrying in %.2f s",
                     what,

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
 from sis_platform.domain.priority import Priority
 from sis_platform.live.fold import FoldOptions
+from sis_platform.runtime.backoff import Backoff
 from sis_platform.settings import (
     DEFAULT_BATCH_MAX_BYTES,
     DEFAULT_BATCH_MAX_MESSAGES,
@@ -85,27 +86,31 @@ class LiveConfig:
 
 @dataclass
 class Retry:
-    """When to try an unavailable dependency again: doubling delays between `first` and `last`
-    seconds, reset by `succeeded`. `due` is the monotonic time of the next try (0: now)."""
+    """When to try an unavailable dependency again: delays from `first` doubling up to `last`
+    seconds (runtime/backoff.py, without jitter: one process, one dependency), reset by
+    `succeeded`. `due` is the monotonic time of the next try (0: now)."""
 
     first: float
     last: float
     due: float = 0.0
     delay: float = 0.0
-    failing: bool = False
+    failures: int = 0
+
+    @property
+    def failing(self) -> bool:
+        return self.failures > 0
 
     def failed(self, now: float) -> bool:
         """Schedule the next try; True for the first failure of an outage (log it loudly)."""
-        first_failure = not self.failing
-        self.failing = True
-        self.delay = self.first if first_failure else min(self.last, self.delay * 2)
+        self.failures += 1
+        self.delay = Backoff(first=self.first, most=self.last).step(self.failures)
         self.due = now + self.delay
-        return first_failure
+        return self.failures == 1
 
     def succeeded(self) -> bool:
         """Back to normal; True when this ends an outage."""
         ended = self.failing
-        self.failing, self.delay, self.due = False, 0.0, 0.0
+        self.failures, self.delay, self.due = 0, 0.0, 0.0
         return ended
 
     def ready(self, now: float) -> bool:

@@ -44,6 +44,7 @@ from typing import BinaryIO
 
 import psutil
 
+from sis_platform.runtime.backoff import Backoff as ExponentialBackoff
 from sis_platform.runtime.heartbeat import read_beat
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -110,17 +111,11 @@ class Program:
 
 
 @dataclass(frozen=True)
-class Backoff:
-    """The delay before restart n (1, 2, ...) is first * factor**(n-1), at most `most`; a
-    program that ran `stable` seconds before it died starts again from restart 1."""
+class Backoff(ExponentialBackoff):
+    """The delay before restart n (1, 2, ...) (runtime/backoff.py, without jitter); a program
+    that ran `stable` seconds before it died starts again from restart 1."""
 
-    first: float = 1.0
-    factor: float = 2.0
-    most: float = 60.0
     stable: float = 60.0
-
-    def delay(self, restart: int) -> float:
-        return min(self.most, self.first * self.factor ** max(0, restart - 1))
 
 
 @dataclass(frozen=True)

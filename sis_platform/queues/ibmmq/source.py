@@ -38,6 +38,7 @@ from sis_platform.queues.ibmmq.mqi import (
 )
 from sis_platform.queues.ibmmq.producer import IbmMqProducer
 from sis_platform.queues.ibmmq.session import IbmMqSession
+from sis_platform.runtime.backoff import EQUAL, Backoff
 from sis_platform.settings.transport import check_ssl_peer_name
 from sis_platform.settings.variables import DEFAULT_BACKOUT_THRESHOLD
 
@@ -226,8 +227,10 @@ class IbmMqQueue(QueueSource):
     def backoff_delay(self, retry: int) -> float:
         """Delay before retry number `retry` (1, 2, ...): exponential, capped, with "equal
         jitter" (half fixed, half random) so many consumers do not reconnect in step."""
-        ceiling = min(self.reconnect_max_delay, self.reconnect_initial_delay * 2 ** (retry - 1))
-        return ceiling / 2 + self._jitter() * ceiling / 2
+        backoff = Backoff(
+            first=self.reconnect_initial_delay, most=self.reconnect_max_delay, jitter=EQUAL
+        )
+        return backoff.delay(retry, self._jitter)
 
     def open_connection(self, opening: Opening) -> Connection:
         """Connect, retrying transient failures with backoff; SourceUnavailable when spent."""

@@ -30,7 +30,6 @@ off this host unless `allow_plaintext_credentials` says so: the constructor refu
 from __future__ import annotations
 
 import logging
-import random
 import time
 import uuid
 from collections.abc import Iterable
@@ -53,6 +52,7 @@ from sis_platform.queues.stomp.frames import (
 from sis_platform.queues.stomp.link import Endpoint, Link, LinkLost
 from sis_platform.queues.stomp.producer import StompProducer
 from sis_platform.queues.stomp.session import StompSession
+from sis_platform.runtime.backoff import AROUND, Backoff
 from sis_platform.settings.transport import TlsFiles, is_loopback
 from sis_platform.settings.variables import DEFAULT_BACKOUT_THRESHOLD, DEFAULT_STOMP_PREFETCH
 
@@ -219,7 +219,9 @@ class StompQueue(QueueSource):
 
     def open_link(self) -> Link:
         """A connected STOMP link, retried with exponential backoff and jitter."""
-        delay = self.retry_initial_seconds
+        backoff = Backoff(
+            first=self.retry_initial_seconds, most=self.retry_max_seconds, jitter=AROUND
+        )
         last: SourceUnavailable | None = None
         for attempt in range(1, self.connect_attempts + 1):
             link = Link(self._endpoint)
@@ -232,8 +234,8 @@ class StompQueue(QueueSource):
                 last = e
             if attempt == self.connect_attempts:
                 break
-            # Full jitter around the exponential step, so restarted consumers do not stampede.
-            pause = delay * random.uniform(0.5, 1.5)
+            # Jitter around the exponential step, so restarted consumers do not stampede.
+            pause = backoff.delay(attempt)
             log.warning(
                 "STOMP broker %s unavailable (attempt %d/%d), retrying in %.1fs: %s",
                 self._endpoint,
@@ -243,7 +245,6 @@ class StompQueue(QueueSource):
                 last,
             )
             time.sleep(pause)
-            delay = min(self.retry_max_seconds, delay * 2)
         raise SourceUnavailable(
             f"{self.description} unavailable after {self.connect_attempts} attempt(s): {last}"
         )
