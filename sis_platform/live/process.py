@@ -15,10 +15,10 @@ from sis_platform.intake.lease import ConsumerLease, holder_id
 from sis_platform.live.budget import BudgetConfig
 from sis_platform.live.config import LiveConfig
 from sis_platform.live.service import LiveService
-from sis_platform.live.source import source_from_settings
 from sis_platform.log.landing import LandingZone
 from sis_platform.log.landing import rows as landing_rows
 from sis_platform.log.seal import LogSeal, log_seal
+from sis_platform.queues.factory import open_configured_from_environment
 from sis_platform.runtime.heartbeat import Heartbeat
 from sis_platform.serving import ServingStore, open_store
 from sis_platform.serving.location import shown_url
@@ -39,7 +39,7 @@ def build_service(settings: Settings) -> LiveService:
         return open_store(url)
 
     return LiveService(
-        source_from_settings(settings.source),
+        open_configured_from_environment(settings.source),
         zone,
         lease,
         store,

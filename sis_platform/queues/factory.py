@@ -1,4 +1,6 @@
-"""Build a queue source from a URL: the one place that maps a configured address to a class.
+"""Build a queue source: from the settings' record of it (`open_configured`, what sis-live and
+the code location's resources open: the one mapping from settings to a source's constructor),
+or from a URL an operator typed (`open_source`, e.g. `sis-feed --to`):
 
     embedded:///abs/dir[?queue=NAME&backout_threshold=N&backout_queue=NAME]
     stomp://[user[:password]@]host[:port]/queue/NAME[?selector=..&prefetch=N
@@ -38,7 +40,14 @@ from sis_platform.queues.base import QueueSource
 from sis_platform.queues.embedded import EmbeddedQueue
 from sis_platform.queues.ibmmq import IbmMqQueue
 from sis_platform.queues.stomp import StompQueue
-from sis_platform.settings import DEFAULT_STOMP_PORT, Credentials, IbmMqSourceSettings
+from sis_platform.settings import (
+    DEFAULT_STOMP_PORT,
+    Credentials,
+    EmbeddedSourceSettings,
+    IbmMqSourceSettings,
+    SourceSettings,
+    StompSourceSettings,
+)
 
 IBMMQ_DEFAULT_PORT = 1414  # the MQ listener's own default
 
@@ -81,6 +90,86 @@ def open_source_from_environment(
     return open_source(
         url, fallback=settings.url_credentials(_scheme(url), env), ibmmq=ibmmq, **options
     )
+
+
+def open_configured(
+    source: SourceSettings,
+    *,
+    password: str | None = None,
+    key_password: str | None = None,
+    **options: Any,
+) -> QueueSource:
+    """The queue a settings record describes: the one mapping from a source's settings
+    (sis_platform/settings/records.py) to its constructor, for sis-live and the code location's
+    resources alike. `password` and `key_password` are the secrets the record only says are
+    set; `options` go to the constructor as they are (e.g. `connect_attempts=1`)."""
+    threshold, backout_queue = source.backout.threshold, source.backout.queue
+    if isinstance(source, EmbeddedSourceSettings):
+        return EmbeddedQueue(
+            Path(source.path),
+            queue=source.queue,
+            backout_threshold=threshold,
+            backout_queue=backout_queue,
+            **options,
+        )
+    if isinstance(source, StompSourceSettings):
+        return StompQueue(
+            source.host,
+            source.port,
+            source.destination,
+            user=source.user,
+            password=password,
+            heartbeats=source.heartbeats,
+            selector=source.selector,
+            prefetch=source.prefetch,
+            redelivery_counts=Path(source.redelivery_counts) if source.redelivery_counts else None,
+            vhost=source.vhost,
+            tls=source.tls,
+            ca_file=source.ca_file,
+            cert_file=source.cert_file,
+            key_file=source.key_file,
+            key_password=key_password,
+            allow_plaintext_credentials=source.allow_plaintext_credentials,
+            backout_threshold=threshold,
+            backout_queue=backout_queue,
+            **options,
+        )
+    return IbmMqQueue(
+        queue_manager=source.queue_manager,
+        channel=source.channel,
+        conn_name=source.conn_name,
+        queue=source.queue,
+        user=source.user,
+        password=password if source.user else None,
+        cipher_spec=source.cipher_spec,
+        key_repository=source.key_repository,
+        certificate_label=source.certificate_label,
+        ssl_peer_name=source.ssl_peer_name,
+        client_reconnect=source.client_reconnect,
+        max_get_bytes=source.max_get_bytes,
+        backout_threshold=threshold,
+        backout_queue=backout_queue,
+        **options,
+    )
+
+
+def open_configured_from_environment(source: SourceSettings, **options: Any) -> QueueSource:
+    """`open_configured` with the secrets taken from the environment (sis-live's way): the
+    source's password (SIS_STOMP_PASSWORD, SIS_IBMMQ_PASSWORD) and a STOMP client key's
+    (SIS_STOMP_KEY_PASSWORD)."""
+    if isinstance(source, EmbeddedSourceSettings):
+        return open_configured(source, **options)
+    if isinstance(source, StompSourceSettings):
+        key_password = (
+            settings.secret("SIS_STOMP_KEY_PASSWORD") if source.has_key_password else None
+        )
+        return open_configured(
+            source,
+            password=settings.secret("SIS_STOMP_PASSWORD"),
+            key_password=key_password,
+            **options,
+        )
+    return open_configured(source, password=settings.secret("SIS_IBMMQ_PASSWORD"), **options)
 
 
 def _scheme(url: str) -> str:

@@ -144,6 +144,8 @@ def queue_resource(source: SourceSettings) -> QueueSourceResource:
             password=dg.EnvVar("SIS_STOMP_PASSWORD") if source.has_password else None,
             selector=source.selector,
             prefetch=source.prefetch,
+            heartbeats=list(source.heartbeats),
+            vhost=source.vhost,
             backout_threshold=source.backout.threshold,
             backout_queue=source.backout.queue,
             redelivery_counts=source.redelivery_counts,

@@ -25,24 +25,27 @@ import hashlib
 import json
 import os
 import threading
-from pathlib import Path
 from typing import Literal
 
 import dagster as dg
 from pydantic import Field
 
 from sis_platform.queues.base import DEFAULT_MAX_GET_BYTES, QueueSource
-from sis_platform.queues.embedded import EmbeddedQueue
-from sis_platform.queues.ibmmq import IbmMqQueue
-from sis_platform.queues.stomp import StompQueue
+from sis_platform.queues.factory import open_configured
 from sis_platform.settings import (
     DEFAULT_BACKOUT_THRESHOLD,
     DEFAULT_IBMMQ_RECONNECT,
     DEFAULT_QUEUE_NAME,
     DEFAULT_STOMP_DESTINATION,
+    DEFAULT_STOMP_HEARTBEATS,
     DEFAULT_STOMP_HOST,
     DEFAULT_STOMP_PORT,
     DEFAULT_STOMP_PREFETCH,
+    Backout,
+    EmbeddedSourceSettings,
+    IbmMqSourceSettings,
+    SourceSettings,
+    StompSourceSettings,
 )
 
 _THRESHOLD = (
@@ -70,6 +73,12 @@ class QueueSourceResource(dg.ConfigurableResource, abc.ABC):
             return source
 
     @abc.abstractmethod
+    def settings(self) -> SourceSettings:
+        """The source's settings record (sis_platform/settings/records.py) this configuration
+        stands for: what `build` opens, through the one settings-to-source mapping
+        (`sis_platform.queues.factory.open_configured`)."""
+
+    @abc.abstractmethod
     def build(self) -> QueueSource:
         """A new source object for this configuration (use `open()`, which caches it)."""
 
@@ -91,13 +100,15 @@ class EmbeddedQueueResource(QueueSourceResource):
         default=None, description="MQ BOQNAME: where such messages go (default: <queue>.BACKOUT)."
     )
 
-    def build(self) -> QueueSource:
-        return EmbeddedQueue(
-            Path(self.path),
+    def settings(self) -> EmbeddedSourceSettings:
+        return EmbeddedSourceSettings(
+            path=self.path,
             queue=self.queue,
-            backout_threshold=self.backout_threshold,
-            backout_queue=self.backout_queue,
+            backout=Backout(self.backout_threshold, self.backout_queue),
         )
+
+    def build(self) -> QueueSource:
+        return open_configured(self.settings())
 
 
 class StompQueueResource(QueueSourceResource):
@@ -114,6 +125,18 @@ class StompQueueResource(QueueSourceResource):
         default=None,
         description="JMS selector over message headers, applied by the broker; messages it "
         "does not select stay on the queue (unlike the feed selector, which records them).",
+    )
+    heartbeats: list[int] = Field(
+        default=list(DEFAULT_STOMP_HEARTBEATS),
+        min_length=2,
+        max_length=2,
+        description="STOMP heart-beats [send, receive] in milliseconds (0 turns one off): a "
+        "broker silent for about twice this is taken as gone and the connection reopened.",
+    )
+    vhost: str | None = Field(
+        default=None,
+        description="The CONNECT frame's host header, for a broker with virtual hosts "
+        "(None: the broker's host name).",
     )
     prefetch: int = Field(
         default=DEFAULT_STOMP_PREFETCH,
@@ -153,24 +176,30 @@ class StompQueueResource(QueueSourceResource):
         description="Send the password in clear to a broker not on this host (without TLS).",
     )
 
-    def build(self) -> QueueSource:
-        return StompQueue(
+    def settings(self) -> StompSourceSettings:
+        return StompSourceSettings(
+            redelivery_counts=self.redelivery_counts,
             host=self.host,
             port=self.port,
             destination=self.destination,
             user=self.user,
-            password=self.password,
+            has_password=self.password is not None,
             selector=self.selector,
             prefetch=self.prefetch,
-            backout_threshold=self.backout_threshold,
-            backout_queue=self.backout_queue,
-            redelivery_counts=Path(self.redelivery_counts) if self.redelivery_counts else None,
+            heartbeats=(self.heartbeats[0], self.heartbeats[1]),
+            vhost=self.vhost,
+            backout=Backout(self.backout_threshold, self.backout_queue),
             tls=self.tls,
             ca_file=self.ca_file,
             cert_file=self.cert_file,
             key_file=self.key_file,
-            key_password=self.key_password,
+            has_key_password=self.key_password is not None,
             allow_plaintext_credentials=self.allow_plaintext_credentials,
+        )
+
+    def build(self) -> QueueSource:
+        return open_configured(
+            self.settings(), password=self.password, key_password=self.key_password
         )
 
 
@@ -218,20 +247,22 @@ class IbmMqQueueResource(QueueSourceResource):
         "body, so a body somewhat over that still reaches the message log as too-large).",
     )
 
-    def build(self) -> QueueSource:
-        return IbmMqQueue(
+    def settings(self) -> IbmMqSourceSettings:
+        return IbmMqSourceSettings(
             queue_manager=self.queue_manager,
             channel=self.channel,
             conn_name=self.conn_name,
             queue=self.queue,
+            max_get_bytes=self.max_get_bytes,
             user=self.user,
-            password=self.password,
+            has_password=self.password is not None,
             cipher_spec=self.cipher_spec,
             key_repository=self.key_repository,
             certificate_label=self.certificate_label,
             ssl_peer_name=self.ssl_peer_name,
             client_reconnect=self.client_reconnect,
-            backout_threshold=self.backout_threshold,
-            backout_queue=self.backout_queue,
-            max_get_bytes=self.max_get_bytes,
+            backout=Backout(self.backout_threshold, self.backout_queue),
         )
+
+    def build(self) -> QueueSource:
+        return open_configured(self.settings(), password=self.password)

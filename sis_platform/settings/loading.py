@@ -71,6 +71,7 @@ from sis_platform.settings.variables import (
     DEFAULT_SHUFFLE_PARTITIONS,
     DEFAULT_SPARK_MASTER,
     DEFAULT_STOMP_DESTINATION,
+    DEFAULT_STOMP_HEARTBEATS,
     DEFAULT_STOMP_HOST,
     DEFAULT_STOMP_PORT,
     DEFAULT_STOMP_PREFETCH,
@@ -222,6 +223,8 @@ def _source(
             has_password=read.optional("SIS_STOMP_PASSWORD") is not None,
             selector=read.optional("SIS_STOMP_SELECTOR"),
             prefetch=read.at_least("SIS_STOMP_PREFETCH", DEFAULT_STOMP_PREFETCH, 1),
+            heartbeats=_stomp_heartbeats(read),
+            vhost=read.optional("SIS_STOMP_VHOST"),
             backout=backout,
             redelivery_counts=read.text(
                 "SIS_STOMP_REDELIVERY_COUNTS", str(data_dir / "stomp" / "redeliveries.db")
@@ -231,6 +234,19 @@ def _source(
         _require_other_queue(backout, stomp.destination)
         return stomp
     return _ibmmq(read, f"profile {profile!r}", limits, backout)
+
+
+def _stomp_heartbeats(read: Reader) -> tuple[int, int]:
+    """SIS_STOMP_HEARTBEATS: `SEND_MS,RECEIVE_MS`, two whole numbers of milliseconds."""
+    raw = read.optional("SIS_STOMP_HEARTBEATS")
+    if raw is None:
+        return DEFAULT_STOMP_HEARTBEATS
+    parts = [part.strip() for part in raw.split(",")]
+    if len(parts) != 2 or not all(part.isdigit() for part in parts):
+        raise ConfigurationError(
+            f"SIS_STOMP_HEARTBEATS={raw!r}: expected SEND_MS,RECEIVE_MS (e.g. 10000,10000)"
+        )
+    return int(parts[0]), int(parts[1])
 
 
 def _stomp_tls(read: Reader, host: str) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from sis_platform.settings.variables import (
     DEFAULT_SHUFFLE_PARTITIONS,
     DEFAULT_SPARK_MASTER,
     DEFAULT_STOMP_DESTINATION,
+    DEFAULT_STOMP_HEARTBEATS,
     DEFAULT_STOMP_HOST,
     DEFAULT_STOMP_PORT,
     DEFAULT_STOMP_PREFETCH,
@@ -70,7 +71,8 @@ class EmbeddedSourceSettings:
 
 @dataclass(frozen=True)
 class StompSourceSettings:
-    redelivery_counts: str
+    # The SQLite file the source counts redeliveries in (None: in memory, lost with the process).
+    redelivery_counts: str | None = None
     host: str = DEFAULT_STOMP_HOST
     port: int = DEFAULT_STOMP_PORT
     destination: str = DEFAULT_STOMP_DESTINATION
@@ -78,6 +80,8 @@ class StompSourceSettings:
     has_password: bool = False  # SIS_STOMP_PASSWORD is set in the environment (value not held)
     selector: str | None = None
     prefetch: int = DEFAULT_STOMP_PREFETCH
+    heartbeats: tuple[int, int] = DEFAULT_STOMP_HEARTBEATS
+    vhost: str | None = None  # the CONNECT frame's host header (None: the broker's host name)
     backout: Backout = field(default_factory=Backout)
     # TLS (SIS_STOMP_TLS, default: on unless the host is loopback or a TLS file is given); the
     # broker's certificate and host name are always verified. ca_file None: the system's trust.

@@ -29,6 +29,9 @@ DEFAULT_STOMP_DESTINATION = "/queue/SPORTSDATA"
 # the pushed messages wait in memory, bounded by the broker's message size limit (4 MiB on
 # scripts/activemq.sh's broker: 400 MiB at worst; docs/operations.md).
 DEFAULT_STOMP_PREFETCH = 100
+# STOMP heart-beats (send, receive) in milliseconds: a broker gone silent for about twice this
+# is noticed and the connection reopened; 0 turns a direction off.
+DEFAULT_STOMP_HEARTBEATS = (10_000, 10_000)
 DEFAULT_IBMMQ_RECONNECT: IbmMqReconnect = "disabled"
 # The default bounds of one landing batch. Every batch run pays a fixed cost (Delta commits and
 # snapshot reads), so a backlog should land in few large batches; but the Spark driver's heap

@@ -38,7 +38,6 @@ from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
 from sis_platform.domain.pipeline import LoggedMessage
 from sis_platform.live.config import LiveConfig
 from sis_platform.live.service import LiveService
-from sis_platform.live.source import source_from_settings
 from sis_platform.log.landing import START_POSITION, ClosedBy, GroupWriter, LandingZone
 from sis_platform.queues.base import (
     QueueProducer,
@@ -46,6 +45,7 @@ from sis_platform.queues.base import (
     QueueSource,
     ReceivedMessage,
 )
+from sis_platform.queues.factory import open_configured_from_environment
 from sis_platform.resources import config
 from sis_platform.sensors.landed_sensor import LANDED_SENSOR_NAME
 from sis_platform.sensors.queue_sensor import SENSOR_NAME
@@ -199,7 +199,7 @@ class InProcessPlatform:
             raise RuntimeError("sis-live consumes only with SIS_INTAKE=live")
         config = live_config or self.live_config()
         watched = WatchedSource(
-            source or source_from_settings(self.settings.source),
+            source or open_configured_from_environment(self.settings.source),
             config.idle_wait_seconds / 2,
         )
         service = LiveService(

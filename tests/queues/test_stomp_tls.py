@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 
-from sis_platform.live.source import source_from_settings
 from sis_platform.queues.base import SourceUnavailable
-from sis_platform.queues.factory import open_source
+from sis_platform.queues.factory import open_configured_from_environment, open_source
 from sis_platform.queues.ibmmq import IbmMqQueue
 from sis_platform.queues.stomp import StompQueue
 from sis_platform.resources.sources import IbmMqQueueResource, StompQueueResource
@@ -149,7 +148,7 @@ def test_the_settings_configure_a_verified_tls_source(
     assert isinstance(stomp, StompSourceSettings)
     assert stomp.tls and stomp.has_key_password
     assert CLIENT_KEY_PASSWORD not in repr(stomp)
-    source = source_from_settings(stomp)
+    source = open_configured_from_environment(stomp)
     assert isinstance(source, StompQueue) and source.tls is not None
     with source.producer() as producer:
         producer.put(b"configured")

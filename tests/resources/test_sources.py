@@ -13,11 +13,21 @@ from sis_platform.queues.base import (
     QueueSource,
 )
 from sis_platform.queues.embedded import EmbeddedQueue
+from sis_platform.queues.factory import open_configured_from_environment
 from sis_platform.queues.ibmmq import IbmMqQueue
 from sis_platform.queues.stomp import StompQueue
 from sis_platform.resources import config
 from sis_platform.resources.sources import EmbeddedQueueResource, StompQueueResource
-from sis_platform.settings import DEFAULT_BACKOUT_THRESHOLD
+from sis_platform.settings import (
+    DEFAULT_BACKOUT_THRESHOLD,
+    DEFAULT_STOMP_HEARTBEATS,
+    Backout,
+    ConfigurationError,
+    EmbeddedSourceSettings,
+    IbmMqSourceSettings,
+    StompSourceSettings,
+    load_settings,
+)
 from tests.harness import Harness
 
 IBMMQ = {
@@ -115,6 +125,83 @@ def test_stomp_settings_reach_the_source(tmp_path):
     assert (plain.backout_threshold, plain.backout_queue) == (10, "/queue/ActiveMQ.DLQ")
     # Redeliveries are counted in a file under the data folder, so they outlive the process.
     assert plain._redeliveries.path == tmp_path / "stomp" / "redeliveries.db"
+
+
+def test_stomp_heartbeats_and_virtual_host_are_settings_that_reach_the_source(tmp_path):
+    env = {
+        "SIS_DATA_DIR": str(tmp_path),
+        "SIS_PROFILE": "activemq",
+        "SIS_STOMP_HEARTBEATS": "4000, 0",
+        "SIS_STOMP_VHOST": "sportsdata",
+    }
+    for source in (
+        config.resources(env)["queue"].build(),
+        open_configured_from_environment(load_settings(env).source),
+    ):
+        assert isinstance(source, StompQueue)
+        assert (source._endpoint.heartbeats, source._endpoint.vhost) == ((4000, 0), "sportsdata")
+    plain = load_settings({"SIS_DATA_DIR": str(tmp_path), "SIS_PROFILE": "activemq"}).source
+    assert isinstance(plain, StompSourceSettings)
+    assert (plain.heartbeats, plain.vhost) == (DEFAULT_STOMP_HEARTBEATS, None)
+
+
+@pytest.mark.parametrize("value", ["4000", "a,b", "1,2,3", "-1,0"])
+def test_bad_stomp_heartbeats_fail_at_start_naming_the_variable(tmp_path, value):
+    env = {"SIS_DATA_DIR": str(tmp_path), "SIS_PROFILE": "activemq", "SIS_STOMP_HEARTBEATS": value}
+    with pytest.raises(ConfigurationError, match="SIS_STOMP_HEARTBEATS"):
+        load_settings(env)
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        EmbeddedSourceSettings(path="/q", queue="FEED", backout=Backout(7, "FEED.BO")),
+        StompSourceSettings(
+            redelivery_counts="/r.db",
+            host="broker.example",
+            port=61614,
+            destination="/queue/FEED",
+            user="feed",
+            has_password=True,
+            selector="sport = 'x'",
+            prefetch=7,
+            heartbeats=(1, 2),
+            vhost="v",
+            backout=Backout(3, "/queue/BO"),
+            tls=True,
+            ca_file="/ca.pem",
+            cert_file="/c.pem",
+            key_file="/k.pem",
+            has_key_password=True,
+            allow_plaintext_credentials=True,
+        ),
+        IbmMqSourceSettings(
+            queue_manager="QM1",
+            channel="CH",
+            conn_name="mq(1414)",
+            queue="FEED",
+            max_get_bytes=1234,
+            user="feed",
+            has_password=True,
+            cipher_spec="ANY_TLS12_OR_HIGHER",
+            key_repository="/keys/client",
+            certificate_label="lbl",
+            ssl_peer_name="CN=QM1",
+            client_reconnect="qmgr",
+            backout=Backout(4, "BO"),
+        ),
+    ],
+    ids=["embedded", "stomp", "ibmmq"],
+)
+def test_a_source_resource_carries_every_option_of_its_settings_record(record, monkeypatch):
+    # The resource is what the Dagster UI shows and the queue sensor opens; sis-live opens the
+    # record itself. Both open through queues.factory.open_configured, so an option the
+    # resource dropped would differ between the two intakes: this round trip finds it.
+    monkeypatch.setenv("SIS_STOMP_PASSWORD", "p")
+    monkeypatch.setenv("SIS_STOMP_KEY_PASSWORD", "k")
+    monkeypatch.setenv("SIS_IBMMQ_PASSWORD", "p")
+    resource = config.queue_resource(record)
+    assert resource.settings() == record
 
 
 def test_every_source_has_the_default_backout_threshold_and_zero_turns_it_off(tmp_path):

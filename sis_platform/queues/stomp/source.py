@@ -54,7 +54,11 @@ from sis_platform.queues.stomp.producer import StompProducer
 from sis_platform.queues.stomp.session import StompSession
 from sis_platform.runtime.backoff import AROUND, Backoff
 from sis_platform.settings.transport import TlsFiles, is_loopback
-from sis_platform.settings.variables import DEFAULT_BACKOUT_THRESHOLD, DEFAULT_STOMP_PREFETCH
+from sis_platform.settings.variables import (
+    DEFAULT_BACKOUT_THRESHOLD,
+    DEFAULT_STOMP_HEARTBEATS,
+    DEFAULT_STOMP_PREFETCH,
+)
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +78,7 @@ class StompQueue(QueueSource):
         destination: str,
         user: str | None = None,
         password: str | None = None,
-        heartbeats: tuple[int, int] = (10_000, 10_000),
+        heartbeats: tuple[int, int] = DEFAULT_STOMP_HEARTBEATS,
         selector: str | None = None,
         *,
         prefetch: int = DEFAULT_STOMP_PREFETCH,
