@@ -23,6 +23,10 @@ import psycopg
 import pytest
 import yaml
 
+# Tick statuses and instigator types are not part of Dagster's top-level API.
+from dagster._core.definitions.run_request import InstigatorType
+from dagster._core.scheduler.instigation import TickStatus
+
 from sis_platform.settings.variables import SECRET_VARIABLES
 from tests.pg import USER, PgCluster, cluster
 from tests.ports import free_port
@@ -389,6 +393,26 @@ def test_the_values_instance_settings_load_in_dagster(tmp_path: Path) -> None:
         assert concurrency.pool_config.default_pool_limit == 1
     finally:
         instance.dispose()
+
+
+@pytest.mark.dagster
+def test_every_instance_purges_sensor_ticks_after_a_bounded_time(tmp_path: Path) -> None:
+    """Sensors tick every few seconds: an instance that keeps every tick grows by some 50,000
+    rows a day. Each instance file, and the chart's values, bound every tick status."""
+    shutil.copy(ROOT / "deploy" / "dagster.yaml", tmp_path / "dagster.yaml")
+    instance = dg.DagsterInstance.from_config(str(tmp_path))
+    try:
+        kept = instance.get_tick_retention_settings(InstigatorType.SENSOR)
+    finally:
+        instance.dispose()
+    assert set(kept) >= {TickStatus.SKIPPED, TickStatus.SUCCESS, TickStatus.FAILURE}
+    assert all(0 < days <= 30 for days in kept.values()), kept
+    local = load(ROOT / "deploy" / "dagster.yaml")["retention"]
+    assert load(INSTANCE)["retention"] == local
+    chart = load(VALUES)["retention"]
+    assert chart["enabled"] is True
+    assert chart["sensor"]["purgeAfterDays"] == local["sensor"]["purge_after_days"]
+    assert chart["schedule"]["purgeAfterDays"] == local["schedule"]["purge_after_days"]
 
 
 @pytest.fixture
