@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from sis_platform.domain.messages import parse_xml
+from sis_platform.domain.model import PRICE_PLACES
 
 # xs:integer after whitespace collapsing; only ASCII digits (Python's int() also takes other
 # scripts' digits and underscores, which XML Schema does not).
@@ -23,9 +24,10 @@ _XS_INTEGER = re.compile(r"[ \t\r\n]*([+-]?)0*([1-9][0-9]*|0)[ \t\r\n]*")
 _LONG_DIGITS = 19  # digits of 2**63
 _LONG_MIN = -(2**63)
 _LONG_MAX = 2**63 - 1
-PRICE_PLACES = 6  # decimal places of a decimal price (the model's DECIMAL(38, 6))
 
 
+# The rows of the model's tables (sis_platform/domain/model.py), without the folded master's
+# own columns (version, stale).
 @dataclass(frozen=True)
 class EventRow:
     master_id: str
@@ -59,7 +61,7 @@ class SelectionRow:
     trainer: str | None
     price_num: int | None
     price_den: int | None
-    price_decimal: float | None
+    price_decimal: Decimal | None
     price_at: str | None
 
 
@@ -126,7 +128,7 @@ def interpret(master_id: str, document: bytes) -> Interpretation:
                     sel.get("trainer"),
                     num,
                     den,
-                    round(num / den + 1, 6) if num is not None and den else None,
+                    decimal_price(num, den),
                     price.get("at") if price is not None else None,
                 )
             )

@@ -7,11 +7,14 @@ queues, landing, lease and consumer modules) imports this module.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import types as T
 from pyspark.sql.types import StructType
+
+from sis_platform.domain.model import MODEL_COLUMNS, PRICE_PLACES, ModelKind
 
 
 @dataclass(frozen=True)
@@ -252,59 +255,26 @@ def _classify_failures() -> StructType:
     )
 
 
-def _events() -> StructType:
-    return T.StructType(
-        [
-            T.StructField("master_id", T.StringType(), False),
-            T.StructField("version", T.IntegerType(), False),
-            T.StructField("sport", T.StringType(), True),
-            T.StructField("country", T.StringType(), True),
-            T.StructField("course", T.StringType(), True),
-            T.StructField("name", T.StringType(), True),
-            T.StructField("start", T.StringType(), True),
-            T.StructField("status", T.StringType(), True),
-            T.StructField("going", T.StringType(), True),
-            T.StructField("stale", T.BooleanType(), False),
-            T.StructField("fold_step", T.LongType(), False),
+_SPARK_KINDS: dict[ModelKind, Callable[[], T.DataType]] = {
+    "text": T.StringType,
+    "int": T.IntegerType,
+    "long": T.LongType,
+    "decimal": lambda: T.DecimalType(38, PRICE_PLACES),
+    "bool": T.BooleanType,
+}
+
+
+def _model(name: str) -> Callable[[], StructType]:
+    """A model table (sis_platform/domain/model.py, one definition with the serving store's),
+    with the fold step that wrote each row."""
+
+    def schema() -> StructType:
+        columns = [
+            T.StructField(c.name, _SPARK_KINDS[c.kind](), c.nullable) for c in MODEL_COLUMNS[name]
         ]
-    )
+        return T.StructType([*columns, T.StructField("fold_step", T.LongType(), False)])
 
-
-def _markets() -> StructType:
-    return T.StructType(
-        [
-            T.StructField("master_id", T.StringType(), False),
-            T.StructField("market_id", T.StringType(), False),
-            T.StructField("type", T.StringType(), True),
-            T.StructField("status", T.StringType(), True),
-            T.StructField("places", T.LongType(), True),
-            T.StructField("fold_step", T.LongType(), False),
-        ]
-    )
-
-
-def _selections() -> StructType:
-    return T.StructType(
-        [
-            T.StructField("master_id", T.StringType(), False),
-            T.StructField("market_id", T.StringType(), False),
-            T.StructField("selection_id", T.StringType(), False),
-            # The schema bounds number, price num and den to signed 64-bit (maxInclusive
-            # 9223372036854775807): LongType holds every valid value.
-            T.StructField("number", T.LongType(), True),
-            T.StructField("name", T.StringType(), True),
-            T.StructField("status", T.StringType(), True),
-            T.StructField("jockey", T.StringType(), True),
-            T.StructField("trainer", T.StringType(), True),
-            T.StructField("price_num", T.LongType(), True),
-            T.StructField("price_den", T.LongType(), True),
-            # num/den + 1, exact to 6 places (lake/spark/model.py): at most 2^63, 19 digits before
-            # the point, where a double keeps 15 to 17 significant digits in all.
-            T.StructField("price_decimal", T.DecimalType(38, 6), True),
-            T.StructField("price_at", T.StringType(), True),
-            T.StructField("fold_step", T.LongType(), False),
-        ]
-    )
+    return schema
 
 
 def _model_failures() -> StructType:
@@ -344,9 +314,9 @@ _SCHEMAS = {
     "fold_steps": _fold_steps,
     "fold_failures": _fold_failures,
     "classify_failures": _classify_failures,
-    "events": _events,
-    "markets": _markets,
-    "selections": _selections,
+    "events": _model("events"),
+    "markets": _model("markets"),
+    "selections": _model("selections"),
     "model_failures": _model_failures,
     "model_steps": _model_steps,
 }

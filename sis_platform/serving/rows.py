@@ -12,7 +12,8 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sis_platform.domain.interpret import Interpretation, decimal_price
+from sis_platform.domain.interpret import Interpretation
+from sis_platform.domain.model import EVENT_COLUMNS, MARKET_COLUMNS, SELECTION_COLUMNS, ModelColumn
 from sis_platform.serving.records import (
     ChangeRow,
     DeadLetterRow,
@@ -67,30 +68,21 @@ def model_rows(group: GroupCommit, convert: Converters) -> ModelRows:
 def _add_model(
     rows: ModelRows, model: Interpretation, master: MasterRow, convert: Converters
 ) -> None:
-    e = model.event
-    rows.events.append(
-        (e.master_id, master.version, e.sport, e.country, e.course, e.name, e.start, e.status)
-        + (e.going, master.stale)
-    )
-    rows.markets.extend(
-        (m.master_id, m.market_id, m.type, m.status, m.places) for m in model.markets
-    )
+    event = {**vars(model.event), "version": master.version, "stale": master.stale}
+    rows.events.append(_model_row(EVENT_COLUMNS, event, convert))
+    rows.markets.extend(_model_row(MARKET_COLUMNS, vars(m), convert) for m in model.markets)
     rows.selections.extend(
-        (
-            s.master_id,
-            s.market_id,
-            s.selection_id,
-            s.number,
-            s.name,
-            s.status,
-            s.jockey,
-            s.trainer,
-            s.price_num,
-            s.price_den,
-            convert.decimal(decimal_price(s.price_num, s.price_den)),
-            s.price_at,
-        )
-        for s in model.selections
+        _model_row(SELECTION_COLUMNS, vars(s), convert) for s in model.selections
+    )
+
+
+def _model_row(
+    columns: tuple[ModelColumn, ...], values: dict[str, Any], convert: Converters
+) -> Row:
+    """One row of a model table in its columns' order (domain/model.py, as schema.py creates
+    the table), a decimal converted for the backend."""
+    return tuple(
+        convert.decimal(values[c.name]) if c.kind == "decimal" else values[c.name] for c in columns
     )
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from sis_platform.domain.model import MODEL_COLUMNS, ModelKind
+
 # Bumped when a table changes; a store of another version is refused rather than misread,
 # except an older one `UPGRADES` brings up to date (tables are only ever added).
 SCHEMA_VERSION = 3
@@ -89,6 +91,19 @@ class TableDef:
         )
 
 
+_MODEL_KINDS: dict[ModelKind, Kind] = {
+    "text": "text",
+    "int": "int",
+    "long": "int",
+    "decimal": "decimal",
+    "bool": "bool",
+}
+
+
+def _model(name: str) -> tuple[Column, ...]:
+    return tuple(Column(c.name, _MODEL_KINDS[c.kind], c.nullable) for c in MODEL_COLUMNS[name])
+
+
 def _c(name: str, kind: Kind, nullable: bool = True) -> Column:
     return Column(name, kind, nullable)
 
@@ -106,52 +121,13 @@ MASTERS = TableDef(
     ),
     primary_key=("master_id",),
 )
-EVENTS = TableDef(
-    "events",
-    (
-        _c("master_id", "text", False),
-        _c("version", "int", False),
-        _c("sport", "text"),
-        _c("country", "text"),
-        _c("course", "text"),
-        _c("name", "text"),
-        _c("start", "text"),
-        _c("status", "text"),
-        _c("going", "text"),
-        _c("stale", "bool", False),
-    ),
-    primary_key=("master_id",),
-)
+# The model's tables, column for column as the lake holds them (sis_platform/domain/model.py).
+EVENTS = TableDef("events", _model("events"), primary_key=("master_id",))
 # Market and selection ids are not declared unique within a master (the Delta model does not
 # assume it either): a document repeating one must not stop the writer.
-MARKETS = TableDef(
-    "markets",
-    (
-        _c("master_id", "text", False),
-        _c("market_id", "text", False),
-        _c("type", "text"),
-        _c("status", "text"),
-        _c("places", "int"),
-    ),
-    indexes=(("master_id", "market_id"),),
-)
+MARKETS = TableDef("markets", _model("markets"), indexes=(("master_id", "market_id"),))
 SELECTIONS = TableDef(
-    "selections",
-    (
-        _c("master_id", "text", False),
-        _c("market_id", "text", False),
-        _c("selection_id", "text", False),
-        _c("number", "int"),
-        _c("name", "text"),
-        _c("status", "text"),
-        _c("jockey", "text"),
-        _c("trainer", "text"),
-        _c("price_num", "int"),
-        _c("price_den", "int"),
-        _c("price_decimal", "decimal"),
-        _c("price_at", "text"),
-    ),
-    indexes=(("master_id", "market_id", "selection_id"),),
+    "selections", _model("selections"), indexes=(("master_id", "market_id", "selection_id"),)
 )
 DEAD_LETTERS = TableDef(
     "dead_letters",

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 
 from sis_platform.domain.interpret import interpret, xs_integer
@@ -72,4 +74,4 @@ def test_a_price_with_signed_zero_padded_numbers_is_interpreted():
     assert model.markets[0].places == 3
     (selection,) = model.selections
     assert (selection.number, selection.price_num, selection.price_den) == (7, 5, 2)
-    assert selection.price_decimal == 3.5
+    assert selection.price_decimal == Decimal("3.500000")

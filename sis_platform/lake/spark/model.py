@@ -31,7 +31,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from sis_platform.domain.interpret import decimal_price, interpret
+from sis_platform.domain.interpret import interpret
+from sis_platform.domain.model import MODEL_COLUMNS
 from sis_platform.lake.delta import sql_string
 from sis_platform.lake.spark.arrow import record_batches
 from sis_platform.lake.spark.fold import FOLD_WRITER, committed_step
@@ -50,7 +51,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# The decimal price's scale (selections.price_decimal is DECIMAL(38, 6)).
+# The keys of a row of each model table in the combined rows: its columns, its kind, its step.
+_ROW_KEYS = {
+    name: {c.name for c in columns} | {"kind", "fold_step"}
+    for name, columns in MODEL_COLUMNS.items()
+}
 # Characters of an error kept in model_failures.
 ERROR_CHARS = 2_000
 # Failed master ids a refresh names in its result (the table has them all).
@@ -143,15 +148,15 @@ def _master_rows(rec: dict[str, object], names: Sequence[str]) -> list[tuple[obj
         }
     ]
     rows.extend({"kind": "markets", **vars(m), "fold_step": fold_step} for m in model.markets)
-    rows.extend(
-        {
-            "kind": "selections",
-            **vars(s),
-            "fold_step": fold_step,
-            "price_decimal": decimal_price(s.price_num, s.price_den),
-        }
-        for s in model.selections
-    )
+    rows.extend({"kind": "selections", **vars(s), "fold_step": fold_step} for s in model.selections)
+    for row in rows:
+        # Every row carries exactly its table's columns (domain/model.py): a column the
+        # interpreter stopped filling fails this master loudly instead of landing as null.
+        if row.keys() != _ROW_KEYS[str(row["kind"])]:
+            raise ValueError(
+                f"{row['kind']} row of {master_id!r} has columns {sorted(row)}, expected"
+                f" {sorted(_ROW_KEYS[str(row['kind'])])}"
+            )
     return [tuple(map(r.get, names)) for r in rows]
 
 
