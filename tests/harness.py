@@ -1,11 +1,10 @@
 """Drive the platform the way the daemon does, through Dagster's public APIs, in-process.
 
 `Harness` is `sis_platform.testing.inprocess.InProcessPlatform`: a tick evaluates the real sensor
-with
-a real (ephemeral) instance; every run it requests is executed with `execute_in_process` for
+with a real (ephemeral) instance; every run it requests is executed with `execute_in_process` for
 its partition, in the order requested (or any order the test chooses). The Delta tables and the
-landing zone live under `tmp_path`. What only tests need (a message put at T0 to land directly)
-is here.
+landing zone live under `tmp_path`. What only tests need (a message put at T0 to land directly) is
+here.
 """
 
 from __future__ import annotations

@@ -35,8 +35,7 @@ def configured_resources(program: str) -> dict[str, Any] | None:
     """The platform's resources as the settings configure them (sis_platform.resources.config), or
     None after saying on stderr what is wrong with the configuration."""
     # Imported here: sis_platform.resources.config imports Dagster (1.3 s measured), which `--help`
-    # and a
-    # bad argument never need.
+    # and a bad argument never need.
     from sis_platform.resources import config
 
     try:

@@ -1,7 +1,6 @@
 """sis-live's per-item budget and its memory of poison: the lake's guard
-(sis_platform/runtime/guard.py)
-around sis-live's own classification and fold, and what earlier sis-live processes died on
-(docs/design.md invariants 4 and 6; docs/live.md, "Bounds").
+(sis_platform/runtime/guard.py) around sis-live's own classification and fold, and what earlier
+sis-live processes died on (docs/design.md invariants 4 and 6; docs/live.md, "Bounds").
 
 Each message's classification and each master's fold run under a `Guard`: an in-flight marker
 (the message id, the master id) and a watchdog armed per item with `SIS_ITEM_BUDGET_SECONDS`.

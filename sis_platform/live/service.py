@@ -1,8 +1,7 @@
 """The sis-live loop: the queue's resident consumer, landing small groups and applying them.
 
 While it holds the consumer lease (sis_platform.intake.lease, renewed well before it expires; lost
-or
-taken over: it stops consuming and stands by, as intake does), the service:
+or taken over: it stops consuming and stands by, as intake does), the service:
 
 1. after taking the lease, seals a batch a crash or an earlier holder left open
    (`GroupWriter.recover`) and catches the serving store up from its position (`Applier`);
@@ -19,15 +18,14 @@ taken over: it stops consuming and stands by, as intake does), the service:
    bytes, or age, the last also when no message comes).
 
 Landing comes first, as in the consumer (sis_platform/intake/consumer.py, invariant 1): a crash
-before
-the land leaves every message on the queue (backed out by it). From the land on, the landed log
-is what counts: the store records the landing position it has applied, and a restart folds the
-log after it. So the queue commit can wait until the store has committed, which keeps the
-queue's round trip (a remote queue manager's, on the feed) out of the time to the store. A
-crash after the land and before the queue commit, wherever the store was, leaves the messages
-landed and on the queue: they are redelivered, landed again, and their second copies end
-`duplicate` (invariant 2). A body over the per-message bound is moved aside as the consumer
-does it. Waits are the queue get's own; nothing sleeps on the hot path.
+before the land leaves every message on the queue (backed out by it). From the land on, the landed
+log is what counts: the store records the landing position it has applied, and a restart folds the
+log after it. So the queue commit can wait until the store has committed, which keeps the queue's
+round trip (a remote queue manager's, on the feed) out of the time to the store. A crash after the
+land and before the queue commit, wherever the store was, leaves the messages landed and on the
+queue: they are redelivered, landed again, and their second copies end `duplicate` (invariant 2). A
+body over the per-message bound is moved aside as the consumer does it. Waits are the queue get's
+own; nothing sleeps on the hot path.
 
 A serving store beyond the landing zone's last message halts everything (applier.py): while
 `Applier.halted`, the service gets nothing, holds the lease (so that no standby consumes

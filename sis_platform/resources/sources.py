@@ -2,9 +2,7 @@
 
 Sensors annotate `QueueSourceResource`; which implementation is bound is decided once, in
 `sis_platform.resources.config`, from the settings (sis_platform/settings/). Each resource only
-holds
-configuration and builds the real client (`sis_platform.queues.*`) when asked, so
-constructing
+holds configuration and builds the real client (`sis_platform.queues.*`) when asked, so constructing
 one never touches the network.
 
 `open()` returns one source object per process and configuration. Dagster builds fresh

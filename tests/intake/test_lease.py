@@ -1,6 +1,5 @@
 """The consumer lease and its fence (sis_platform.intake.lease) on real files in tmp_path, with a
-clock
-the test moves by hand."""
+clock the test moves by hand."""
 
 from __future__ import annotations
 

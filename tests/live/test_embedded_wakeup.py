@@ -1,6 +1,5 @@
-"""The embedded queue's waiting get wakes on a ring of its doorbell
-(sis_platform.runtime.doorbell), not
-by polling: with the fallback look-again interval set beyond the test's bound, only a ring can
+"""The embedded queue's waiting get wakes on a ring of its doorbell (sis_platform.runtime.doorbell),
+not by polling: with the fallback look-again interval set beyond the test's bound, only a ring can
 end the wait in time."""
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """Batches landed in groups (sis_platform.log.landing.GroupWriter) on real files in tmp_path: the
-rows
-and chain they hold, what a crash at each step leaves, the fence, and reading the log back from
+rows and chain they hold, what a crash at each step leaves, the fence, and reading the log back from
 a position (LandingZone.landed_after)."""
 
 from __future__ import annotations

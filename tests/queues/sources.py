@@ -337,9 +337,8 @@ SOURCES: list[SourceKind] = [
         read_backout=read_backout_stomp,
         marks=(pytest.mark.broker,),
         # ActiveMQ's STOMP frames carry `redelivered:true` but no count (see
-        # sis_platform/queues/stomp/source.py): the source counts redeliveries in a file, so
-        # a
-        # new source object (another process) knows them too.
+        # sis_platform/queues/stomp/source.py): the source counts redeliveries in a file, so a new
+        # source object (another process) knows them too.
         exact_delivery_count_after_reopen=True,
         prefetch_may_mark_redelivered=True,
         redelivered_survives_outage=False,

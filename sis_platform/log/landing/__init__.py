@@ -16,8 +16,7 @@ two forms:
 Both hold the same rows: the same LANDING_SCHEMA, `msg_seq` running across a batch's parts.
 
 With a consumer lease (`sis_platform.intake.lease`), landing takes a `Fence`: every claim happens
-under
-the lease lock and only while the caller's fencing token is current, so a holder that lost the
+under the lease lock and only while the caller's fencing token is current, so a holder that lost the
 lease lands nothing (`FencedOff`). The token and holder are recorded in each file's Parquet
 key-value metadata (`sis:fence_token`, `sis:lease_holder`).
 

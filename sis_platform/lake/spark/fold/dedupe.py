@@ -15,8 +15,8 @@ the same first copy as ranking every copy in message_items, without reading the 
 Only the step's own ids are looked up in the history: broadcast, they filter the outcomes'
 message_id column where it lies. A distinct of every id ever logged was a shuffle of the whole
 history per step, a cost that grew with the lake. A step catching up on many batches (after a
-missing one arrived), or refolding rewound
-masters' items of earlier batches, may hold too many ids to broadcast: Spark plans that join.
+missing one arrived), or refolding rewound masters' items of earlier batches, may hold too many ids
+to broadcast: Spark plans that join.
 """
 
 from __future__ import annotations

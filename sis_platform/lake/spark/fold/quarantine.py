@@ -1,16 +1,15 @@
 """Unknown fold failures and the quarantine (docs/design.md invariants 4 and 6): fold_failures.
 
 Each master is folded under the worker guard (sis_platform/runtime/guard.py): an in-flight marker
-and a
-per-item wall-clock budget. A master whose fold raises yields one `failure` row, its id a column;
-the driver collects those rows before it writes anything. A worker that dies leaves its master
-in its marker; one the watchdog killed leaves the item too. Either way the failure is recorded
-in fold_failures against exactly those masters (never against a name found in an error's text)
-and the step fails, to be retried: an item over the budget is then dead-lettered `too-complex`
-without being folded again, and a master that failed `quarantine_after` times is quarantined:
-its items are held back as dead letters so the fold of every other master goes on. On object
-storage there are no markers: a dying worker is retried as a transient failure, and only
-failure rows attribute.
+and a per-item wall-clock budget. A master whose fold raises yields one `failure` row, its id a
+column; the driver collects those rows before it writes anything. A worker that dies leaves its
+master in its marker; one the watchdog killed leaves the item too. Either way the failure is
+recorded in fold_failures against exactly those masters (never against a name found in an error's
+text) and the step fails, to be retried: an item over the budget is then dead-lettered `too-complex`
+without being folded again, and a master that failed `quarantine_after` times is quarantined: its
+items are held back as dead letters so the fold of every other master goes on. On object storage
+there are no markers: a dying worker is retried as a transient failure, and only failure rows
+attribute.
 """
 
 from __future__ import annotations

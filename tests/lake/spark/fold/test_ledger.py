@@ -1,6 +1,5 @@
 """The fold's ledger (sis_platform/lake/spark/fold/ledger.py): the commit point in fold_steps, what
-it
-records, and recovery from a step interrupted before it."""
+it records, and recovery from a step interrupted before it."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """What a fold step writes (sis_platform/lake/spark/fold/outputs.py): one outcome row per item and
-per
-duplicate or invalid message, quarantined items dead-lettered, the tally, dead letters with
+per duplicate or invalid message, quarantined items dead-lettered, the tally, dead letters with
 their bodies, and the writes (no dead_letters commit when there is none)."""
 
 from __future__ import annotations

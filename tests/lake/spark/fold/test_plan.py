@@ -1,6 +1,5 @@
 """Which batches a fold step folds (sis_platform/lake/spark/fold/plan.py): the gap-free run after
-the
-last committed step, the missing batch that blocks the rest, and folded batches whose items
+the last committed step, the missing batch that blocks the rest, and folded batches whose items
 changed since."""
 
 from __future__ import annotations

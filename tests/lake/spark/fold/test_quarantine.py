@@ -1,6 +1,5 @@
 """Unknown fold failures (sis_platform/lake/spark/fold/quarantine.py): recorded against exactly
-their
-masters, counted into a quarantine, released by a replay; items over their budget remembered;
+their masters, counted into a quarantine, released by a replay; items over their budget remembered;
 a quarantined master's items held back."""
 
 from __future__ import annotations

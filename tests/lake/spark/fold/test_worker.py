@@ -1,8 +1,7 @@
 """The fold in the Python workers (sis_platform/lake/spark/fold/worker.py): Arrow rows in, FoldRows
-out,
-the same as the domain's fold_master; a master whose fold raises is one failure row; an item
-that overran its budget before is dead-lettered without being folded. Most cases call the
-worker function directly (no Spark); one runs it through Spark's mapInArrow."""
+out, the same as the domain's fold_master; a master whose fold raises is one failure row; an item
+that overran its budget before is dead-lettered without being folded. Most cases call the worker
+function directly (no Spark); one runs it through Spark's mapInArrow."""
 
 from __future__ import annotations
 
