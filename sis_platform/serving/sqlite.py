@@ -98,10 +98,11 @@ class SqliteStore(ServingStore):
                 check_same_thread=False,  # calls are serialised by the store's lock
             )
             try:
-                # Before anything creates a table (or WAL mode writes the header): freed pages
-                # of a new store are given back by `_reclaim`. Ignored by an existing store
-                # (docs/operations.md: converting one offline).
-                conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+                if conn.execute("PRAGMA page_count").fetchone()[0] == 0:
+                    # A new store, before WAL mode writes its header: freed pages are given
+                    # back by `_reclaim`. An existing one keeps its mode (docs/operations.md:
+                    # converting one offline); setting it would wait for the write lock.
+                    conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
                 conn.execute("PRAGMA journal_mode = WAL")
                 # Atomic and crash-safe, durable at checkpoints (see the module docstring).
                 conn.execute("PRAGMA synchronous = NORMAL")

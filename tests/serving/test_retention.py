@@ -20,6 +20,7 @@ from sis_platform.serving import (
     DeadLettersPruned,
     Pruned,
     ServingStore,
+    open_store,
 )
 from sis_platform.serving import store as store_module
 from tests.serving.groups import group, table
@@ -206,3 +207,19 @@ def test_a_new_sqlite_store_gives_pruned_space_back(store, monkeypatch):
     (left,) = table(store, "pragma_page_count", "1")
     assert left[0] < pages[0]
     assert table(store, "pragma_freelist_count", "1") == [(0,)]
+
+
+def test_a_version_3_store_is_upgraded_with_nothing_pruned(store, store_url, monkeypatch):
+    _season(store, monkeypatch)
+
+    def downgrade(conn: Any) -> None:
+        with store._transaction(conn, write=True):
+            conn.execute("DROP TABLE retention")
+            conn.execute("UPDATE position SET schema_version = 3")
+
+    store._run(downgrade)
+    store.close()
+    with open_store(store_url) as upgraded:
+        assert upgraded.retention() == (0, 0, 0, None, 0)
+        assert len(upgraded.changes(0)) == 2 * DAYS + 1
+        assert upgraded.prune(timedelta(0)) == Pruned(0, 0, False)
