@@ -9,8 +9,9 @@ body. The store's commit clock is the simulated day (the script replaces
 `sis_platform.serving.store.utc_now`). After each day the second store records live == lake
 as passed at the day's last batch and prunes (`ServingStore.prune`, as sis-live's idle turns
 do) until nothing more is prunable; the first never prunes. Prints, per day, each store's
-file size and rows, and the prune steps' durations (a message arriving during a step waits
-for it).
+file size and rows, the prune steps' durations (a message arriving during a step waits
+for it), and at the end each store's size by table. The stores are left in a temporary folder
+(printed) for a closer look; remove it afterwards.
 """
 
 from __future__ import annotations
@@ -124,6 +125,15 @@ def _rows(store: ServingStore, table: str) -> int:
     return int(found[0])
 
 
+def _tables(store: ServingStore) -> str:
+    found = store._run(
+        lambda conn: conn.execute(
+            "SELECT name, sum(pgsize) FROM dbstat GROUP BY name ORDER BY 2 DESC"
+        ).fetchall()
+    )
+    return ", ".join(f"{name} {size / 2**20:.1f}" for name, size in found if size >= 2**16)
+
+
 def _prune(store: ServingStore, window: timedelta) -> list[float]:
     """Prune steps until none is left; each step's seconds."""
     steps = []
@@ -177,9 +187,10 @@ def main() -> None:
             )
     print(
         f"prune steps: {len(steps)}, p50 {statistics.median(steps) * 1000:.1f} ms, "
-        f"p99 {statistics.quantiles(steps, n=100)[98] * 1000:.1f} ms, "
         f"max {max(steps) * 1000:.1f} ms"
     )
+    for name, store in stores.items():
+        print(f"{name}: MB by table and index, largest first: {_tables(store)}")
     for store in stores.values():
         store.close()
 

@@ -263,8 +263,8 @@ class ServingStore(ABC):
             "ORDER BY seq DESC LIMIT 1"
         )
         found, held = self._read_held(query, (master_id, self._timestamp_in(at)))
-        pruned_at = held.changes_pruned_at
-        if pruned_at is not None and at.astimezone(UTC) < pruned_at:
+        pruned_at, asked = held.changes_pruned_at, as_utc(at)
+        if pruned_at is not None and asked is not None and asked < pruned_at:
             raise self._changes_pruned(held, f"the change of {master_id!r} as of {at}")
         return self._change(found[0]) if found else None
 
@@ -408,12 +408,7 @@ class ServingStore(ABC):
         """Changes after the pruned seq, up to the first one the limit keeps, removed but for
         each master's last; the count removed and whether the whole chunk was prunable."""
         low = held.changes_pruned_seq
-        rows = self._all(
-            conn,
-            "SELECT seq, batch_seq, committed_at FROM changes WHERE seq > ? ORDER BY seq LIMIT ?",
-            (low, chunk),
-        )
-        prefix = limit.prefix([(r[0], r[1], self._stamp(r[2])) for r in rows])
+        prefix = self._prunable(conn, "changes", "committed_at", low, limit, chunk)
         if not prefix:
             return 0, False
         high = prefix[-1].seq
@@ -444,13 +439,7 @@ class ServingStore(ABC):
     ) -> tuple[int, bool]:
         """Dead letters after the pruned seq, up to the first one the limit keeps, removed."""
         low = held.dead_letters_pruned_seq
-        rows = self._all(
-            conn,
-            "SELECT seq, batch_seq, recorded_at FROM dead_letters WHERE seq > ? ORDER BY seq "
-            "LIMIT ?",
-            (low, chunk),
-        )
-        prefix = limit.prefix([(r[0], r[1], self._stamp(r[2])) for r in rows])
+        prefix = self._prunable(conn, "dead_letters", "recorded_at", low, limit, chunk)
         if not prefix:
             return 0, False
         high = prefix[-1].seq
@@ -461,6 +450,18 @@ class ServingStore(ABC):
             self._sql("UPDATE retention SET dead_letters_pruned_seq = ? WHERE id = 1"), (high,)
         )
         return max(removed, 0), len(prefix) == chunk
+
+    def _prunable(
+        self, conn: Any, table: str, stamp: str, low: int, limit: _HistoryLimit, chunk: int
+    ) -> list[_Row]:
+        """The rows of `table` after seq `low` (at most `chunk`, in seq order) that `limit` lets
+        go, up to the first it keeps; `stamp`: the table's commit time column."""
+        rows = self._all(
+            conn,
+            f"SELECT seq, batch_seq, {stamp} FROM {table} WHERE seq > ? ORDER BY seq LIMIT ?",
+            (low, chunk),
+        )
+        return limit.prefix([(r[0], r[1], self._stamp(r[2])) for r in rows])
 
     @abstractmethod
     def _reclaim(self, conn: Any) -> None:
