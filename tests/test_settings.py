@@ -7,6 +7,7 @@ import os
 import re
 import sys
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -199,6 +200,7 @@ def test_ibmmq_settings_name_every_missing_variable() -> None:
         ({"SIS_SERVING_URL": "sqlite:///"}, "SIS_SERVING_URL='sqlite:///': expected sqlite:///"),
         ({"SIS_SERVING_URL": "postgresql://u@h"}, "expected postgresql://user@host:port/database"),
         ({"SIS_SERVING_URL": "postgresql://u:pw@h/db"}, "'postgresql://u:***@h/db' holds a pass"),
+        ({"SIS_SERVING_HISTORY_DAYS": "-1"}, "SIS_SERVING_HISTORY_DAYS=-1 must be at least 0"),
         ({"SIS_LIVE_GROUP_WAIT_MS": "5000"}, "SIS_LIVE_GROUP_WAIT_MS=5000 must be 0 to 1000"),
         ({"SIS_LIVE_GROUP_MAX_MESSAGES": "0"}, "SIS_LIVE_GROUP_MAX_MESSAGES=0 must be at least 1"),
         ({"SIS_LIVE_MAX_MASTERS": "0"}, "SIS_LIVE_MAX_MASTERS=0 must be at least 1"),
@@ -229,6 +231,13 @@ def test_sis_priority_reaches_sis_live_and_the_lake_s_fold(tmp_path: Path) -> No
     assert live.fold.priority is not None and len(live.fold.priority.selectors) == 2
     assert live.priority_window == 900
     assert config.resources(env)["processing"].priority == text
+
+
+def test_the_serving_history_window_reaches_sis_live(tmp_path: Path) -> None:
+    env = {"SIS_DATA_DIR": str(tmp_path)}
+    assert LiveConfig.from_settings(load_settings(env)).serving_history == timedelta(days=30)
+    env["SIS_SERVING_HISTORY_DAYS"] = "0.5"
+    assert LiveConfig.from_settings(load_settings(env)).serving_history == timedelta(hours=12)
 
 
 def test_sis_live_fold_workers_reach_sis_live(tmp_path: Path) -> None:

@@ -7,7 +7,8 @@ records its progress as runless materializations.
 - `live_matches_lake` (docs/design.md invariant 7): every master the lake has folded has, in the
   store at the lake's fold position, the same version and the same document (sha256). Run by
   its own job (`check_live_matches_lake`), which a sensor requests when the lake's fold has
-  advanced (at most every few minutes), or from the UI.
+  advanced (at most every few minutes), or from the UI. A pass records the lake's position in
+  the store (`ServingStore.record_checked`): sis-live prunes the store's history only up to it.
 - `live_store_fresh`: landed messages do not wait for the store longer than
   SIS_LIVE_MAX_LAG_SECONDS. The reporter sensor evaluates it every few seconds and reports its
   result without a run whenever it changes; executing it from the UI sees only whether the
@@ -160,6 +161,11 @@ def live_matches_lake(
         status = store.status()
         at_lake = reached(landing.zone(), status.position, folded.batch_seq)
         versions = store.versions_at(folded.batch_seq) if at_lake else {}
+        comparison = compare_masters(folded.masters, versions)
+        if at_lake and comparison.equal:
+            # The gate of the store's history pruning (ServingStore.prune): sis-live reads it
+            # from the store, never from Dagster.
+            store.record_checked(folded.batch_seq)
     finally:
         store.close()
     metadata: dict[str, Any] = {
@@ -174,7 +180,6 @@ def live_matches_lake(
             description=f"the store ({position_text(status.position)}) has not applied batch "
             f"{folded.batch_seq}, the lake's fold position, yet: nothing compared",
         )
-    comparison = compare_masters(folded.masters, versions)
     shown = comparison.mismatched[:MISMATCHES_SHOWN]
     # Each shown master as both sides have it: [version, document sha256] (null: none).
     sides = {

@@ -103,6 +103,7 @@ class Applier:
         # Messages landed in a backlog and left for the catch-up (SIS_PRIORITY's window).
         self.deferred = 0
         self._heartbeat_due = 0.0
+        self._prune_due = 0.0
         # A pipelined group: launched, to be completed and committed (module docstring).
         self._launched: LaunchedFold | None = None
         self.messages = 0  # messages committed to the store by this process
@@ -295,18 +296,32 @@ class Applier:
 
     def idle(self) -> None:
         """Nothing arrived: commit a pipelined group, heartbeat the store when due, or retry
-        it when it was down."""
+        it when it was down; then prune a chunk of the store's history when due."""
         self.flush()
         now = self._clock()
-        if self._retry.failing:
+        if self._retry.failing or self._store is None:
             return  # the service catches up (which retries) when due
-        if now < self._heartbeat_due or self._store is None:
-            return
-        self._heartbeat_due = now + self.config.heartbeat_seconds
         try:
-            self._store.heartbeat()
+            if now >= self._heartbeat_due:
+                self._heartbeat_due = now + self.config.heartbeat_seconds
+                self._store.heartbeat()
+            if now >= self._prune_due:
+                self._prune(now)
         except ServingUnavailable as error:
             self._unavailable(error)
+
+    def _prune(self, now: float) -> None:
+        """One bounded prune step (ServingStore.prune): again at the next idle turn while
+        history is left to prune, else after `prune_seconds`."""
+        assert self._store is not None
+        pruned = self._store.prune(self.config.serving_history)
+        self._prune_due = now if pruned.more else now + self.config.prune_seconds
+        if pruned.changes or pruned.dead_letters:
+            log.debug(
+                "serving store history pruned: %d change(s), %d dead letter(s)",
+                pruned.changes,
+                pruned.dead_letters,
+            )
 
     def flush(self) -> None:
         """Complete and commit a pipelined group now (nothing more follows it for a while: an

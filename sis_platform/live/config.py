@@ -4,6 +4,7 @@ by `LiveConfig.from_settings`; the service never reads the environment itself.""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
 from sis_platform.domain.priority import Priority
@@ -16,6 +17,7 @@ from sis_platform.settings import (
     DEFAULT_LIVE_GROUP_MAX_MESSAGES,
     DEFAULT_LIVE_GROUP_WAIT_MS,
     DEFAULT_LIVE_PRIORITY_WINDOW,
+    DEFAULT_SERVING_HISTORY_DAYS,
     Settings,
 )
 from sis_platform.standards.selector import Selector
@@ -25,6 +27,9 @@ from sis_platform.standards.selector import Selector
 IDLE_WAIT_SECONDS = 1.0
 # How often an idle service tells the store it is alive (StoreStatus.heartbeat_at).
 HEARTBEAT_SECONDS = 5.0
+# How often an idle service looks for serving store history to prune once none was left (while
+# some is left, it prunes a chunk every idle turn).
+PRUNE_SECONDS = 60.0
 # How often a progress line is logged while messages flow (never one per message or group).
 PROGRESS_SECONDS = 30.0
 # Retrying an unavailable store or source: from the first delay, doubling up to the last.
@@ -51,6 +56,9 @@ class LiveConfig:
     idle_wait_seconds: float = IDLE_WAIT_SECONDS
     heartbeat_seconds: float = HEARTBEAT_SECONDS
     progress_seconds: float = PROGRESS_SECONDS
+    # The serving store's change log and dead letters kept (SIS_SERVING_HISTORY_DAYS).
+    serving_history: timedelta = timedelta(days=DEFAULT_SERVING_HISTORY_DAYS)
+    prune_seconds: float = PRUNE_SECONDS
     retry_first_seconds: float = RETRY_FIRST_SECONDS
     retry_last_seconds: float = RETRY_LAST_SECONDS
 
@@ -81,6 +89,7 @@ class LiveConfig:
             ),
             priority_window=settings.live.priority_window,
             fold_workers=settings.live.fold_workers,
+            serving_history=timedelta(days=settings.serving.history_days),
         )
 
 

@@ -85,7 +85,19 @@ LIVE_POINTS = (
 # Reached only with SIS_PRIORITY: a stretch's priority part committed, the rest not.
 LIVE_BETWEEN_PARTS = "live.between_parts"
 PRIORITY_POINTS = (LIVE_BETWEEN_PARTS,)
-CRASH_POINTS = CONSUMER_POINTS + MATERIALIZER_POINTS + REWIND_POINTS + LIVE_POINTS + PRIORITY_POINTS
+# The serving store's history pruned (ServingStore.prune, in sis-live's idle turns).
+PRUNE_POINTS = (
+    "serving.prune",  # inside the prune's transaction: rows deleted, not committed
+    "serving.after_prune",  # the prune committed, its space not yet reclaimed
+)
+CRASH_POINTS = (
+    CONSUMER_POINTS
+    + MATERIALIZER_POINTS
+    + REWIND_POINTS
+    + LIVE_POINTS
+    + PRIORITY_POINTS
+    + PRUNE_POINTS
+)
 
 _reached: dict[str, int] = {}
 

@@ -26,6 +26,25 @@ class PositionConflict(RuntimeError):
     writer. Nothing of the group was committed."""
 
 
+class HistoryPruned(LookupError):
+    """A reader asked for history the store has pruned (older than SIS_SERVING_HISTORY_DAYS and
+    checked live == lake): `held_after` is the seq after which the table is complete again."""
+
+    def __init__(self, message: str, held_after: int) -> None:
+        super().__init__(message)
+        self.held_after = held_after
+
+
+class ChangesPruned(HistoryPruned):
+    """The change log asked for at or before a pruned seq, batch or instant: below
+    `held_after` only each master's last change is kept. Read the current masters and resume
+    after `held_after` (docs/serving.md)."""
+
+
+class DeadLettersPruned(HistoryPruned):
+    """Dead letters asked for at or before a pruned seq (the lake's `dead_letters` keeps them)."""
+
+
 # -- what readers get ---------------------------------------------------------------------------
 
 
@@ -63,6 +82,25 @@ class DeadLetter(NamedTuple):
     batch_seq: int
     msg_seq: int
     recorded_at: datetime
+
+
+class Retention(NamedTuple):
+    """The `retention` row: the live == lake gate and how far each history table is pruned
+    (sis_platform/serving/schema.py, RETENTION)."""
+
+    checked_batch: int
+    changes_pruned_seq: int
+    changes_pruned_batch: int
+    changes_pruned_at: datetime | None
+    dead_letters_pruned_seq: int
+
+
+class Pruned(NamedTuple):
+    """One prune step: rows removed from each table, and whether more is prunable now."""
+
+    changes: int
+    dead_letters: int
+    more: bool
 
 
 class StoreHalt(NamedTuple):

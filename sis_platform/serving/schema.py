@@ -16,8 +16,8 @@ from sis_platform.domain.model import MODEL_COLUMNS, ModelKind
 
 # Bumped when a table changes; a store of another version is refused rather than misread,
 # except an older one `UPGRADES` brings up to date (tables are only ever added).
-SCHEMA_VERSION = 3
-UPGRADES = (1, 2)  # version 2 added `ahead`, version 3 `halt`
+SCHEMA_VERSION = 4
+UPGRADES = (1, 2, 3)  # version 2 added `ahead`, version 3 `halt`, version 4 `retention`
 
 Kind = Literal["text", "bytes", "int", "bool", "timestamp", "decimal"]
 
@@ -213,6 +213,25 @@ HALT = TableDef(
     primary_key=("id",),
 )
 
+# One row (id 1): how far the history tables are pruned (ServingStore.prune) and the gate no
+# prune passes. `checked_batch`: the last batch at which live_matches_lake passed (written by
+# that check; 0: none yet). The change log is complete after `changes_pruned_seq` (below it only
+# each master's last change is kept), and `versions_at` answers for batches from
+# `changes_pruned_batch`, `change_as_of` for instants from `changes_pruned_at`; the dead letters
+# are complete after `dead_letters_pruned_seq`.
+RETENTION = TableDef(
+    "retention",
+    (
+        _c("id", "int", False),
+        _c("checked_batch", "int", False),
+        _c("changes_pruned_seq", "int", False),
+        _c("changes_pruned_batch", "int", False),
+        _c("changes_pruned_at", "timestamp"),
+        _c("dead_letters_pruned_seq", "int", False),
+    ),
+    primary_key=("id",),
+)
+
 TABLES = (
     MASTERS,
     EVENTS,
@@ -224,6 +243,7 @@ TABLES = (
     POSITION,
     AHEAD,
     HALT,
+    RETENTION,
 )
 MODEL_TABLES = (EVENTS, MARKETS, SELECTIONS)
 

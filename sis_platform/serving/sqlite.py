@@ -39,6 +39,9 @@ from sis_platform.serving.store import ServingStore, as_utc
 log = logging.getLogger(__name__)
 
 DEFAULT_BUSY_TIMEOUT_SECONDS = 5.0
+# Free pages one prune step gives back at most (4 MiB at the default 4 KiB page): more than a
+# step of PRUNE_CHUNK rows frees, so the file follows the pruning down.
+RECLAIM_PAGES = 1024
 # The primary result codes that mean "not now" rather than a bug (extended codes carry them in
 # their low byte).
 _OUTAGE_CODES = frozenset(
@@ -95,6 +98,11 @@ class SqliteStore(ServingStore):
                 check_same_thread=False,  # calls are serialised by the store's lock
             )
             try:
+                if conn.execute("PRAGMA page_count").fetchone()[0] == 0:
+                    # A new store, before WAL mode writes its header: freed pages are given
+                    # back by `_reclaim`. An existing one keeps its mode (docs/operations.md:
+                    # converting one offline); setting it would wait for the write lock.
+                    conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
                 conn.execute("PRAGMA journal_mode = WAL")
                 # Atomic and crash-safe, durable at checkpoints (see the module docstring).
                 conn.execute("PRAGMA synchronous = NORMAL")
@@ -152,6 +160,11 @@ class SqliteStore(ServingStore):
 
     def _decimal_in(self, value: Decimal | None) -> Any:
         return str(value) if value is not None else None
+
+    def _reclaim(self, conn: sqlite3.Connection) -> None:
+        """Give back at most RECLAIM_PAGES free pages to the file system (a no-op on a store
+        created without incremental auto-vacuum). executescript steps the pragma to its end."""
+        conn.executescript(f"PRAGMA incremental_vacuum({RECLAIM_PAGES})")
 
     def _before_commit(self, conn: Any, last_seq: int) -> None:
         """Nothing: the doorbell rings once the commit is done."""

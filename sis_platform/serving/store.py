@@ -16,20 +16,24 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from sis_platform.log.position import LogPosition
 from sis_platform.runtime.faults import crash_point
 from sis_platform.serving import rows as R
 from sis_platform.serving.records import (
     Change,
+    ChangesPruned,
     DeadLetter,
+    DeadLettersPruned,
     GroupCommit,
     MasterRow,
     PositionConflict,
+    Pruned,
+    Retention,
     ServingUnavailable,
     StoredMaster,
     StoreHalt,
@@ -52,8 +56,13 @@ from sis_platform.serving.schema import (
 T = TypeVar("T")
 
 CRASH_POINT = "live.store_commit"
+PRUNE_POINT = "serving.prune"
+AFTER_PRUNE_POINT = "serving.after_prune"
 # Rows one reader call returns at most.
 MAX_LIMIT = 100_000
+# Rows of each history table one prune step looks at (and removes) at most: a step takes a few
+# milliseconds, so a message arriving meanwhile waits no longer than that.
+PRUNE_CHUNK = 1000
 
 _UPSERT_MASTER = (
     MASTERS.insert() + " ON CONFLICT (master_id) DO UPDATE SET version = excluded.version, "
@@ -196,6 +205,10 @@ class ServingStore(ABC):
             ),
             (SCHEMA_VERSION,),
         )
+        conn.execute(
+            "INSERT INTO retention (id, checked_batch, changes_pruned_seq, changes_pruned_batch, "
+            "dead_letters_pruned_seq) VALUES (1, 0, 0, 0, 0) ON CONFLICT (id) DO NOTHING"
+        )
 
     @abstractmethod
     def _lock_schema(self, conn: Any) -> None:
@@ -233,28 +246,43 @@ class ServingStore(ABC):
         return StoredMaster(int(row[0]), bytes(row[1]))
 
     def changes(self, after_seq: int = 0, limit: int = 1000) -> list[Change]:
-        """Change log rows after `after_seq`, in order, at most `limit`."""
+        """Change log rows after `after_seq`, in order, at most `limit`; `ChangesPruned` if
+        rows after `after_seq` may have been pruned (never a silently short answer)."""
         query = f"SELECT {_CHANGE_COLUMNS} FROM changes WHERE seq > ? ORDER BY seq LIMIT ?"
-        found = self._run(lambda c: self._all(c, query, (after_seq, _limit(limit))))
+        found, held = self._read_held(query, (after_seq, _limit(limit)))
+        if after_seq < held.changes_pruned_seq:
+            raise self._changes_pruned(held, f"changes after seq {after_seq}")
         return [self._change(r) for r in found]
 
     def change_as_of(self, master_id: str, at: datetime) -> Change | None:
         """The master's last change committed at or before `at`: the version readers of this
-        store were shown then (None: none yet). Reads the master's changes only (index)."""
+        store were shown then (None: none yet). Reads the master's changes only (index).
+        `ChangesPruned` if `at` is before the pruned history's last commit."""
         query = (
             f"SELECT {_CHANGE_COLUMNS} FROM changes WHERE master_id = ? AND committed_at <= ? "
             "ORDER BY seq DESC LIMIT 1"
         )
-        row = self._run(lambda c: self._one(c, query, (master_id, self._timestamp_in(at))))
-        return None if row is None else self._change(row)
+        found, held = self._read_held(query, (master_id, self._timestamp_in(at)))
+        pruned_at, asked = held.changes_pruned_at, as_utc(at)
+        if pruned_at is not None and asked is not None and asked < pruned_at:
+            raise self._changes_pruned(held, f"the change of {master_id!r} as of {at}")
+        return self._change(found[0]) if found else None
 
     def dead_letters(self, after_seq: int = 0, limit: int = 1000) -> list[DeadLetter]:
         """Dead letters recorded after `after_seq`, in order, at most `limit` (bodies left out:
-        read `dead_letters.body` by seq when needed)."""
+        read `dead_letters.body` by seq when needed); `DeadLettersPruned` if rows after
+        `after_seq` may have been pruned."""
         query = (
             f"SELECT {_DEAD_LETTER_COLUMNS} FROM dead_letters WHERE seq > ? ORDER BY seq LIMIT ?"
         )
-        found = self._run(lambda c: self._all(c, query, (after_seq, _limit(limit))))
+        found, held = self._read_held(query, (after_seq, _limit(limit)))
+        if after_seq < held.dead_letters_pruned_seq:
+            raise DeadLettersPruned(
+                f"serving store {self.shown}: dead letters after seq {after_seq} are pruned up "
+                f"to seq {held.dead_letters_pruned_seq} (older than the history window; the "
+                "lake's dead_letters keeps them): resume after that seq",
+                held.dead_letters_pruned_seq,
+            )
         return [
             DeadLetter(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], self._stamp(r[8]))
             for r in found
@@ -290,9 +318,155 @@ class ServingStore(ABC):
 
     def versions_at(self, batch_seq: int) -> dict[str, tuple[int, str]]:
         """master id -> (version, document_sha256) of its last change at or before the end of
-        batch `batch_seq`: the live side of the live == lake check."""
-        found = self._run(lambda c: self._all(c, _VERSIONS_AT, (batch_seq,)))
+        batch `batch_seq`: the live side of the live == lake check. `ChangesPruned` for a batch
+        before the pruned history's last batch."""
+        found, held = self._read_held(_VERSIONS_AT, (batch_seq,))
+        if batch_seq < held.changes_pruned_batch:
+            raise self._changes_pruned(held, f"the versions at batch {batch_seq}")
         return {r[0]: (int(r[1]), r[2]) for r in found}
+
+    # -- history retention -----------------------------------------------------------------------
+
+    def retention(self) -> Retention:
+        """The live == lake gate and how far each history table is pruned."""
+        return self._run(self._retention)
+
+    def _retention(self, conn: Any) -> Retention:
+        row = self._one(
+            conn,
+            "SELECT checked_batch, changes_pruned_seq, changes_pruned_batch, changes_pruned_at, "
+            "dead_letters_pruned_seq FROM retention WHERE id = 1",
+        )
+        assert row is not None  # created with the schema
+        return Retention(
+            int(row[0]), int(row[1]), int(row[2]), self._timestamp_out(row[3]), int(row[4])
+        )
+
+    def _read_held(
+        self, query: str, params: Sequence[Any]
+    ) -> tuple[list[tuple[Any, ...]], Retention]:
+        """`query`'s rows and the retention row, read in one snapshot (a prune committing
+        between the two reads cannot make a short answer look whole)."""
+
+        def work(conn: Any) -> tuple[list[tuple[Any, ...]], Retention]:
+            with self._transaction(conn, write=False):
+                return self._all(conn, query, params), self._retention(conn)
+
+        return self._run(work)
+
+    def _changes_pruned(self, held: Retention, asked: str) -> ChangesPruned:
+        return ChangesPruned(
+            f"serving store {self.shown}: {asked} are pruned (history older than the window "
+            f"and checked live == lake up to batch {held.changes_pruned_batch}); the change "
+            f"log is complete after seq {held.changes_pruned_seq}, each master's last change "
+            "kept before it: read the masters and resume after that seq",
+            held.changes_pruned_seq,
+        )
+
+    def record_checked(self, batch_seq: int) -> None:
+        """Record that live == lake passed at batch `batch_seq` (the live_matches_lake check):
+        history up to it may be pruned. The gate never moves back."""
+
+        def work(conn: Any) -> None:
+            with self._transaction(conn, write=True):
+                conn.execute(
+                    self._sql(
+                        "UPDATE retention SET checked_batch = ? WHERE id = 1 AND checked_batch < ?"
+                    ),
+                    (batch_seq, batch_seq),
+                )
+
+        self._run(work)
+
+    def prune(self, window: timedelta, chunk: int = PRUNE_CHUNK) -> Pruned:
+        """One bounded step of removing history: the change log and the dead letters, oldest
+        first, at most `chunk` rows of each, only rows of batches at or before the live == lake
+        gate and committed more than `window` before the change log's newest commit (the log's
+        own clock, which never goes back: the host's clock stepped back prunes nothing early,
+        an idle feed prunes nothing). Each master's last change is kept. One transaction, then
+        (SQLite) a bounded step of reclaiming the space freed."""
+        pruned = self._run(lambda conn: self._prune(conn, window, chunk))
+        crash_point(AFTER_PRUNE_POINT)
+        self._run(self._reclaim)
+        return pruned
+
+    def _prune(self, conn: Any, window: timedelta, chunk: int) -> Pruned:
+        with self._transaction(conn, write=True):
+            held = self._retention(conn)
+            newest = self._one(conn, "SELECT committed_at FROM changes ORDER BY seq DESC LIMIT 1")
+            if held.checked_batch == 0 or newest is None:
+                return Pruned(0, 0, False)
+            limit = _HistoryLimit(held.checked_batch, self._stamp(newest[0]) - window)
+            changes, more_changes = self._prune_changes(conn, held, limit, chunk)
+            dead, more_dead = self._prune_dead_letters(conn, held, limit, chunk)
+            crash_point(PRUNE_POINT)
+        return Pruned(changes, dead, more_changes or more_dead)
+
+    def _prune_changes(
+        self, conn: Any, held: Retention, limit: _HistoryLimit, chunk: int
+    ) -> tuple[int, bool]:
+        """Changes after the pruned seq, up to the first one the limit keeps, removed but for
+        each master's last; the count removed and whether the whole chunk was prunable."""
+        low = held.changes_pruned_seq
+        prefix = self._prunable(conn, "changes", "committed_at", low, limit, chunk)
+        if not prefix:
+            return 0, False
+        high = prefix[-1].seq
+        # The chunk's masters: their changes up to `high` but the last (older kept ones too).
+        removed = conn.execute(
+            self._sql(
+                "DELETE FROM changes WHERE seq <= ? AND master_id IN "
+                "(SELECT master_id FROM changes WHERE seq > ? AND seq <= ?) AND seq NOT IN "
+                "(SELECT max(seq) FROM changes WHERE seq > ? AND seq <= ? GROUP BY master_id)"
+            ),
+            (high, low, high, low, high),
+        ).rowcount
+        conn.execute(
+            self._sql(
+                "UPDATE retention SET changes_pruned_seq = ?, changes_pruned_batch = ?, "
+                "changes_pruned_at = ? WHERE id = 1"
+            ),
+            (
+                high,
+                max(held.changes_pruned_batch, *(r.batch_seq for r in prefix)),
+                self._timestamp_in(prefix[-1].at),
+            ),
+        )
+        return max(removed, 0), len(prefix) == chunk
+
+    def _prune_dead_letters(
+        self, conn: Any, held: Retention, limit: _HistoryLimit, chunk: int
+    ) -> tuple[int, bool]:
+        """Dead letters after the pruned seq, up to the first one the limit keeps, removed."""
+        low = held.dead_letters_pruned_seq
+        prefix = self._prunable(conn, "dead_letters", "recorded_at", low, limit, chunk)
+        if not prefix:
+            return 0, False
+        high = prefix[-1].seq
+        removed = conn.execute(
+            self._sql("DELETE FROM dead_letters WHERE seq > ? AND seq <= ?"), (low, high)
+        ).rowcount
+        conn.execute(
+            self._sql("UPDATE retention SET dead_letters_pruned_seq = ? WHERE id = 1"), (high,)
+        )
+        return max(removed, 0), len(prefix) == chunk
+
+    def _prunable(
+        self, conn: Any, table: str, stamp: str, low: int, limit: _HistoryLimit, chunk: int
+    ) -> list[_Row]:
+        """The rows of `table` after seq `low` (at most `chunk`, in seq order) that `limit` lets
+        go, up to the first it keeps; `stamp`: the table's commit time column."""
+        rows = self._all(
+            conn,
+            f"SELECT seq, batch_seq, {stamp} FROM {table} WHERE seq > ? ORDER BY seq LIMIT ?",
+            (low, chunk),
+        )
+        return limit.prefix([(r[0], r[1], self._stamp(r[2])) for r in rows])
+
+    @abstractmethod
+    def _reclaim(self, conn: Any) -> None:
+        """After a prune, outside its transaction: reclaim a bounded part of the space it
+        freed."""
 
     def last_seq(self) -> int:
         """The change log's last seq (0 when empty)."""
@@ -506,6 +680,29 @@ class ServingStore(ABC):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class _Row(NamedTuple):
+    seq: int
+    batch_seq: int
+    at: datetime
+
+
+class _HistoryLimit(NamedTuple):
+    """What a prune may remove: rows of batches at or before `checked_batch` (live == lake
+    passed there) committed before `before`."""
+
+    checked_batch: int
+    before: datetime
+
+    def prefix(self, rows: Sequence[tuple[int, int, datetime]]) -> list[_Row]:
+        """The leading rows (in seq order) it may remove: up to the first it keeps."""
+        taken: list[_Row] = []
+        for seq, batch_seq, at in rows:
+            if batch_seq > self.checked_batch or at >= self.before:
+                break
+            taken.append(_Row(int(seq), int(batch_seq), at))
+        return taken
 
 
 def _limit(limit: int) -> int:

@@ -68,6 +68,7 @@ from sis_platform.settings.variables import (
     DEFAULT_REDELIVERY_LIMIT,
     DEFAULT_SENSOR_INTERVAL_SECONDS,
     DEFAULT_SERVING_FILE,
+    DEFAULT_SERVING_HISTORY_DAYS,
     DEFAULT_SHUFFLE_PARTITIONS,
     DEFAULT_SPARK_MASTER,
     DEFAULT_STOMP_DESTINATION,
@@ -466,7 +467,13 @@ def _serving(read: Reader, data_dir: Path) -> ServingSettings:
         raise ConfigurationError(
             f"SIS_SERVING_URL={url!r}: expected postgresql://user@host:port/database"
         )
-    return ServingSettings(url, has_password=read.optional("SIS_SERVING_PASSWORD") is not None)
+    return ServingSettings(
+        url,
+        has_password=read.optional("SIS_SERVING_PASSWORD") is not None,
+        history_days=read.at_least_number(
+            "SIS_SERVING_HISTORY_DAYS", DEFAULT_SERVING_HISTORY_DAYS, 0.0
+        ),
+    )
 
 
 def _log(read: Reader, data_dir: Path, landing_dir: Path) -> LogSettings:

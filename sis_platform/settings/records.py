@@ -34,6 +34,7 @@ from sis_platform.settings.variables import (
     DEFAULT_QUEUE_NAME,
     DEFAULT_REDELIVERY_LIMIT,
     DEFAULT_SENSOR_INTERVAL_SECONDS,
+    DEFAULT_SERVING_HISTORY_DAYS,
     DEFAULT_SHUFFLE_PARTITIONS,
     DEFAULT_SPARK_MASTER,
     DEFAULT_STOMP_DESTINATION,
@@ -161,6 +162,8 @@ class ServingSettings:
 
     url: str
     has_password: bool = False  # SIS_SERVING_PASSWORD is set in the environment (value not held)
+    # How long the change log and dead letters are kept (SIS_SERVING_HISTORY_DAYS).
+    history_days: float = DEFAULT_SERVING_HISTORY_DAYS
 
 
 @dataclass(frozen=True)

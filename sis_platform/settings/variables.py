@@ -63,6 +63,10 @@ INTAKE_MODES = ("live", "sensor")
 IntakeMode = Literal["live", "sensor"]
 SERVING_SCHEMES = ("sqlite", "postgresql")
 DEFAULT_SERVING_FILE = "serving/serving.db"  # under SIS_DATA_DIR
+# The serving store's change log and dead letters are kept this many days (by the change log's
+# own commit times), and always until live == lake has been checked past them; the lake keeps
+# every version and dead letter for good (docs/operations.md, "Serving store history").
+DEFAULT_SERVING_HISTORY_DAYS = 30.0
 # The log key file and the witness of the log's head (sis_platform/log/seal.py) by default: under
 # the user's config folder ($XDG_CONFIG_HOME, else ~/.config), outside any data folder; the
 # witness named after its landing zone's folder, so two logs on one host keep two witnesses.

@@ -100,13 +100,23 @@ def _values(evaluation: dg.AssetCheckEvaluation) -> dict[str, Any]:
     return {k: v.value for k, v in evaluation.metadata.items()}
 
 
+def _checked_batch(url: str) -> int:
+    store = open_store(url)
+    try:
+        return store.retention().checked_batch
+    finally:
+        store.close()
+
+
 def test_live_matches_the_lake_folded_from_the_same_log(folded_lake, tmp_path):
-    evaluation = _check(folded_lake, _live_store(folded_lake, tmp_path / "serving.db"))
+    url = _live_store(folded_lake, tmp_path / "serving.db")
+    evaluation = _check(folded_lake, url)
     metadata = _values(evaluation)
     assert evaluation.passed, evaluation.description
     assert metadata["lake_batch_seq"] == 2
     assert metadata["masters_compared"] == 2
     assert metadata["mismatches"] == 0
+    assert _checked_batch(url) == 2  # the gate of the store's history pruning
 
 
 def test_one_master_whose_document_differs_fails_the_check_and_is_named(folded_lake, tmp_path):
@@ -131,6 +141,7 @@ def test_one_master_whose_document_differs_fails_the_check_and_is_named(folded_l
     assert sides["store"][1] == "0" * 64
     assert sides["lake"][0] == sides["store"][0] and sides["lake"][1] != "0" * 64
     assert ASCOT_1430 in (evaluation.description or "")
+    assert _checked_batch(url) == 0  # a failed check lets nothing be pruned
 
 
 def test_a_store_behind_the_lake_fails_without_comparing(folded_lake, tmp_path):
