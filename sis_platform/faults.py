@@ -85,7 +85,20 @@ LIVE_POINTS = (
 # Reached only with SIS_PRIORITY: a stretch's priority part committed, the rest not.
 LIVE_BETWEEN_PARTS = "live.between_parts"
 PRIORITY_POINTS = (LIVE_BETWEEN_PARTS,)
-CRASH_POINTS = CONSUMER_POINTS + MATERIALIZER_POINTS + REWIND_POINTS + LIVE_POINTS + PRIORITY_POINTS
+# Merging a sealed batch's parts into one file (sis_platform/landing/merge.py).
+MERGE_POINTS = (
+    "merge.before_claim",  # the merged file written, fsync'd and verified, not claimed
+    "merge.after_claim",  # the merged file claimed, the parts folder still whole
+    "merge.mid_removal",  # the parts folder's first file removed, the rest not
+)
+CRASH_POINTS = (
+    CONSUMER_POINTS
+    + MATERIALIZER_POINTS
+    + REWIND_POINTS
+    + LIVE_POINTS
+    + PRIORITY_POINTS
+    + MERGE_POINTS
+)
 
 _reached: dict[str, int] = {}
 

@@ -19,6 +19,7 @@ from sis_platform.faults import (
     CONSUMER_POINTS,
     CRASH_POINTS,
     LIVE_POINTS,
+    MERGE_POINTS,
     PRIORITY_POINTS,
     REWIND_POINTS,
 )
@@ -39,8 +40,9 @@ def test_sequences_cover_every_declared_crash_point():
     covered = {point.partition("@")[0] for point, _ in sequences}
     # The consumer's points are killed in tests/faults/test_consumer_crashes.py, sis-live's in
     # tests/live/test_crashes.py and tests/live/test_priority.py, the rewind's in
-    # test_rewind_crashes.py.
+    # test_rewind_crashes.py, the landing merge's in tests/landing/test_merge_crashes.py.
     others = set(CONSUMER_POINTS) | set(REWIND_POINTS) | set(LIVE_POINTS) | set(PRIORITY_POINTS)
+    others |= set(MERGE_POINTS)
     assert sorted(covered | others) == sorted(CRASH_POINTS)
     assert len(covered) == len(sequences)
     assert [point for point, _ in REWIND_SEQUENCE] == list(REWIND_POINTS)
