@@ -50,7 +50,6 @@ from sis_platform.landing.rows import (
     BATCH_KEY_RE,
     CLOSED_BY_KEY,
     FENCE_TOKEN_KEY,
-    LANDING_SCHEMA,
     LEASE_HOLDER_KEY,
     PART_RE,
     SEAL_RECORD,
@@ -113,12 +112,25 @@ def merge_batch(zone: LandingZone, key: str, fence: Fence | None = None) -> Merg
     was taken over."""
     if not mergeable(zone, key):
         return None
-    anchor = zone.anchors.read(key)
     parts = zone.parts(key)
-    if anchor is None or not parts:
+    return claim_merged(zone, key, parts, [read_part(p) for p in parts], fence)
+
+
+def read_part(path: Path) -> pa.Table:
+    """A part's rows, without its metadata (its running anchor)."""
+    return pq.ParquetFile(path).read(use_threads=False).replace_schema_metadata(None)
+
+
+def claim_merged(
+    zone: LandingZone, key: str, parts: list[Path], tables: list[pa.Table], fence: Fence | None
+) -> MergedBatch | None:
+    """Steps 1 to 3 of the module docstring for sealed batch `key`, whose `parts` (in order)
+    hold `tables`; None when it was merged meanwhile."""
+    anchor = zone.anchors.read(key)
+    if anchor is None or not parts or zone.batch_path(key).is_file():
         return None
     zone.ensure()
-    table = pa.concat_tables([pq.read_table(p, schema=LANDING_SCHEMA) for p in parts])
+    table = pa.concat_tables(tables)
     last = pq.read_schema(parts[-1]).metadata or {}
     metadata = _merged_metadata(zone, key, anchor, last, len(parts))
     tmp = write_partial(table.replace_schema_metadata(metadata), zone.tmp_dir, f"{key}.merged")
@@ -188,7 +200,8 @@ def _problems(
 def remove_parts(zone: LandingZone, key: str, deadline: float | None = None) -> bool:
     """Remove merged batch `key`'s parts folder (its parts, then its seal record, then the
     folder, fsync'd), never the parts of a batch whose merged file is missing. Stops once
-    `time.monotonic()` passes `deadline`: True when the folder is gone."""
+    `time.monotonic()` passes `deadline` (after one file at least): True when the folder is
+    gone."""
     if not zone.batch_path(key).is_file():
         return False
     folder = zone.batch_dir(key)
@@ -200,8 +213,8 @@ def remove_parts(zone: LandingZone, key: str, deadline: float | None = None) -> 
     for i, name in enumerate(ordered):
         if i == 1:
             crash_point("merge.mid_removal")
-        if deadline is not None and time.monotonic() > deadline:
-            return False
+        if i > 0 and deadline is not None and time.monotonic() > deadline:
+            return False  # at least one file per call
         (folder / name).unlink(missing_ok=True)
     folder.rmdir()
     fsync_dir(zone.batches_dir)
@@ -262,10 +275,28 @@ class _Removal(NamedTuple):
     due: float
 
 
+@dataclass
+class _Reading:
+    """The batch a `Merger` is merging: its parts, and the rows of those read so far."""
+
+    key: str
+    parts: list[Path]
+    tables: list[pa.Table]
+
+    @property
+    def done(self) -> bool:
+        return len(self.tables) == len(self.parts)
+
+
 class Merger:
     """sis-live's merging, a bounded step per idle turn (`turn`). Knows the batches to merge
     and the parts folders to remove from one listing of the zone when built (after the lease
-    holder's `recover`) and from each seal after (`sealed`); never lists the zone again."""
+    holder's `recover`) and from each seal after (`sealed`); never lists the zone again.
+
+    A batch's parts are read over as many turns as the budget needs (the rows read so far are
+    held: one batch, bounded by the batch bounds); writing, verifying and claiming its merged
+    file is one turn's step of its own. A parts folder is removed over as many turns as
+    needed."""
 
     def __init__(
         self,
@@ -281,6 +312,7 @@ class Merger:
         self._now = wall_clock
         self._to_merge: deque[str] = deque()
         self._to_remove: deque[_Removal] = deque()
+        self._reading: _Reading | None = None
         for key in folder_keys(zone):
             if zone.batch_path(key).is_file():
                 self._to_remove.append(_Removal(key, merged_at(zone, key) + grace_seconds))
@@ -297,33 +329,60 @@ class Merger:
         self._to_merge.append(key)
 
     def turn(self, seconds: float = TURN_SECONDS) -> None:
-        """A bounded step: remove the parts folders whose grace has passed, then merge the
-        next sealed batch while time is left. FencedOff when the lease was taken over; a
-        landing zone failing (OSError) leaves the work for a later turn."""
+        """A bounded step: remove the parts folders whose grace has passed; when that is done,
+        read the next sealed batch's parts (at least one, more while time is left) or claim its
+        merged file. FencedOff when the lease was taken over; a landing zone failing (OSError)
+        leaves the work for a later turn."""
         deadline = time.monotonic() + seconds
         try:
-            self._remove_due(deadline)
-            if self._to_merge and time.monotonic() < deadline:
-                self._merge_next()
+            if self._remove_due(deadline) and self._to_merge:
+                self._merge_step(deadline)
         except OSError as error:
+            self._reading = None  # read again from the first part next turn
             log.warning("merging landed batches in %s: %s; retrying later", self.zone.root, error)
 
-    def _remove_due(self, deadline: float) -> None:
+    def _remove_due(self, deadline: float) -> bool:
+        """Remove the parts folders due until `deadline`; whether none due is left."""
         while self._to_remove and self._to_remove[0].due <= self._now():
             if not remove_parts(self.zone, self._to_remove[0].key, deadline):
-                return  # out of time: the rest of this folder next turn
+                return False  # out of time: the rest of this folder next turn
             self._to_remove.popleft()
+        return True
 
-    def _merge_next(self) -> None:
-        key = self._to_merge[0]
+    def _merge_step(self, deadline: float) -> None:
+        """Read the next batch's parts until `deadline`; once all are read (in an earlier
+        turn, or this one), claim its merged file in a turn of its own."""
+        reading = self._reading
+        if reading is not None and reading.done:
+            self._reading = None
+            self._claim(reading)
+            return
+        if reading is None:
+            key = self._to_merge[0]
+            if not mergeable(self.zone, key):
+                self._to_merge.popleft()
+                self._merged(key, None)
+                return
+            reading = self._reading = _Reading(key, self.zone.parts(key), [])
+        while not reading.done:  # at least one part per turn
+            reading.tables.append(read_part(reading.parts[len(reading.tables)]))
+            if time.monotonic() >= deadline:
+                return
+
+    def _claim(self, reading: _Reading) -> None:
+        key = reading.key
         try:
-            merged = merge_batch(self.zone, key, self.fence)
+            merged = claim_merged(self.zone, key, reading.parts, reading.tables, self.fence)
         except LogTampered as error:
             # Its parts stay as they are for the chain check to report; never retried.
             log.error("%s", error)
             self._to_merge.popleft()
             return
         self._to_merge.popleft()
+        self._merged(key, merged)
+
+    def _merged(self, key: str, merged: MergedBatch | None) -> None:
+        """Batch `key` is done with: its parts folder's removal is due after the grace."""
         if self.zone.batch_path(key).is_file():
             self._to_remove.append(_Removal(key, merged_at(self.zone, key) + self.grace_seconds))
         if merged is not None:
