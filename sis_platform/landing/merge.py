@@ -50,6 +50,7 @@ from sis_platform.landing.rows import (
     BATCH_KEY_RE,
     CLOSED_BY_KEY,
     FENCE_TOKEN_KEY,
+    LANDING_SCHEMA,
     LEASE_HOLDER_KEY,
     PART_RE,
     SEAL_RECORD,
@@ -70,9 +71,9 @@ log = logging.getLogger(__name__)
 # parts folder).
 MERGED_PARTS_KEY = b"sis:merged_parts"
 MERGED_SOURCE = "merged file"
-# The work one idle turn of sis-live may start: part removals stop at this budget, and a batch
-# is merged only while the turn has budget left (one batch at most: its cost is bounded by the
-# batch bounds).
+# The time one idle turn of sis-live spends merging: parts read and parts removed stop at this
+# budget (after one at least); writing, verifying and claiming a merged file is a turn's step
+# of its own.
 TURN_SECONDS = 0.05
 
 
@@ -117,8 +118,15 @@ def merge_batch(zone: LandingZone, key: str, fence: Fence | None = None) -> Merg
 
 
 def read_part(path: Path) -> pa.Table:
-    """A part's rows, without its metadata (its running anchor)."""
-    return pq.ParquetFile(path).read(use_threads=False).replace_schema_metadata(None)
+    """A part's rows, without its metadata (its running anchor); LogTampered when the file is
+    not Parquet in the landing schema."""
+    try:
+        table = pq.ParquetFile(path).read(use_threads=False).replace_schema_metadata(None)
+    except pa.ArrowException as exc:
+        raise LogTampered(f"{path}: not a landing part: {exc}") from exc
+    if not table.schema.equals(LANDING_SCHEMA):
+        raise LogTampered(f"{path}: not a landing part: its columns differ from the landing's")
+    return table
 
 
 def claim_merged(
@@ -365,7 +373,11 @@ class Merger:
                 return
             reading = self._reading = _Reading(key, self.zone.parts(key), [])
         while not reading.done:  # at least one part per turn
-            reading.tables.append(read_part(reading.parts[len(reading.tables)]))
+            try:
+                reading.tables.append(read_part(reading.parts[len(reading.tables)]))
+            except LogTampered as error:
+                self._refuse(error)
+                return
             if time.monotonic() >= deadline:
                 return
 
@@ -374,12 +386,17 @@ class Merger:
         try:
             merged = claim_merged(self.zone, key, reading.parts, reading.tables, self.fence)
         except LogTampered as error:
-            # Its parts stay as they are for the chain check to report; never retried.
-            log.error("%s", error)
-            self._to_merge.popleft()
+            self._refuse(error)
             return
         self._to_merge.popleft()
         self._merged(key, merged)
+
+    def _refuse(self, error: LogTampered) -> None:
+        """The next batch's parts do not verify: they stay as they are for the chain check
+        to report, and the batch is never tried again by this merger."""
+        log.error("%s", error)
+        self._reading = None
+        self._to_merge.popleft()
 
     def _merged(self, key: str, merged: MergedBatch | None) -> None:
         """Batch `key` is done with: its parts folder's removal is due after the grace."""

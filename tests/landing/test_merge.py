@@ -179,3 +179,18 @@ def test_a_merger_built_after_a_restart_finds_the_work_left(tmp_path):
     assert [k for k in (B1, B2, B3) if zone.batch_dir(k).exists()] == []
     assert zone.batch_files(batch_key(4)) == zone.parts(batch_key(4))
     assert chain_problems(zone) == []
+
+
+def test_a_part_that_is_not_a_landing_part_is_refused_and_the_next_batch_merged(tmp_path):
+    zone = sealed_zone(tmp_path / "data")
+    land_in_groups(zone, batches=2, groups=3, leave_open=False)
+    part = zone.parts(B1)[2]
+    part.chmod(0o600)
+    part.write_bytes(b"not parquet")
+    with pytest.raises(LogTampered, match=r"part-00002.parquet: not a landing part"):
+        merge_batch(zone, B1)
+
+    merger = Merger(zone, None, HOUR)
+    _turns(merger, zone.batch_path(B2).is_file, seconds=HOUR)
+    assert not zone.batch_path(B1).is_file() and len(zone.parts(B1)) == 3
+    assert merger.pending == 1  # B2's parts, within their grace
