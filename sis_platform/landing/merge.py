@@ -138,7 +138,7 @@ def claim_merged(
     if anchor is None or not parts or zone.batch_path(key).is_file():
         return None
     zone.ensure()
-    table = pa.concat_tables(tables)
+    table = pa.concat_tables(tables).combine_chunks()  # one chunk: written as one
     last = pq.read_schema(parts[-1]).metadata or {}
     metadata = _merged_metadata(zone, key, anchor, last, len(parts))
     tmp = write_partial(table.replace_schema_metadata(metadata), zone.tmp_dir, f"{key}.merged")
