@@ -7,7 +7,14 @@ intake mode consumes at a time.
 (sis_platform/runtime/heartbeat.py): exit 0 when its loop went round within
 SIS_LIVE_STALL_SECONDS, 1 otherwise; `sis-live health --ready`, a readiness probe: 0 when it is
 alive, holds the consumer lease and its serving store has caught up. Neither touches the store,
-the queue or Dagster; each prints one line saying why."""
+the queue or Dagster; each prints one line saying why.
+
+`sis-live merge` merges an existing landing zone offline (sis_platform/log/landing/merge.py): every
+sealed batch still in parts becomes one file, and the parts of batches merged more than
+SIS_LANDING_MERGE_GRACE_SECONDS ago are removed. It takes the consumer lease under a holder of
+its own, so it refuses while a sis-live (which merges in its idle turns) holds it, and no
+consumer lands meanwhile; it releases the lease when done. Exit 0 when every sealed batch
+verified, 1 when a batch's parts did not (named, left as they are) or the lease is held."""
 
 from __future__ import annotations
 
@@ -32,9 +39,10 @@ def _parser() -> argparse.ArgumentParser:
         "command",
         nargs="?",
         default="run",
-        choices=("run", "health"),
+        choices=("run", "health", "merge"),
         help="run (the default): consume; health: probe the running process's heartbeat "
-        "(exit 0 alive, 1 not)",
+        "(exit 0 alive, 1 not); merge: merge the landing zone's sealed batches into one file "
+        "each, offline",
     )
     parser.add_argument(
         "--ready",
@@ -63,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.command == "health":
         return _health(settings, ready=args.ready)
+    if args.command == "merge":
+        return _merge(settings)
     if settings.intake == "sensor":
         print(
             "sis-live: SIS_INTAKE=sensor: the queue sensor is this deployment's consumer, and "
@@ -88,6 +98,46 @@ def _health(settings: Settings, *, ready: bool) -> int:
     verdict = health(beat, time.monotonic(), settings.live.stall_seconds)
     print(f"sis-live: {verdict.reason}")
     return 0 if (verdict.ready if ready else verdict.alive) else 1
+
+
+def _merge(settings: Settings) -> int:
+    """`sis-live merge`: the zone merged under the consumer lease, what was done printed."""
+    from sis_platform.intake.lease import ConsumerLease, holder_id
+    from sis_platform.live.process import landing_zone
+    from sis_platform.log.landing.merge import merge_zone
+
+    zone = landing_zone(settings)
+    lease = ConsumerLease(
+        zone.root, holder_id(f"{settings.batch.deployment}.merge"), settings.batch.lease_seconds
+    )
+    current = lease.acquire()
+    if not lease.holds(current):
+        print(
+            f"sis-live merge: the consumer lease is held by {current.holder} (a running "
+            "sis-live merges in its idle turns): nothing merged",
+            file=sys.stderr,
+        )
+        return 1
+    grace = settings.live.merge_grace_seconds
+    try:
+        zone.clean_partials()  # as any new lease holder: what a crash left half-written
+        report = merge_zone(
+            zone, lease.fence(current), grace, still_held=lambda: lease.holds(lease.acquire())
+        )
+    finally:
+        lease.release()
+    print(
+        f"sis-live merge: {report.merged} batch(es) merged into one file; {report.removed} "
+        f"parts folder(s) removed, {report.kept} kept for their grace ({grace:g} s)"
+    )
+    if report.refused:
+        print(
+            f"sis-live merge: not merged, their parts do not verify against their anchors: "
+            f"{', '.join(report.refused)} (run sis-verify-log)",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

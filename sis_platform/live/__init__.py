@@ -1,7 +1,7 @@
 """sis-live: the resident consumer of the queue (docs/live.md). It lands small groups of
 messages durably, folds them in memory with the domain's code (`fold.py`, in worker processes:
 `workers.py`), commits the result with its log position to the serving store (`applier.py`) and
-then commits the queue (`service.py`, the loop); `source.py` opens its queue, `budget.py` bounds
+then commits the queue (`service.py`, the loop); `budget.py` bounds
 an item's time, `config.py` its bounds, `process.py` one process built from the settings.
 
 No Dagster or Spark import anywhere in this package."""

@@ -14,6 +14,7 @@ from sis_platform.settings import (
     DEFAULT_BATCH_MAX_BYTES,
     DEFAULT_BATCH_MAX_MESSAGES,
     DEFAULT_BATCH_MAX_SECONDS,
+    DEFAULT_LANDING_MERGE_GRACE_SECONDS,
     DEFAULT_LIVE_GROUP_MAX_MESSAGES,
     DEFAULT_LIVE_GROUP_WAIT_MS,
     DEFAULT_LIVE_PRIORITY_WINDOW,
@@ -53,6 +54,8 @@ class LiveConfig:
     # Fold worker processes beside sis-live (sis_platform/live/workers.py); settings give
     # SIS_LIVE_FOLD_WORKERS, a config built in a test none unless it asks.
     fold_workers: int = 0
+    # How long a batch merged in an idle turn keeps its parts (sis_platform/log/landing/merge.py).
+    merge_grace_seconds: float = DEFAULT_LANDING_MERGE_GRACE_SECONDS
     idle_wait_seconds: float = IDLE_WAIT_SECONDS
     heartbeat_seconds: float = HEARTBEAT_SECONDS
     progress_seconds: float = PROGRESS_SECONDS
@@ -90,6 +93,7 @@ class LiveConfig:
             priority_window=settings.live.priority_window,
             fold_workers=settings.live.fold_workers,
             serving_history=timedelta(days=settings.serving.history_days),
+            merge_grace_seconds=settings.live.merge_grace_seconds,
         )
 
 

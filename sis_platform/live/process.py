@@ -29,7 +29,7 @@ log = logging.getLogger("sis_platform.live")
 
 def build_service(settings: Settings) -> LiveService:
     """The service `settings` describe (nothing is connected or opened yet)."""
-    zone = LandingZone(Path(settings.landing_dir), _seal(settings))
+    zone = landing_zone(settings)
     lease = ConsumerLease(
         zone.root, holder_id(settings.batch.deployment), settings.batch.lease_seconds
     )
@@ -47,6 +47,11 @@ def build_service(settings: Settings) -> LiveService:
         budget=BudgetConfig.from_settings(settings),
         heartbeat=Heartbeat(settings.live.heartbeat_file),
     )
+
+
+def landing_zone(settings: Settings) -> LandingZone:
+    """The landing zone the settings name, signed and witnessed as they say."""
+    return LandingZone(Path(settings.landing_dir), _seal(settings))
 
 
 def _seal(settings: Settings) -> LogSeal | None:

@@ -15,7 +15,10 @@ or taken over: it stops consuming and stands by, as intake does), the service:
    transaction; a backlog's full groups are pipelined, each committed during the next
    group's `apply`: see applier.py); `live.before_queue_commit`; queue commit;
    `live.after_queue_commit`; the open batch sealed when it reached a bound (messages,
-   bytes, or age, the last also when no message comes).
+   bytes, or age, the last also when no message comes);
+3. in a turn where no message came within the wait (an idle turn), after the seal that may be
+   due: a bounded step of merging sealed batches' parts into one file each (`Merger`,
+   sis_platform/log/landing/merge.py): never on a group's way to the store, never the open batch.
 
 Landing comes first, as in the consumer (sis_platform/intake/consumer.py, invariant 1): a crash
 before the land leaves every message on the queue (backed out by it). From the land on, the landed
@@ -63,6 +66,7 @@ from sis_platform.log.landing import (
     MovedAside,
     landing_bytes_bound,
 )
+from sis_platform.log.landing.merge import Merger
 from sis_platform.queues.base import (
     FencedOff,
     QueueSession,
@@ -118,6 +122,7 @@ class LiveService:
         self._expires_at = 0.0  # monotonic: when the lease held runs out unless renewed
         self._landed_to = LogPosition(0, -1)
         self._opened: _Opened | None = None  # when the open batch was opened (monotonic)
+        self._merger: Merger | None = None  # the lease holder's merging (idle turns)
         self._progress = _Progress(clock(), config.progress_seconds)
         self._stepped = threading.Condition()  # notified after every step (see `wait_until`)
         self.landed_messages = 0  # messages this process has landed
@@ -248,6 +253,7 @@ class LiveService:
         sealed = writer.recover()
         if sealed is not None:
             log.warning("sealed batch %s left open (%d messages)", sealed.key, sealed.messages)
+        self._merger = Merger(self.zone, writer.fence, self.config.merge_grace_seconds)
         self._landed_to = self.zone.last_position()
         self.applier.catch_up(self._landed_to, self._keep_catching_up)
         try:
@@ -376,13 +382,16 @@ class LiveService:
             self._source_down(error)
 
     def _idle(self, writer: GroupWriter) -> None:
-        """No message within the wait: seal an open batch whose time is up, heartbeat."""
+        """No message within the wait: seal an open batch whose time is up, heartbeat, and a
+        bounded step of merging sealed batches."""
         deadline = self._seal_deadline(writer)
         if deadline is not None and self._clock() >= deadline:
             self._seal(writer, ClosedBy.DRAINED)
         if self.applier.deferred:
             self.applier.catch_up(self._landed_to, self._keep_catching_up)
         self.applier.idle()
+        if self._merger is not None:
+            self._merger.turn()
 
     def _seal_if_bound(self, writer: GroupWriter) -> None:
         open_batch = writer.open_batch
@@ -406,6 +415,8 @@ class LiveService:
                 log.error("cannot seal the open batch in %s: %s; retrying", self.zone.root, error)
             return
         if batch is not None:
+            if self._merger is not None:
+                self._merger.sealed(batch.key)
             log.info(
                 "sealed batch %s: %d message(s), %d bytes (%s)",
                 batch.key,

@@ -90,6 +90,12 @@ PRUNE_POINTS = (
     "serving.prune",  # inside the prune's transaction: rows deleted, not committed
     "serving.after_prune",  # the prune committed, its space not yet reclaimed
 )
+# Merging a sealed batch's parts into one file (sis_platform/log/landing/merge.py).
+MERGE_POINTS = (
+    "merge.before_claim",  # the merged file written, fsync'd and verified, not claimed
+    "merge.after_claim",  # the merged file claimed, the parts folder still whole
+    "merge.mid_removal",  # the parts folder's first file removed, the rest not
+)
 CRASH_POINTS = (
     CONSUMER_POINTS
     + MATERIALIZER_POINTS
@@ -97,6 +103,7 @@ CRASH_POINTS = (
     + LIVE_POINTS
     + PRIORITY_POINTS
     + PRUNE_POINTS
+    + MERGE_POINTS
 )
 
 _reached: dict[str, int] = {}

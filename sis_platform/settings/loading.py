@@ -48,6 +48,7 @@ from sis_platform.settings.variables import (
     DEFAULT_GET_WAIT_SECONDS,
     DEFAULT_LAKE_LAG_FAIL_SECONDS,
     DEFAULT_LAKE_LAG_WARN_SECONDS,
+    DEFAULT_LANDING_MERGE_GRACE_SECONDS,
     DEFAULT_LEASE_SECONDS,
     DEFAULT_LIMITS,
     DEFAULT_LIVE_BATCH_SECONDS,
@@ -535,6 +536,9 @@ def _live(read: Reader, data_dir: Path, lease_seconds: float) -> LiveSettings:
         priority_window=read.at_least("SIS_LIVE_PRIORITY_WINDOW", DEFAULT_LIVE_PRIORITY_WINDOW, 1),
         fold_workers=_fold_workers(read),
         stall_seconds=_stall_seconds(read, lease_seconds),
+        merge_grace_seconds=read.at_least_number(
+            "SIS_LANDING_MERGE_GRACE_SECONDS", DEFAULT_LANDING_MERGE_GRACE_SECONDS, 0.0
+        ),
     )
 
 

@@ -19,6 +19,7 @@ from sis_platform.settings.variables import (
     DEFAULT_IBMMQ_RECONNECT,
     DEFAULT_LAKE_LAG_FAIL_SECONDS,
     DEFAULT_LAKE_LAG_WARN_SECONDS,
+    DEFAULT_LANDING_MERGE_GRACE_SECONDS,
     DEFAULT_LEASE_SECONDS,
     DEFAULT_LIVE_BATCH_SECONDS,
     DEFAULT_LIVE_FOLD_WORKERS,
@@ -180,6 +181,8 @@ class LiveSettings:
     priority_window: int = DEFAULT_LIVE_PRIORITY_WINDOW
     fold_workers: int = DEFAULT_LIVE_FOLD_WORKERS
     stall_seconds: float = DEFAULT_LIVE_STALL_SECONDS  # no beat for longer: restarted
+    # how long a merged batch's parts are kept (sis_platform/log/landing/merge.py)
+    merge_grace_seconds: float = DEFAULT_LANDING_MERGE_GRACE_SECONDS
 
 
 @dataclass(frozen=True)

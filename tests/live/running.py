@@ -78,13 +78,15 @@ def running(
     budget: BudgetConfig | None = None,
     heartbeat: Heartbeat | None = None,
     lease: ConsumerLease | None = None,
+    zone: LandingZone | None = None,
 ) -> Iterator[LiveService]:
     """The service running in a thread, consuming `source` (default: the place's queue), its
     fold under `budget` (None: unguarded, no fold workers), under `lease` (default: the
-    place's); stopped (and its thread joined) on leaving."""
+    place's), landing in `zone` (default: the place's, unsigned); stopped (and its thread
+    joined) on leaving."""
     service = LiveService(
         source if source is not None else place.queue,
-        place.zone,
+        zone if zone is not None else place.zone,
         lease if lease is not None else place.lease(),
         open_store_ or (lambda: open_store(place.url)),
         config,

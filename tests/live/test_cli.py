@@ -111,3 +111,42 @@ def _wait_for_store(place, proc):
             proc.wait(timeout=0.1)
     assert opened is not None, "sis-live never created its serving store"
     return opened
+
+
+def test_merge_merges_sealed_batches_offline_and_refuses_while_sis_live_holds_the_lease(
+    tmp_path,
+):
+    from sis_platform.log.landing import batch_key
+    from sis_platform.log.landing.merge import folder_keys
+    from tests.log.grouped import chain_problems, land_in_groups, read_back, sealed_zone
+
+    data = tmp_path / "data"
+    zone = sealed_zone(data)
+    land_in_groups(zone, batches=3, groups=3, leave_open=True)
+    logged = read_back(zone)
+
+    def merge(**variables: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "sis_platform.cli.live", "merge"],
+            cwd=REPO,
+            env=live_env(data, **variables),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    held = Place(data).lease("prod@another-host:1")
+    held.acquire()
+    refused = merge()
+    assert refused.returncode == 1 and "held by prod@another-host:1" in refused.stderr
+    assert len(folder_keys(zone)) == 4
+    held.release()
+
+    kept = merge()
+    assert kept.returncode == 0, kept.stderr
+    assert "3 batch(es) merged into one file; 0 parts folder(s) removed, 3 kept" in kept.stdout
+    done = merge(SIS_LANDING_MERGE_GRACE_SECONDS="0")
+    assert "0 batch(es) merged into one file; 3 parts folder(s) removed" in done.stdout
+    assert folder_keys(zone) == [batch_key(4)]  # the open batch stays in parts
+    assert read_back(zone) == logged
+    assert chain_problems(zone) == []

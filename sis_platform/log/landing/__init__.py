@@ -34,8 +34,12 @@ a row with an empty body, the real size and digest, and that file's path (`body_
 `LogPosition` names a message's place in the log; `LandingZone.landed_after` reads the log back
 from one, for a fold that resumes where it stopped.
 
+Once sealed, a batch in parts is merged into the one-file form (`merge`: the same rows, links
+and signed anchor), and its parts folder removed after a grace.
+
 Modules: `rows` (records, schema, building and writing linked rows), `zone` (`LandingZone`),
-`groups` (`GroupWriter`, sealing), `reading` (`landed_after`). No Dagster or Spark import:
+`groups` (`GroupWriter`, sealing), `reading` (`landed_after`), `merge` (`Merger`,
+`merge_zone`). No Dagster or Spark import:
 intake uses this in the sensor's process and `sis-live` in its own.
 """
 
