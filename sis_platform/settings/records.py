@@ -190,6 +190,14 @@ class LiveSettings:
 
 
 @dataclass(frozen=True)
+class NotifySettings:
+    """Where Dagster run failures and failed checks are posted (None: nowhere); its bearer
+    token only in SIS_NOTIFY_WEBHOOK_TOKEN, read at use (sis_platform/runtime/webhook.py)."""
+
+    webhook_url: str | None = None
+
+
+@dataclass(frozen=True)
 class FeedChecksSettings:
     """The thresholds of the checks that watch the feed (lake lag, dead-letter rate) and the
     freshness windows of master_documents and the model."""
@@ -230,3 +238,4 @@ class Settings:
     sensor_interval_seconds: int = DEFAULT_SENSOR_INTERVAL_SECONDS
     checks: FeedChecksSettings = field(default_factory=FeedChecksSettings)
     log: LogSettings | None = None  # None only in hand-built settings: anchors unsigned
+    notify: NotifySettings = field(default_factory=NotifySettings)
