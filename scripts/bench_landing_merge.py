@@ -4,7 +4,12 @@
 x SIS_LIVE_BATCH_SECONDS 120 s = 50), on a signed zone; then every batch merged and its parts
 removed by sis-live's `Merger` in idle turns (its 50 ms budget, no grace), each turn timed.
 
-    python scripts/bench_landing_merge.py [--batches N] [--messages-per-batch M]
+Then, with `--expire`, every batch but the newest expired (sis_platform/log/landing/expiry.py)
+by sis-live's `Expirer` in idle turns, as if the lake had checked them all and the retention
+had passed: the first expiry of a zone that kept everything, the largest amount of work one
+look can find.
+
+    python scripts/bench_landing_merge.py [--batches N] [--messages-per-batch M] [--expire]
 
 Prints files and bytes under landing/ before and after, per batch and per day (720 batches),
 and the turns it took with their median, 99th-percentile and largest milliseconds (a message
@@ -23,6 +28,7 @@ from itertools import islice
 from pathlib import Path
 
 from sis_platform.log.landing import ClosedBy, GroupWriter, LandingZone, batch_key
+from sis_platform.log.landing.expiry import Expirer
 from sis_platform.log.landing.merge import Merger
 from sis_platform.log.seal import KeySource, LogSeal, Witness
 from sis_platform.queues.base import ReceivedMessage
@@ -63,6 +69,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=30)
     parser.add_argument("--messages-per-batch", type=int, default=50)
+    parser.add_argument("--expire", action="store_true", help="then expire all but the newest")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
@@ -78,15 +85,37 @@ def main() -> None:
             turns.append(time.perf_counter() - start)
         after = _usage(zone.root)
         assert not zone.batch_dir(batch_key(args.batches)).exists()
+        expire_turns = _expire(zone, args.batches) if args.expire else []
+        expired = _usage(zone.root)
     print(
         f"{args.batches} batches of {args.messages_per_batch} messages, one message per part "
         "(anchors included in the counts)"
     )
     print(_line("before merge", *before, args.batches))
     print(_line("after merge", *after, args.batches))
+    print(_turns("merge turns", turns, args.batches))
+    if args.expire:
+        print(_line("after expiry", *expired, args.batches))
+        print(_turns("expiry turns", expire_turns, args.batches))
+
+
+def _expire(zone: LandingZone, batches: int) -> list[float]:
+    """Expire every batch but the newest in idle turns; each turn's seconds."""
+    expirer = Expirer(zone, None, retain_seconds=0.0, check_seconds=0.0)
+    turns = []
+    while True:
+        start = time.perf_counter()
+        expirer.turn(checked_batch=batches)
+        turns.append(time.perf_counter() - start)
+        expiry = zone.expiry()
+        if expiry is not None and expiry.through_seq == batches - 1 and len(zone.keys()) == 1:
+            return turns
+
+
+def _turns(what: str, turns: list[float], batches: int) -> str:
     ms = sorted(t * 1000 for t in turns)
-    print(
-        f"idle turns: {len(ms)} ({len(ms) / args.batches:.1f} per batch); median "
+    return (
+        f"{what}: {len(ms)} ({len(ms) / batches:.1f} per batch); median "
         f"{statistics.median(ms):.1f} ms, p99 {ms[int(len(ms) * 0.99)]:.1f} ms, "
         f"largest {ms[-1]:.1f} ms"
     )

@@ -133,9 +133,11 @@ def verify(
     batches = messages = printed = 0
     problems = 0
     first_problem: Problem | None = None
+    head: str | None = None  # an expired batch's last link, which the next one follows
     for key in _keys(lake, zone, first, last, runs):
         run_anchor = runs.anchor(key) if runs is not None else None
-        verdict = verify_batch(lake, zone, key, run_anchor=run_anchor)
+        verdict = verify_batch(lake, zone, key, run_anchor=run_anchor, expired_prev=head)
+        head = verdict.head
         batches += 1
         messages += verdict.messages
         problems += len(verdict.problems)

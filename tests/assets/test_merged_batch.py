@@ -73,9 +73,15 @@ def test_expired_batches_verify_from_the_lake_and_refuse_to_materialize_again(sp
     assert advance_record(h.zone, checked_batch=2, retain_seconds=0.0).through_seq == 2
     assert remove_expired(h.zone)
     assert h.zone.keys() == [keys[2]]
-    for key in keys:  # the expired ones from their rows in the lake, the last from the record
-        verdict = verify_batch(lake, h.zone, key)
+    # The expired ones from their rows in the lake, each following the one before (as
+    # sis-verify-log carries it), the last against the record; the kept one from the record.
+    head = None
+    for key in keys:
+        verdict = verify_batch(lake, h.zone, key, expired_prev=head)
         assert verdict.intact and verdict.messages == 2, verdict.problems
+        head = verdict.head
+    broken = verify_batch(lake, h.zone, keys[1], expired_prev="00" * 32)
+    assert not broken.intact  # a batch that does not follow the one before is named
 
     with pytest.raises(Exception) as failed:
         h.materialize(keys[0], *LOG_ASSETS)

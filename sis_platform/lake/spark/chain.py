@@ -26,6 +26,7 @@ from pyspark.sql import functions as F
 from sis_platform.lake.spark.items import batch_condition
 from sis_platform.lake.tables import RAW_MESSAGES
 from sis_platform.log.chain import (
+    GENESIS_LINK,
     Anchor,
     ChainRecord,
     Problem,
@@ -61,6 +62,9 @@ class BatchVerdict:
     batch_key: str
     messages: int  # messages checked in the Delta table
     problems: tuple[Problem, ...]
+    # The last link of its rows in the Delta table, where an expired batch's verification
+    # gives it (the next expired batch must start from it); None otherwise.
+    head: str | None = None
 
     @property
     def intact(self) -> bool:
@@ -79,13 +83,21 @@ class BatchVerdict:
 
 
 def verify_batch(
-    lake: Lake, zone: LandingZone, key: str, *, run_anchor: RunAnchor | None = None
+    lake: Lake,
+    zone: LandingZone,
+    key: str,
+    *,
+    run_anchor: RunAnchor | None = None,
+    expired_prev: str | None = None,
 ) -> BatchVerdict:
-    """Check batch `key` (see the module docstring)."""
+    """Check batch `key` (see the module docstring). `expired_prev`: for a batch expired from
+    the landing zone, the last link of the batch before it (the verdict's `head` of that
+    batch), which its first row must follow; None: from the genesis link for the first batch,
+    else from its own first row."""
     seq = batch_seq_of(key)
     expiry = _expiry(zone, key)
     if expiry is not None:
-        return _verify_expired(lake, zone, key, expiry)
+        return _verify_expired(lake, zone, key, expiry, expired_prev)
     problems: list[Problem] = []
     anchor = _read_anchor(zone, key, problems)
     previous = _read_anchor(zone, batch_key(seq - 1), problems) if seq > 1 else None
@@ -131,11 +143,13 @@ def _expiry(zone: LandingZone, key: str) -> Expiry | None:
     return expiry if expiry is not None and expiry.covers(key) else None
 
 
-def _verify_expired(lake: Lake, zone: LandingZone, key: str, expiry: Expiry) -> BatchVerdict:
+def _verify_expired(
+    lake: Lake, zone: LandingZone, key: str, expiry: Expiry, prev: str | None
+) -> BatchVerdict:
     """A batch expired from the landing zone (sis_platform/log/landing/expiry.py): only its
-    rows in the lake are left, checked for their own chain (from their first link); the last
-    expired batch's rows also against the expiry record's signed anchor, which the first kept
-    batch's anchor follows."""
+    rows in the lake are left, checked for their chain from `prev` (the genesis link for the
+    first batch; its own first link when not given); the last expired batch's rows also
+    against the expiry record's signed anchor, which the first kept batch's anchor follows."""
     last = expiry.anchor if expiry.anchor.batch_key == key else None
     problems = signature_problems(zone, key, last) if last is not None else []
     if not lake.exists(RAW_MESSAGES):
@@ -144,13 +158,17 @@ def _verify_expired(lake: Lake, zone: LandingZone, key: str, expiry: Expiry) -> 
     rows = list(delta_messages(lake, key))
     if not rows:
         problems.append(Problem(key, f"expired from the landing zone and not in {DELTA_SOURCE}"))
-    first_prev = rows[0].prev_link if rows else ""
-    if last is not None:
-        first_prev = last.first_prev
+    if prev is None and batch_seq_of(key) == 1:
+        prev = GENESIS_LINK.hex()
+    first_prev = prev if prev is not None else (rows[0].prev_link if rows else "")
+    if last is not None and last.first_prev != first_prev:
+        problems.append(
+            Problem(key, "the expiry record's anchor does not follow the batch before it")
+        )
     report = verify_messages(
         key, iter(rows), first_prev=first_prev, source=DELTA_SOURCE, anchor=last
     )
-    return BatchVerdict(key, report.messages, (*problems, *report.problems))
+    return BatchVerdict(key, report.messages, (*problems, *report.problems), report.head)
 
 
 def _read_anchor(zone: LandingZone, key: str, problems: list[Problem]) -> Anchor | None:
