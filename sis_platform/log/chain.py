@@ -40,7 +40,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 CHAIN_FORMAT = 2
 GENESIS_LINK = bytes(32)
@@ -119,6 +119,20 @@ class Anchor:
         """The chain fields alone: what two copies of one anchor must agree on."""
         return Anchor(self.batch_key, self.messages, self.first_prev, self.head, self.format)
 
+    @classmethod
+    def from_json(cls, data: Any) -> Anchor:
+        """The anchor an anchor file's JSON object holds (`asdict` of one); KeyError, TypeError
+        or ValueError when it is not one."""
+        return cls(
+            batch_key=str(data["batch_key"]),
+            messages=int(data["messages"]),
+            first_prev=str(data["first_prev"]),
+            head=str(data["head"]),
+            format=int(data["format"]),
+            signature=data.get("signature"),
+            key_id=data.get("key_id"),
+        )
+
 
 class AnchorStore:
     """Append-only anchor files, one per batch, `<dir>/<batch key>.json`, mode 0600."""
@@ -142,16 +156,7 @@ class AnchorStore:
         except FileNotFoundError:
             return None
         try:
-            data = json.loads(raw)
-            return Anchor(
-                batch_key=str(data["batch_key"]),
-                messages=int(data["messages"]),
-                first_prev=str(data["first_prev"]),
-                head=str(data["head"]),
-                format=int(data["format"]),
-                signature=data.get("signature"),
-                key_id=data.get("key_id"),
-            )
+            return Anchor.from_json(json.loads(raw))
         except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"anchor file {self.path(key)} is not an anchor: {exc}") from exc
 

@@ -105,18 +105,7 @@ def read_expiry(root: Path) -> Expiry | None:
     except FileNotFoundError:
         return None
     try:
-        data = json.loads(raw)["anchor"]
-        return Expiry(
-            Anchor(
-                batch_key=str(data["batch_key"]),
-                messages=int(data["messages"]),
-                first_prev=str(data["first_prev"]),
-                head=str(data["head"]),
-                format=int(data["format"]),
-                signature=data.get("signature"),
-                key_id=data.get("key_id"),
-            )
-        )
+        return Expiry(Anchor.from_json(json.loads(raw)["anchor"]))
     except (ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"the expiry record {path} is not an expiry record: {exc}") from exc
 
