@@ -13,12 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sis_platform.lake.spark.fold.ledger import CommittedStep, FoldedBatch, folded_batches
+from sis_platform.lake.spark.fold.ledger import (
+    CommittedStep,
+    FoldedBatch,
+    StepRow,
+    folded_batches,
+)
 from sis_platform.lake.tables import BATCH_LOG, MESSAGE_ITEMS
 
 if TYPE_CHECKING:
-    from pyspark.sql import Row
-
     from sis_platform.lake.delta import Lake
 
 
@@ -69,17 +72,18 @@ class LoggedBatches:
 
 
 def read_batch_log(lake: Lake, version: int) -> LoggedBatches:
-    rows = (
+    """batch_log at `version`, through Arrow (one row per batch: a Row object each would cost
+    the driver ~60 us a row, scripts/bench_step_reads.py)."""
+    table = (
         lake.read(BATCH_LOG, version=version)
         .select("batch_seq", "batch_key", "items_digest", "messages")
-        .collect()
+        .toArrow()
     )
+    columns = [table.column(c).to_pylist() for c in table.column_names]
     return LoggedBatches.of(
         [
-            LoggedBatch(
-                int(r["batch_seq"]), str(r["batch_key"]), str(r["items_digest"]), int(r["messages"])
-            )
-            for r in rows
+            LoggedBatch(int(seq), str(key), str(digest), int(messages))
+            for seq, key, digest, messages in zip(*columns, strict=True)
         ]
     )
 
@@ -122,7 +126,7 @@ class StepPlan:
 def plan_step(
     lake: Lake,
     committed: CommittedStep,
-    steps: list[Row],
+    steps: list[StepRow],
     *,
     max_batches: int | None = None,
 ) -> StepPlan:
