@@ -34,7 +34,12 @@ from sis_platform.settings.records import (
     StompSourceSettings,
     is_local_master,
 )
-from sis_platform.settings.transport import TlsFiles, check_ssl_peer_name, is_loopback
+from sis_platform.settings.transport import (
+    TlsFiles,
+    check_ssl_peer_name,
+    is_loopback,
+    listen_address,
+)
 from sis_platform.settings.variables import (
     DEFAULT_BACKOUT_THRESHOLD,
     DEFAULT_BATCH_MAX_BYTES,
@@ -63,6 +68,7 @@ from sis_platform.settings.variables import (
     DEFAULT_LOG_KEY_FILE,
     DEFAULT_LOG_WITNESS_DIR,
     DEFAULT_MAX_RUNS_IN_FLIGHT,
+    DEFAULT_METRICS_ADDRESS,
     DEFAULT_PROFILE,
     DEFAULT_QUARANTINE_AFTER,
     DEFAULT_QUEUE_NAME,
@@ -539,7 +545,18 @@ def _live(read: Reader, data_dir: Path, lease_seconds: float) -> LiveSettings:
         merge_grace_seconds=read.at_least_number(
             "SIS_LANDING_MERGE_GRACE_SECONDS", DEFAULT_LANDING_MERGE_GRACE_SECONDS, 0.0
         ),
+        metrics_address=_metrics_address(read),
     )
+
+
+def _metrics_address(read: Reader) -> tuple[str, int] | None:
+    """SIS_METRICS_ADDRESS: `HOST:PORT` or `off`. Another host than loopback is taken as the
+    operator's choice (a pod's address for Prometheus to scrape): the default stays loopback."""
+    raw = read.text("SIS_METRICS_ADDRESS", DEFAULT_METRICS_ADDRESS)
+    try:
+        return listen_address(raw)
+    except ValueError as error:
+        raise ConfigurationError(f"SIS_METRICS_ADDRESS={raw!r}: {error}") from None
 
 
 def _stall_seconds(read: Reader, lease_seconds: float) -> float:

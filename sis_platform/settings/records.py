@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sis_platform.domain.limits import Limits
+from sis_platform.settings.transport import listen_address
 from sis_platform.settings.variables import (
     DEFAULT_BACKOUT_THRESHOLD,
     DEFAULT_BATCH_MAX_BYTES,
@@ -31,6 +32,7 @@ from sis_platform.settings.variables import (
     DEFAULT_LIVE_REPORT_SECONDS,
     DEFAULT_LIVE_STALL_SECONDS,
     DEFAULT_MAX_RUNS_IN_FLIGHT,
+    DEFAULT_METRICS_ADDRESS,
     DEFAULT_QUARANTINE_AFTER,
     DEFAULT_QUEUE_NAME,
     DEFAULT_REDELIVERY_LIMIT,
@@ -46,6 +48,9 @@ from sis_platform.settings.variables import (
     IbmMqReconnect,
     IntakeMode,
 )
+
+# The default of SIS_METRICS_ADDRESS, parsed (sis_platform/settings/transport.py).
+METRICS_ADDRESS = listen_address(DEFAULT_METRICS_ADDRESS)
 
 
 class ConfigurationError(ValueError):
@@ -183,6 +188,8 @@ class LiveSettings:
     stall_seconds: float = DEFAULT_LIVE_STALL_SECONDS  # no beat for longer: restarted
     # how long a merged batch's parts are kept (sis_platform/log/landing/merge.py)
     merge_grace_seconds: float = DEFAULT_LANDING_MERGE_GRACE_SECONDS
+    # (host, port) of /metrics, /healthz and /readyz (sis_platform/live/endpoint.py); None: off
+    metrics_address: tuple[str, int] | None = METRICS_ADDRESS
 
 
 @dataclass(frozen=True)
