@@ -23,6 +23,11 @@ fi
 if [ -x scripts/activemq.sh ]; then
   ./scripts/activemq.sh install
 fi
+# Debian's prometheus (server and promtool) for the monitoring tests (tests/live/test_prometheus.py,
+# tests/deploy/test_alert_rules.py), where it can be installed: as root on Debian.
+if [ -x scripts/prometheus.sh ] && { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; }; then
+  ./scripts/prometheus.sh install
+fi
 # Debian's chromium for the browser test (tests/e2e/test_ui.py).
 if [ -x scripts/chromium.sh ]; then
   ./scripts/chromium.sh install

@@ -84,9 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     private_folder(settings.data_dir, create=True)  # only once it will run: a refusal makes nothing
     # Imported once the arguments are parsed: the service's modules (pyarrow, lxml, the store)
     # take 0.36 s to import (measured with -X importtime), which `sis-live --help` need not pay.
-    from sis_platform.live.process import build_service, run_until_signalled
+    from sis_platform.live.process import build_service, run_with_endpoint
 
-    run_until_signalled(build_service(settings), settings)
+    run_with_endpoint(build_service(settings), settings)
     return 0
 
 

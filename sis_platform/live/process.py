@@ -103,13 +103,18 @@ def run_until_signalled(service: LiveService, settings: Settings) -> None:
     # on the hot path).
     gc.collect()
     gc.freeze()
+    service.run()
+    log.info("sis-live stopped")
+
+
+def run_with_endpoint(service: LiveService, settings: Settings) -> None:
+    """`run_until_signalled`, with the metrics and health endpoint served while it runs."""
     endpoint = serve_metrics(service, settings)
     try:
-        service.run()
+        run_until_signalled(service, settings)
     finally:
         if endpoint is not None:
             endpoint.close()
-    log.info("sis-live stopped")
 
 
 def serve_metrics(service: LiveService, settings: Settings) -> MetricsEndpoint | None:
