@@ -7,7 +7,9 @@ intake mode consumes at a time.
 (sis_platform/runtime/heartbeat.py): exit 0 when its loop went round within
 SIS_LIVE_STALL_SECONDS, 1 otherwise; `sis-live health --ready`, a readiness probe: 0 when it is
 alive, holds the consumer lease and its serving store has caught up. Neither touches the store,
-the queue or Dagster; each prints one line saying why.
+the queue or Dagster; each prints one line saying why. A running sis-live answers the same
+verdicts over HTTP, with its metrics, on SIS_METRICS_ADDRESS (/healthz, /readyz, /metrics:
+sis_platform/live/endpoint.py).
 
 `sis-live merge` merges an existing landing zone offline (sis_platform/log/landing/merge.py): every
 sealed batch still in parts becomes one file, and the parts of batches merged more than
