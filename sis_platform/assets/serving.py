@@ -135,7 +135,7 @@ def reached(zone: LandingZone, store: LogPosition, batch_seq: int) -> bool:
         return True
     if store.batch_seq < batch_seq:
         return False
-    anchor = zone.anchors.read(batch_key(batch_seq))
+    anchor = zone.anchor(batch_key(batch_seq))
     return anchor is not None and store.msg_seq + 1 >= anchor.messages
 
 

@@ -16,7 +16,9 @@ backlog (groups arrive full), landed groups are left to the catch-up until `prio
 messages wait, so that priority masters go ahead across that many messages, not one group.
 
 A store beyond the landing zone's last message (the landing put back to an earlier copy, a
-replica promoted, while the store kept its state) stops everything instead: new messages would
+replica promoted, while the store kept its state), or behind the batches the landing zone has
+expired (a store restored from an old backup: sis_platform/log/landing/expiry.py), stops
+everything instead: new messages would
 land at positions the store has passed and never be applied. The applier records the halt in
 the store (`StoreStatus.halt`, which the live_store_fresh check reports as an ERROR), logs it
 once as an ERROR, folds nothing, and `halted` tells the service to get nothing from the queue;
@@ -55,6 +57,7 @@ from sis_platform.log.landing import (
     LogPosition,
     batch_key,
 )
+from sis_platform.log.landing.expiry import LogExpired, check_position
 from sis_platform.runtime.faults import LIVE_BETWEEN_PARTS, crash_point
 from sis_platform.serving.records import STORE_BEYOND_LANDING, GroupCommit, ServingUnavailable
 
@@ -107,6 +110,9 @@ class Applier:
         self.deferred = 0
         self._heartbeat_due = 0.0
         self._prune_due = 0.0
+        # The store's live == lake gate as last read (with each prune look): how far landed
+        # batches may be expired (sis_platform/log/landing/expiry.py); 0: not read yet.
+        self.checked_batch = 0
         # A pipelined group: launched, to be completed and committed (module docstring).
         self._launched: LaunchedFold | None = None
         self.messages = 0  # messages committed to the store by this process
@@ -249,6 +255,10 @@ class Applier:
             "nothing is got from the queue or applied until the landing reaches the store's "
             "position again or the store is rebuilt from it"
         )
+        try:
+            check_position(self.zone, position)
+        except LogExpired as error:
+            return f"{error}: {until}"
         if position > landed:
             return (
                 f"the serving store is at {position}, beyond the landing zone's last message "
@@ -310,6 +320,7 @@ class Applier:
                 self._store.heartbeat()
             if now >= self._prune_due:
                 self._prune(now)
+                self.checked_batch = self._store.retention().checked_batch
         except ServingUnavailable as error:
             self._unavailable(error)
 

@@ -15,6 +15,7 @@ from sis_platform.settings import (
     DEFAULT_BATCH_MAX_MESSAGES,
     DEFAULT_BATCH_MAX_SECONDS,
     DEFAULT_LANDING_MERGE_GRACE_SECONDS,
+    DEFAULT_LANDING_RETAIN_DAYS,
     DEFAULT_LIVE_GROUP_MAX_MESSAGES,
     DEFAULT_LIVE_GROUP_WAIT_MS,
     DEFAULT_LIVE_PRIORITY_WINDOW,
@@ -56,6 +57,8 @@ class LiveConfig:
     fold_workers: int = 0
     # How long a batch merged in an idle turn keeps its parts (sis_platform/log/landing/merge.py).
     merge_grace_seconds: float = DEFAULT_LANDING_MERGE_GRACE_SECONDS
+    # How long landed batches are kept (SIS_LANDING_RETAIN_DAYS; log/landing/expiry.py).
+    landing_retain: timedelta = timedelta(days=DEFAULT_LANDING_RETAIN_DAYS)
     idle_wait_seconds: float = IDLE_WAIT_SECONDS
     heartbeat_seconds: float = HEARTBEAT_SECONDS
     progress_seconds: float = PROGRESS_SECONDS
@@ -94,6 +97,7 @@ class LiveConfig:
             fold_workers=settings.live.fold_workers,
             serving_history=timedelta(days=settings.serving.history_days),
             merge_grace_seconds=settings.live.merge_grace_seconds,
+            landing_retain=timedelta(days=settings.live.landing_retain_days),
         )
 
 

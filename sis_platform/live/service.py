@@ -18,7 +18,9 @@ or taken over: it stops consuming and stands by, as intake does), the service:
    bytes, or age, the last also when no message comes);
 3. in a turn where no message came within the wait (an idle turn), after the seal that may be
    due: a bounded step of merging sealed batches' parts into one file each (`Merger`,
-   sis_platform/log/landing/merge.py): never on a group's way to the store, never the open batch.
+   sis_platform/log/landing/merge.py), then of expiring merged batches past the retention that
+   the lake has folded and checked (`Expirer`, sis_platform/log/landing/expiry.py): never on a
+   group's way to the store, never the open batch.
 
 Landing comes first, as in the consumer (sis_platform/intake/consumer.py, invariant 1): a crash
 before the land leaves every message on the queue (backed out by it). From the land on, the landed
@@ -67,6 +69,7 @@ from sis_platform.log.landing import (
     MovedAside,
     landing_bytes_bound,
 )
+from sis_platform.log.landing.expiry import Expirer
 from sis_platform.log.landing.merge import Merger
 from sis_platform.queues.base import (
     FencedOff,
@@ -129,6 +132,7 @@ class LiveService:
         self._landed_to = LogPosition(0, -1)
         self._opened: _Opened | None = None  # when the open batch was opened (monotonic)
         self._merger: Merger | None = None  # the lease holder's merging (idle turns)
+        self._expirer: Expirer | None = None  # the lease holder's landing expiry (idle turns)
         self._progress = _Progress(clock(), config.progress_seconds)
         self._stepped = threading.Condition()  # notified after every step (see `wait_until`)
         self.landed_messages = 0  # messages this process has landed
@@ -297,6 +301,7 @@ class LiveService:
         if sealed is not None:
             log.warning("sealed batch %s left open (%d messages)", sealed.key, sealed.messages)
         self._merger = Merger(self.zone, writer.fence, self.config.merge_grace_seconds)
+        self._expirer = Expirer(self.zone, writer.fence, self.config.landing_retain.total_seconds())
         self._landed_to = self.zone.last_position()
         self.applier.catch_up(self._landed_to, self._keep_catching_up)
         try:
@@ -438,7 +443,7 @@ class LiveService:
 
     def _idle(self, writer: GroupWriter) -> None:
         """No message within the wait: seal an open batch whose time is up, heartbeat, and a
-        bounded step of merging sealed batches."""
+        bounded step of merging sealed batches and of expiring old ones."""
         deadline = self._seal_deadline(writer)
         if deadline is not None and self._clock() >= deadline:
             self._seal(writer, ClosedBy.DRAINED)
@@ -447,6 +452,8 @@ class LiveService:
         self.applier.idle()
         if self._merger is not None:
             self._merger.turn()
+        if self._expirer is not None and self.applier.checked_batch:
+            self._expirer.turn(self.applier.checked_batch)
 
     def _seal_if_bound(self, writer: GroupWriter) -> None:
         open_batch = writer.open_batch

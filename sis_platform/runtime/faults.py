@@ -96,6 +96,11 @@ MERGE_POINTS = (
     "merge.after_claim",  # the merged file claimed, the parts folder still whole
     "merge.mid_removal",  # the parts folder's first file removed, the rest not
 )
+# Expiring old landed batches (sis_platform/log/landing/expiry.py).
+EXPIRE_POINTS = (
+    "expire.after_record",  # the expiry record moved forward, no batch under it removed yet
+    "expire.mid_removal",  # batch 1 removed, the next one's file removed, not its anchor
+)
 CRASH_POINTS = (
     CONSUMER_POINTS
     + MATERIALIZER_POINTS
@@ -104,6 +109,7 @@ CRASH_POINTS = (
     + PRIORITY_POINTS
     + PRUNE_POINTS
     + MERGE_POINTS
+    + EXPIRE_POINTS
 )
 
 _reached: dict[str, int] = {}

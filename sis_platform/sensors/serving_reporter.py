@@ -227,7 +227,7 @@ def lag_behind(zone: LandingZone, applied: LogPosition, landed: LogPosition) -> 
     read = between[:LAG_BATCHES_READ]
     exact = len(read) == len(between)
     for seq in read:
-        anchor = zone.anchors.read(batch_key(seq))
+        anchor = zone.anchor(batch_key(seq))
         if anchor is None:  # not sealed yet: an anomaly, the count is a floor
             exact = False
             continue

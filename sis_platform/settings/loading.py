@@ -54,6 +54,7 @@ from sis_platform.settings.variables import (
     DEFAULT_LAKE_LAG_FAIL_SECONDS,
     DEFAULT_LAKE_LAG_WARN_SECONDS,
     DEFAULT_LANDING_MERGE_GRACE_SECONDS,
+    DEFAULT_LANDING_RETAIN_DAYS,
     DEFAULT_LEASE_SECONDS,
     DEFAULT_LIMITS,
     DEFAULT_LIVE_BATCH_SECONDS,
@@ -544,6 +545,9 @@ def _live(read: Reader, data_dir: Path, lease_seconds: float) -> LiveSettings:
         stall_seconds=_stall_seconds(read, lease_seconds),
         merge_grace_seconds=read.at_least_number(
             "SIS_LANDING_MERGE_GRACE_SECONDS", DEFAULT_LANDING_MERGE_GRACE_SECONDS, 0.0
+        ),
+        landing_retain_days=read.at_least_number(
+            "SIS_LANDING_RETAIN_DAYS", DEFAULT_LANDING_RETAIN_DAYS, 1.0
         ),
         metrics_address=_metrics_address(read),
     )

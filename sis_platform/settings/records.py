@@ -21,6 +21,7 @@ from sis_platform.settings.variables import (
     DEFAULT_LAKE_LAG_FAIL_SECONDS,
     DEFAULT_LAKE_LAG_WARN_SECONDS,
     DEFAULT_LANDING_MERGE_GRACE_SECONDS,
+    DEFAULT_LANDING_RETAIN_DAYS,
     DEFAULT_LEASE_SECONDS,
     DEFAULT_LIVE_BATCH_SECONDS,
     DEFAULT_LIVE_FOLD_WORKERS,
@@ -188,6 +189,9 @@ class LiveSettings:
     stall_seconds: float = DEFAULT_LIVE_STALL_SECONDS  # no beat for longer: restarted
     # how long a merged batch's parts are kept (sis_platform/log/landing/merge.py)
     merge_grace_seconds: float = DEFAULT_LANDING_MERGE_GRACE_SECONDS
+    # how long landed batches are kept once the lake has folded and checked them
+    # (sis_platform/log/landing/expiry.py)
+    landing_retain_days: float = DEFAULT_LANDING_RETAIN_DAYS
     # (host, port) of /metrics, /healthz and /readyz (sis_platform/live/endpoint.py); None: off
     metrics_address: tuple[str, int] | None = METRICS_ADDRESS
 

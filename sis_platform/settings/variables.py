@@ -115,6 +115,11 @@ DEFAULT_METRICS_ADDRESS = "127.0.0.1:9464"
 # a catch-up, sis-trace) has opened them by then. An hour at the defaults keeps ~30 batches'
 # parts.
 DEFAULT_LANDING_MERGE_GRACE_SECONDS = 3600.0
+# How long sealed batches stay in the landing zone once the lake has folded them and
+# live_matches_lake has passed past them (sis_platform/log/landing/expiry.py); the lake's
+# raw_messages keeps their messages. A month at a batch per two minutes: ~21,600 batches, two
+# files each (the merged file and its anchor).
+DEFAULT_LANDING_RETAIN_DAYS = 30.0
 # Where sis-live's heartbeat is written unless SIS_LIVE_HEARTBEAT_FILE says: under the data
 # folder, private to this host (a pod puts it on an emptyDir of its own).
 LIVE_HEARTBEAT_FILE = Path("run") / "sis-live.heartbeat"
@@ -216,7 +221,7 @@ VARIABLES = (
     SIS_LIVE_GROUP_MAX_MESSAGES SIS_LIVE_MAX_MASTERS SIS_LIVE_REPORT_SECONDS
     SIS_LIVE_MAX_LAG_SECONDS SIS_LIVE_BATCH_SECONDS SIS_LIVE_PRIORITY_WINDOW
     SIS_LIVE_FOLD_WORKERS SIS_LIVE_HEARTBEAT_FILE SIS_LIVE_STALL_SECONDS SIS_METRICS_ADDRESS
-    SIS_LANDING_MERGE_GRACE_SECONDS
+    SIS_LANDING_MERGE_GRACE_SECONDS SIS_LANDING_RETAIN_DAYS
     SIS_LAKE_LAG_WARN_SECONDS SIS_LAKE_LAG_FAIL_SECONDS SIS_DEAD_LETTER_RATE_WARN
     SIS_FRESHNESS_WARN_SECONDS SIS_FRESHNESS_FAIL_SECONDS
     SIS_LOG_KEY SIS_LOG_KEY_FILE SIS_LOG_WITNESS

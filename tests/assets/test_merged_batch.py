@@ -10,7 +10,8 @@ import pytest
 from sis_platform.lake.spark.chain import verify_batch
 from sis_platform.lake.tables import MESSAGE_ITEMS, RAW_MESSAGES
 from sis_platform.log.landing import ClosedBy, GroupWriter
-from sis_platform.log.landing.merge import merge_batch
+from sis_platform.log.landing.expiry import BatchExpired, advance_record, remove_expired
+from sis_platform.log.landing.merge import merge_batch, remove_parts
 from tests.harness import LOG_ASSETS, Harness, received
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(120)]
@@ -49,3 +50,40 @@ def test_a_merged_batch_materializes_the_rows_its_parts_did(spark, tmp_path):
     assert len(from_parts[0]) == 5
     verdict = verify_batch(lake, h.zone, GROUPED)
     assert verdict.intact and verdict.messages == 5
+
+
+def test_expired_batches_verify_from_the_lake_and_refuse_to_materialize_again(spark, tmp_path):
+    h = Harness(tmp_path / "data")
+    writer = GroupWriter(h.zone)
+    keys = []
+    for n in range(3):
+        writer.land([received(f"<c n='{n}'/>".encode())])
+        writer.land([received(f"<d n='{n}'/>".encode())])
+        sealed = writer.seal(ClosedBy.SECONDS)
+        assert sealed is not None
+        keys.append(sealed.key)
+    for key in keys:
+        assert merge_batch(h.zone, key) is not None
+        assert remove_parts(h.zone, key)
+    h.instance.add_dynamic_partitions("batches", keys)
+    lake = h.lake(spark)
+    for key in keys:
+        assert h.materialize(key, *LOG_ASSETS).success
+
+    assert advance_record(h.zone, checked_batch=2, retain_seconds=0.0).through_seq == 2
+    assert remove_expired(h.zone)
+    assert h.zone.keys() == [keys[2]]
+    for key in keys:  # the expired ones from their rows in the lake, the last from the record
+        verdict = verify_batch(lake, h.zone, key)
+        assert verdict.intact and verdict.messages == 2, verdict.problems
+
+    with pytest.raises(Exception) as failed:
+        h.materialize(keys[0], *LOG_ASSETS)
+    causes = []
+    error: BaseException | None = failed.value
+    while error is not None:
+        causes.append(error)
+        error = error.__cause__ or error.__context__
+    assert any(isinstance(e, BatchExpired) for e in causes), causes
+    # The lake's copy is untouched.
+    assert lake.read(RAW_MESSAGES).where(f"batch_key = '{keys[0]}'").count() == 2

@@ -11,7 +11,14 @@ import pyarrow as pa
 
 from sis_platform.domain.limits import DEFAULT_LIMITS
 from sis_platform.log.chain import GENESIS_LINK, Problem
-from sis_platform.log.landing import START_POSITION, ClosedBy, GroupWriter, LandingZone, batch_key
+from sis_platform.log.landing import (
+    START_POSITION,
+    ClosedBy,
+    GroupWriter,
+    LandingZone,
+    LogPosition,
+    batch_key,
+)
 from sis_platform.log.landing.signed import signature_problems
 from sis_platform.queues.base import ReceivedMessage, new_message_id
 
@@ -48,11 +55,13 @@ def log_rows(zone: LandingZone) -> dict[str, pa.Table]:
     return {key: zone.read(key) for key in zone.keys()}
 
 
-def read_back(zone: LandingZone) -> list[tuple[object, ...]]:
-    """The log as sis-live's catch-up reads it from the start (position, id, body, count)."""
+def read_back(
+    zone: LandingZone, after: LogPosition = START_POSITION
+) -> list[tuple[LogPosition, str, bytes, int]]:
+    """The log as sis-live's catch-up reads it from `after` (position, id, body, count)."""
     return [
         (m.position, m.message.message_id, m.message.body, m.message.delivery_count)
-        for m in zone.landed_after(START_POSITION, DEFAULT_LIMITS)
+        for m in zone.landed_after(after, DEFAULT_LIMITS)
     ]
 
 

@@ -34,6 +34,7 @@ from sis_platform.log.chain import (
     verify_messages,
 )
 from sis_platform.log.landing import batch_key, batch_seq_of
+from sis_platform.log.landing.expiry import Expiry
 from sis_platform.log.landing.rows import READ_ROWS
 from sis_platform.log.landing.signed import signature_problems
 
@@ -82,6 +83,9 @@ def verify_batch(
 ) -> BatchVerdict:
     """Check batch `key` (see the module docstring)."""
     seq = batch_seq_of(key)
+    expiry = _expiry(zone, key)
+    if expiry is not None:
+        return _verify_expired(lake, zone, key, expiry)
     problems: list[Problem] = []
     anchor = _read_anchor(zone, key, problems)
     previous = _read_anchor(zone, batch_key(seq - 1), problems) if seq > 1 else None
@@ -121,9 +125,37 @@ def verify_batch(
     return BatchVerdict(key, checked, tuple(problems))
 
 
+def _expiry(zone: LandingZone, key: str) -> Expiry | None:
+    """The zone's expiry record when it covers batch `key`."""
+    expiry = zone.expiry()
+    return expiry if expiry is not None and expiry.covers(key) else None
+
+
+def _verify_expired(lake: Lake, zone: LandingZone, key: str, expiry: Expiry) -> BatchVerdict:
+    """A batch expired from the landing zone (sis_platform/log/landing/expiry.py): only its
+    rows in the lake are left, checked for their own chain (from their first link); the last
+    expired batch's rows also against the expiry record's signed anchor, which the first kept
+    batch's anchor follows."""
+    last = expiry.anchor if expiry.anchor.batch_key == key else None
+    problems = signature_problems(zone, key, last) if last is not None else []
+    if not lake.exists(RAW_MESSAGES):
+        problems.append(Problem(key, f"the table {RAW_MESSAGES.name} does not exist"))
+        return BatchVerdict(key, 0, tuple(problems))
+    rows = list(delta_messages(lake, key))
+    if not rows:
+        problems.append(Problem(key, f"expired from the landing zone and not in {DELTA_SOURCE}"))
+    first_prev = rows[0].prev_link if rows else ""
+    if last is not None:
+        first_prev = last.first_prev
+    report = verify_messages(
+        key, iter(rows), first_prev=first_prev, source=DELTA_SOURCE, anchor=last
+    )
+    return BatchVerdict(key, report.messages, (*problems, *report.problems))
+
+
 def _read_anchor(zone: LandingZone, key: str, problems: list[Problem]) -> Anchor | None:
     try:
-        return zone.anchors.read(key)
+        return zone.anchor(key)
     except ValueError as exc:
         problems.append(Problem(key, str(exc)))
         return None

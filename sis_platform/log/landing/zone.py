@@ -34,6 +34,7 @@ from sis_platform.log.chain import (
     file_sha256,
     fsync_dir,
 )
+from sis_platform.log.landing.expiry import BatchExpired, Expiry, check_position, read_expiry
 from sis_platform.log.landing.groups import open_batch_of, seal_batch
 from sis_platform.log.landing.reading import LandedMessage, landed_after
 from sis_platform.log.landing.rows import (
@@ -192,7 +193,15 @@ class LandingZone:
         return self.parts(key)
 
     def landed_files(self, key: str) -> list[Path]:
-        """`batch_files`, for a batch that must have been landed: FileNotFoundError if not."""
+        """`batch_files`, for a batch that must have been landed: FileNotFoundError if not,
+        BatchExpired (one) when it was expired (sis_platform/log/landing/expiry.py)."""
+        expiry = self.expiry()
+        if expiry is not None and expiry.covers(key):
+            raise BatchExpired(
+                f"batch {key} was expired from the landing zone {self.root} (batches up to "
+                f"{expiry.anchor.batch_key}, SIS_LANDING_RETAIN_DAYS); its messages are in the "
+                "lake's raw_messages table"
+            )
         files = self.batch_files(key)
         if not files:
             raise FileNotFoundError(f"batch {key} has no landing file in {self.batches_dir}")
@@ -223,7 +232,10 @@ class LandingZone:
             return []
         files, folders = self._listing()
         anchored = set(self.anchors.keys())
-        return sorted(files | (folders & anchored))
+        expiry = self.expiry()
+        return sorted(
+            k for k in files | (folders & anchored) if expiry is None or not expiry.covers(k)
+        )
 
     def keys_after(self, seq: int) -> list[str]:
         return [k for k in self.keys() if batch_seq_of(k) > seq]
@@ -233,6 +245,9 @@ class LandingZone:
         not landed: found by probing each next key's anchor (or one-file batch), so the cost is
         the number of keys returned, not the size of the zone."""
         keys: list[str] = []
+        expiry = self.expiry()
+        if expiry is not None:
+            seq = max(seq, expiry.through_seq)
         while len(keys) < limit:
             key = batch_key(seq + len(keys) + 1)
             if not (self.anchors.path(key).exists() or self.batch_path(key).is_file()):
@@ -276,6 +291,10 @@ class LandingZone:
                 batch = open_batch_of(key, parts)
                 return Tail(seq, bytes.fromhex(batch.head), batch.messages, batch)
             # A folder a crash left before its first part was claimed: no batch.
+        expiry = self.expiry()
+        if expiry is not None:  # everything landed was expired: the record holds the head
+            anchor = expiry.anchor
+            return Tail(expiry.through_seq, bytes.fromhex(anchor.head), anchor.messages, None)
         return Tail(0, GENESIS_LINK, 0, None)
 
     def _file_tail(self, key: str) -> Tail:
@@ -302,7 +321,26 @@ class LandingZone:
         only the files from that position on, up to the first batch missing (see
         sis_platform/log/landing/reading.py). A moved-aside body is restored when `limits` allow
         it (`restored_body`)."""
+        check_position(self, position)
+        expiry = self.expiry()
+        if expiry is not None and position == expiry.end:  # the next batch's first message on
+            position = LogPosition(expiry.through_seq + 1, -1)
         return landed_after(self, position, limits)
+
+    def expiry(self) -> Expiry | None:
+        """The expiry record: which batches were expired from the zone (None: none)."""
+        return read_expiry(self.root)
+
+    def anchor(self, key: str) -> Anchor | None:
+        """Batch `key`'s anchor: its anchor file, or the expiry record's for the last expired
+        batch (the anchor the first kept batch links to). ValueError for a file that is not
+        an anchor."""
+        anchor = self.anchors.read(key)
+        if anchor is None:
+            expiry = self.expiry()
+            if expiry is not None and expiry.anchor.batch_key == key:
+                return expiry.anchor
+        return anchor
 
     # -- landing a batch as one file --------------------------------------------------------
 
