@@ -21,10 +21,10 @@ verified, 1 when a batch's parts did not (named, left as they are) or the lease 
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 import time
 
+from sis_platform.runtime.logs import configure_logging
 from sis_platform.runtime.private import private_files, private_folder
 from sis_platform.settings import ConfigurationError, Settings, load_settings
 
@@ -63,14 +63,13 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     private_files()
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(args.log_level, "text")
     try:
         settings = load_settings()
     except ConfigurationError as error:
         print(f"sis-live: {error}", file=sys.stderr)
         return 2
+    configure_logging(args.log_level, settings.log_format)  # SIS_LOG_FORMAT
     if args.command == "health":
         return _health(settings, ready=args.ready)
     if args.command == "merge":

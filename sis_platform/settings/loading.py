@@ -89,6 +89,7 @@ from sis_platform.settings.variables import (
     INTAKE_MODES,
     LIMIT_VARIABLES,
     LIVE_HEARTBEAT_FILE,
+    LOG_FORMATS,
     LOG_KEY_VARIABLE,
     MAX_LIVE_FOLD_WORKERS,
     PROFILES,
@@ -97,6 +98,7 @@ from sis_platform.settings.variables import (
     SPARK_CONNECT_TOKEN_VARIABLE,
     IbmMqReconnect,
     IntakeMode,
+    LogFormat,
 )
 
 
@@ -135,6 +137,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         sensor_interval_seconds=_sensor_interval(read),
         checks=_checks(read),
         log=_log(read, data_dir, Path(landing_dir)),
+        log_format=cast(LogFormat, read.choice("SIS_LOG_FORMAT", LOG_FORMATS)),
     )
 
 

@@ -48,6 +48,7 @@ from sis_platform.settings.variables import (
     DEFAULT_STOMP_PREFETCH,
     IbmMqReconnect,
     IntakeMode,
+    LogFormat,
 )
 
 # The default of SIS_METRICS_ADDRESS, parsed (sis_platform/settings/transport.py).
@@ -237,3 +238,4 @@ class Settings:
     sensor_interval_seconds: int = DEFAULT_SENSOR_INTERVAL_SECONDS
     checks: FeedChecksSettings = field(default_factory=FeedChecksSettings)
     log: LogSettings | None = None  # None only in hand-built settings: anchors unsigned
+    log_format: LogFormat = "text"  # SIS_LOG_FORMAT (sis_platform/runtime/logs.py)

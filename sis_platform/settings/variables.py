@@ -60,6 +60,10 @@ DEFAULT_SHUFFLE_PARTITIONS = 4
 # serving store, the lake registering what it landed) or `sensor` (the queue sensor lands batches
 # for the lake alone; no serving store).
 INTAKE_MODES = ("live", "sensor")
+# How the commands log (SIS_LOG_FORMAT, sis_platform/runtime/logs.py): a human-readable line, or
+# one JSON object per line for a log collector.
+LOG_FORMATS = ("text", "json")
+LogFormat = Literal["text", "json"]
 IntakeMode = Literal["live", "sensor"]
 SERVING_SCHEMES = ("sqlite", "postgresql")
 DEFAULT_SERVING_FILE = "serving/serving.db"  # under SIS_DATA_DIR
@@ -224,7 +228,7 @@ VARIABLES = (
     SIS_LANDING_MERGE_GRACE_SECONDS SIS_LANDING_RETAIN_DAYS
     SIS_LAKE_LAG_WARN_SECONDS SIS_LAKE_LAG_FAIL_SECONDS SIS_DEAD_LETTER_RATE_WARN
     SIS_FRESHNESS_WARN_SECONDS SIS_FRESHNESS_FAIL_SECONDS
-    SIS_LOG_KEY SIS_LOG_KEY_FILE SIS_LOG_WITNESS
+    SIS_LOG_KEY SIS_LOG_KEY_FILE SIS_LOG_WITNESS SIS_LOG_FORMAT
     """.split(),
     *IBMMQ_REQUIRED,
     *LIMIT_VARIABLES.values(),
