@@ -16,7 +16,7 @@ fi
 if [ -n "$fast" ]; then
   .venv/bin/ruff check .
   exec .venv/bin/python -m pytest -n "${SIS_TEST_WORKERS:-2}" --dist loadfile \
-      -m "not (spark or dagster or broker or connect or e2e or faults or browser or cluster)" \
+      -m "not (spark or dagster or broker or connect or e2e or faults or browser or cluster or prometheus)" \
       tests/domain tests/standards tests/test_settings.py tests/serving tests/log tests/intake \
       tests/runtime "$@"
 fi

@@ -31,12 +31,14 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.prometheus
 def test_promtool_accepts_the_alert_rules() -> None:
     checked = promtool("check", "rules", str(ALERTS))
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "SUCCESS" in checked.stdout
 
 
+@pytest.mark.prometheus
 def test_the_alert_rules_pass_their_unit_tests() -> None:
     tested = promtool("test", "rules", str(UNIT_TESTS))
     assert tested.returncode == 0, tested.stdout + tested.stderr

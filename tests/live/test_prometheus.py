@@ -3,7 +3,8 @@
 messages are fed; the server's API then shows every message counted, the latency histogram
 holding them, and the lease lost when another deployment takes it. /healthz turns 503 when the
 loop stops going round (a hang injected in a classification, sis_platform/runtime/faults.py),
-while the endpoint's own thread goes on answering."""
+while the endpoint's own thread goes on answering. The server loads the shipped alert rules
+(deploy/prometheus/alerts.yml), and each case sees its alert taken up."""
 
 from __future__ import annotations
 
@@ -24,7 +25,9 @@ from tests.live.test_metrics import NOT_XML, get
 from tests.ports import free_port
 from tests.prometheus import Prometheus, prometheus
 
-pytestmark = pytest.mark.cost(60)
+ALERTS = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "alerts.yml"
+
+pytestmark = [pytest.mark.prometheus, pytest.mark.cost(60)]
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -52,7 +55,8 @@ def test_prometheus_scrapes_every_message_counted_and_the_lease_lost(tmp_path: P
     log = tmp_path / "sis-live.log"
     live = start_live(place.root, log, SIS_METRICS_ADDRESS=f"127.0.0.1:{port}")
     try:
-        with prometheus(tmp_path / "prometheus", {"sis-live": f"127.0.0.1:{port}"}) as server:
+        targets = {"sis-live": f"127.0.0.1:{port}"}
+        with prometheus(tmp_path / "prometheus", targets, (ALERTS,)) as server:
             server.wait_for(lambda: _equals(server, "sis_live_lease_holding", 1), "holding")
             assert server.value('up{job="sis-live"}') == 1
             assert server.value("sis_live_lease_fencing_token") == 1
@@ -85,6 +89,9 @@ def test_prometheus_scrapes_every_message_counted_and_the_lease_lost(tmp_path: P
             assert status == 503 and "standing by" in reason, reason
             assert get(f"http://127.0.0.1:{port}/healthz")[0] == 200
             assert server.value("sis_live_lease_holding") == 0
+            # The shipped rule fires on it (deploy/prometheus/alerts.yml; no `for`).
+            lost = 'ALERTS{alertname="SisLiveLeaseLost", alertstate="firing"}'
+            server.wait_for(lambda: _equals(server, lost, 1), "SisLiveLeaseLost firing")
         assert live.poll() is None, log.read_text(errors="replace")[-3000:]
     finally:
         _stop(live)
@@ -111,7 +118,8 @@ def test_healthz_turns_503_when_the_loop_stops_going_round(tmp_path: Path) -> No
         SIS_LIVE_STALL_SECONDS="10",
     )
     try:
-        with prometheus(tmp_path / "prometheus", {"sis-live": f"127.0.0.1:{port}"}) as server:
+        targets = {"sis-live": f"127.0.0.1:{port}"}
+        with prometheus(tmp_path / "prometheus", targets, (ALERTS,)) as server:
             server.wait_for(lambda: _status(f"{base}/readyz") == 200, "ready before the hang")
             assert get(f"{base}/healthz")[0] == 200
             place.put(feed)
@@ -122,6 +130,9 @@ def test_healthz_turns_503_when_the_loop_stops_going_round(tmp_path: Path) -> No
             server.wait_for(lambda: _equals(server, "sis_live_alive", 0), "alive 0 scraped")
             age = server.value("sis_live_heartbeat_age_seconds")
             assert age is not None and age > 10
+            # The shipped rule takes it up (pending for its minute before it fires).
+            stuck = 'ALERTS{alertname="SisLiveNotProgressing"}'
+            server.wait_for(lambda: _equals(server, stuck, 1), "SisLiveNotProgressing pending")
         assert live.poll() is None  # alive all along: only the probe says it is stuck
     finally:
         _stop(live)
