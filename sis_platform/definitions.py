@@ -30,6 +30,7 @@ from sis_platform.resources import config
 from sis_platform.runtime.private import private_files, private_folder
 from sis_platform.sensors.landed_sensor import build_landed_batches_sensor
 from sis_platform.sensors.live_check_sensor import build_live_check_sensor
+from sis_platform.sensors.notify import build_notify_sensors
 from sis_platform.sensors.queue_sensor import build_queue_sensor
 from sis_platform.sensors.serving_reporter import build_serving_reporter
 from sis_platform.settings import Settings, load_settings
@@ -81,9 +82,15 @@ def build_definitions(
         asset_checks=[hash_chain_intact, lake_integrity, *intake.asset_checks],
         jobs=[process_batch_job, replay_dead_letters_job, check_lake_job, *intake.jobs],
         schedules=[check_lake_schedule],
-        sensors=list(intake.sensors),
+        sensors=[*intake.sensors, *notify_sensors(settings)],
         resources=config.resources(settings),
     )
+
+
+def notify_sensors(settings: Settings) -> list[dg.SensorDefinition]:
+    """The webhook notifications of failed runs and checks, when a webhook is configured."""
+    url = settings.notify.webhook_url
+    return build_notify_sensors(url) if url is not None else []
 
 
 @dg.definitions

@@ -26,6 +26,7 @@ from sis_platform.settings.records import (
     IbmMqSourceSettings,
     LiveSettings,
     LogSettings,
+    NotifySettings,
     ProcessingSettings,
     ServingSettings,
     Settings,
@@ -137,6 +138,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         sensor_interval_seconds=_sensor_interval(read),
         checks=_checks(read),
         log=_log(read, data_dir, Path(landing_dir)),
+        notify=_notify(read),
         log_format=cast(LogFormat, read.choice("SIS_LOG_FORMAT", LOG_FORMATS)),
     )
 
@@ -603,6 +605,30 @@ def _priority(read: Reader) -> str | None:
     except InvalidSelector as error:
         raise ConfigurationError(f"SIS_PRIORITY: {error}") from None
     return text
+
+
+def _notify(read: Reader) -> NotifySettings:
+    """SIS_NOTIFY_WEBHOOK_URL: https, or plain http to a loopback address only (a token and
+    the failures it carries must not cross a network in clear), never with credentials (the
+    token comes from SIS_NOTIFY_WEBHOOK_TOKEN)."""
+    url = read.optional("SIS_NOTIFY_WEBHOOK_URL")
+    if url is None:
+        return NotifySettings()
+    parts = urlsplit(url)
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        raise ConfigurationError(
+            f"SIS_NOTIFY_WEBHOOK_URL={url!r}: expected https://host[:port]/path"
+        )
+    if parts.username is not None or parts.password is not None:
+        raise ConfigurationError(
+            "SIS_NOTIFY_WEBHOOK_URL holds credentials: set SIS_NOTIFY_WEBHOOK_TOKEN instead"
+        )
+    if parts.scheme == "http" and not is_loopback(parts.hostname):
+        raise ConfigurationError(
+            f"SIS_NOTIFY_WEBHOOK_URL={url!r}: plain http leaves the host only over https; "
+            "use https (http is accepted for a loopback address)"
+        )
+    return NotifySettings(url)
 
 
 def _checks(read: Reader) -> FeedChecksSettings:

@@ -198,6 +198,14 @@ class LiveSettings:
 
 
 @dataclass(frozen=True)
+class NotifySettings:
+    """Where Dagster run failures and failed checks are posted (None: nowhere); its bearer
+    token only in SIS_NOTIFY_WEBHOOK_TOKEN, read at use (sis_platform/runtime/webhook.py)."""
+
+    webhook_url: str | None = None
+
+
+@dataclass(frozen=True)
 class FeedChecksSettings:
     """The thresholds of the checks that watch the feed (lake lag, dead-letter rate) and the
     freshness windows of master_documents and the model."""
@@ -238,4 +246,5 @@ class Settings:
     sensor_interval_seconds: int = DEFAULT_SENSOR_INTERVAL_SECONDS
     checks: FeedChecksSettings = field(default_factory=FeedChecksSettings)
     log: LogSettings | None = None  # None only in hand-built settings: anchors unsigned
+    notify: NotifySettings = field(default_factory=NotifySettings)
     log_format: LogFormat = "text"  # SIS_LOG_FORMAT (sis_platform/runtime/logs.py)
