@@ -209,7 +209,7 @@ def test_a_client_cannot_hold_the_endpoint_beyond_its_bounds() -> None:
         metrics.registry,
         lambda: Heartbeat(Path("/nonexistent")).health(10.0),
         max_connections=2,
-        request_seconds=1.0,
+        request_seconds=5.0,  # long enough for the third to come while both hold their slots
     )
     endpoint.start()
     address = endpoint.address
