@@ -2,8 +2,8 @@
 # Prometheus (Debian package, 2.42) for tests and CI: the server the monitoring tests start on a
 # loopback port of their own (tests/live/test_prometheus.py), and `promtool`, which checks and
 # unit-tests the alert rules under deploy/prometheus/ (tests/deploy/test_alert_rules.py).
-# The package's own service is never used: each test runs a private server from its own
-# configuration and data folder.
+# The package's own service is never used (stopped and disabled where systemd started it): each
+# test runs a private server on loopback from its own configuration and data folder.
 #
 #   scripts/prometheus.sh install   apt-get install -y prometheus (no recommends) if missing
 #   scripts/prometheus.sh status    exit 0 when prometheus and promtool are on PATH
@@ -31,6 +31,12 @@ cmd_install() {
     # (containers) that is reported and ignored: tests start their own servers.
     apt-get install -y -q --no-install-recommends prometheus
     installed || die "apt-get installed prometheus but prometheus or promtool is missing"
+    # Where systemd runs, the package enables and starts its own server on every interface
+    # (:9090): nothing here uses it, and nothing should listen beyond loopback unasked.
+    if command -v systemctl >/dev/null && systemctl is-active --quiet prometheus 2>/dev/null; then
+        systemctl disable --now prometheus
+        echo "stopped and disabled the package's own prometheus service (tests run their own)"
+    fi
 }
 
 case ${1:-} in
