@@ -492,7 +492,7 @@ def merged(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         "backlog": ("messages", "mode"),
         "fold": ("messages",),
         "latency": ("rate", "mode"),
-        "live": ("kind", "source", "rate", "messages", "prioritized"),
+        "live": ("kind", "source", "rate", "messages", "prioritized", "metrics"),
     }
     out = {**old, **{k: v for k, v in new.items() if k not in keys}}
     for part, key in keys.items():

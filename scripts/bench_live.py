@@ -2,6 +2,7 @@
 
     python scripts/bench.py --parts live [--live-rates 0.42,4.2,42] [--live-seconds 120,120,60]
         [--live-backlog 12000,1200000] [--live-sources embedded,stomp] [--live-stomp HOST:PORT]
+        [--live-metrics on,off]
 
 Every measurement runs the real `sis-live` console script as a child process on the platform's
 settings (the caller's SIS_* variables apply, except the data folder, the source and the
@@ -24,6 +25,12 @@ backlog  The queue preloaded with N messages, then `sis-live` started: the time 
          against when every master was. The selectors must test event attributes only (sport,
          country, course, eventStatus), which the masters' final documents show.
 
+Metrics (`--live-metrics`, default `on`): each measurement is made once per value given, so
+`on,off` puts the two side by side. `on`: sis-live serves its metrics and health
+(SIS_METRICS_ADDRESS) on a free loopback port and this script scrapes /metrics every second (a
+Prometheus at a 1 s interval, more often than the usual 15 s); `off`: SIS_METRICS_ADDRESS=off, so
+nothing is recorded at all.
+
 Sources: `embedded` (the embedded queue under the data folder) and `stomp` (ActiveMQ: a
 broker started for the run by scripts/activemq.sh on free loopback ports, or the one
 `--live-stomp HOST:PORT` names; without ActiveMQ installed the STOMP leg is skipped with a
@@ -45,6 +52,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -315,22 +323,77 @@ class Run(NamedTuple):
     landing: Path
     log: Path
     profile: Path | None  # sis-live run under cProfile, its stats written here
+    metrics_url: str | None  # sis-live's /metrics, scraped while it runs (None: metrics off)
 
 
-def new_run(source: Source, data: Path, args: Any, label: str, priority: str | None = None) -> Run:
+def new_run(
+    source: Source,
+    data: Path,
+    args: Any,
+    label: str,
+    priority: str | None = None,
+    metrics: bool = True,
+) -> Run:
     env = {k: v for k, v in os.environ.items() if not _overridden(k)}
     env.update({"SIS_DATA_DIR": str(data), "SIS_INTAKE": "live", **source.env})
     if priority:
         env["SIS_PRIORITY"] = priority
+    metrics_url = None
+    env["SIS_METRICS_ADDRESS"] = "off"
+    if metrics:
+        port = _free_port()
+        env["SIS_METRICS_ADDRESS"] = f"{LOOPBACK}:{port}"
+        metrics_url = f"http://{LOOPBACK}:{port}/metrics"
     settings = load_settings(env)
     log: Path = args.live_log
     profile = log.parent / f"sis-live-{label}.prof" if args.live_profile else None
-    return Run(data, env, settings.serving.url, Path(settings.landing_dir), log, profile)
+    return Run(
+        data, env, settings.serving.url, Path(settings.landing_dir), log, profile, metrics_url
+    )
+
+
+class Scraper(threading.Thread):
+    """GETs `url` every `interval` seconds, as Prometheus would scrape it, until stopped;
+    counts the scrapes answered."""
+
+    def __init__(self, url: str | None, interval: float = 1.0) -> None:
+        super().__init__(daemon=True)
+        self.url = url
+        self.interval = interval
+        self.scrapes = 0
+        self.failures = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        if self.url is None:
+            return
+        while not self.stop.wait(self.interval):
+            try:
+                with urllib.request.urlopen(self.url, timeout=10) as response:
+                    response.read()
+                self.scrapes += 1
+            except OSError:
+                self.failures += 1  # before the endpoint is up, or after sis-live stopped
+
+    def __enter__(self) -> Scraper:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.join()
 
 
 def _overridden(name: str) -> bool:
     """The caller's SIS_* variables a measurement sets itself."""
-    own = ("SIS_DATA_DIR", "SIS_SERVING_URL", "SIS_LANDING_DIR", "SIS_LAKE_PATH", "SIS_PRIORITY")
+    own = (
+        "SIS_DATA_DIR",
+        "SIS_SERVING_URL",
+        "SIS_LANDING_DIR",
+        "SIS_LAKE_PATH",
+        "SIS_PRIORITY",
+        "SIS_METRICS_ADDRESS",
+    )
     return name in own or (
         name.startswith(("SIS_SOURCE", "SIS_QUEUE_", "SIS_STOMP_", "SIS_IBMMQ_"))
     )
@@ -462,13 +525,18 @@ def until_caught_up(run: Run, live: subprocess.Popen[bytes], messages: int, time
 # --- measurements ------------------------------------------------------------------------------
 
 
-def measure_rate(source: Source, rate: float, seconds: float, args: Any, data: Path) -> dict:
+def measure_rate(
+    source: Source, rate: float, seconds: float, args: Any, data: Path, metrics: bool = True
+) -> dict:
     """sis-live, a reader and a publisher at `rate` for `seconds`: the latency figures."""
-    run = new_run(source, data, args, f"{source.name}-{rate:g}")
+    label = f"{source.name}-{rate:g}-metrics-{'on' if metrics else 'off'}"
+    run = new_run(source, data, args, label, metrics=metrics)
     messages = max(1, round(rate * seconds))
     load_before = load_average()
     live = start_live(run)
+    scraper = Scraper(run.metrics_url)
     try:
+        scraper.start()
         wait_for_store(run, live)
         reader = start_reader(run, data / "reader.json", masters=True)
         try:
@@ -479,6 +547,8 @@ def measure_rate(source: Source, rate: float, seconds: float, args: Any, data: P
         finally:
             stop(reader, "reader")
     finally:
+        scraper.stop.set()
+        scraper.join()
         code = stop(live, "sis-live")
     load_after = load_average()
     published = json.loads((data / "published.json").read_text())
@@ -492,6 +562,8 @@ def measure_rate(source: Source, rate: float, seconds: float, args: Any, data: P
         **figures,
         "masters_read": read["masters_read"],
         "reader_wakeups": read["wakeups"],
+        "metrics": "on" if metrics else "off",
+        "scrapes": scraper.scrapes,
         "live_exit": code,
         "profile": str(run.profile) if run.profile else None,
         "load_before": load_before,
@@ -574,13 +646,20 @@ def _spread(values: list[float]) -> dict[str, float]:
 
 
 def measure_backlog(
-    source: Source, messages: int, args: Any, data: Path, prioritized: bool = False
+    source: Source,
+    messages: int,
+    args: Any,
+    data: Path,
+    prioritized: bool = False,
+    metrics: bool = True,
 ) -> dict:
     """The queue preloaded with `messages`, then sis-live started: time until the store has
     applied them all, and sis-live's peak RSS; with `args.live_priority`, when the first
     selector's masters were current (`prioritized`: sis-live ran with SIS_PRIORITY)."""
     label = f"{source.name}-backlog-{messages}{'-priority' if prioritized else ''}"
-    run = new_run(source, data, args, label, args.live_priority if prioritized else None)
+    label += f"-metrics-{'on' if metrics else 'off'}"
+    priority = args.live_priority if prioritized else None
+    run = new_run(source, data, args, label, priority, metrics=metrics)
     t0 = time.monotonic()
     preloading = publish(source, run, data / "published.json", messages, None, args)
     if preloading.wait() != 0:
@@ -592,12 +671,16 @@ def measure_backlog(
     live = start_live(run)
     rss = PeakRss(live.pid)
     rss.start()
+    scraper = Scraper(run.metrics_url)
+    scraper.start()
     try:
         wait_for_store(run, live)
         store_s = time.monotonic() - started
         until_caught_up(run, live, messages, timeout=args.live_drain_timeout)
         wall_s = time.monotonic() - started
     finally:
+        scraper.stop.set()
+        scraper.join()
         code = stop(live, "sis-live")
         rss.stop.set()
         rss.join()
@@ -611,6 +694,8 @@ def measure_backlog(
         "source": source.name,
         "messages": messages,
         "prioritized": prioritized,
+        "metrics": "on" if metrics else "off",
+        "scrapes": scraper.scrapes,
         **current,
         "wall_s": round(wall_s, 2),
         "store_ready_s": round(store_s, 2),
@@ -677,12 +762,14 @@ class Planned(NamedTuple):
     seconds: float = 0.0
     messages: int = 0
     prioritized: bool = False  # a backlog with SIS_PRIORITY (--live-priority)
+    metrics: bool = True  # sis-live's metrics on (scraped every second), or off
 
     @property
     def label(self) -> str:
         what = f"{self.rate:g} msg/s for {self.seconds:g} s" if self.rate else "backlog"
         what += f" {self.messages:,}" if self.messages else ""
-        return f"{self.source} {what}" + (" with SIS_PRIORITY" if self.prioritized else "")
+        what += " with SIS_PRIORITY" if self.prioritized else ""
+        return f"{self.source} {what}, metrics {'on' if self.metrics else 'off'}"
 
 
 def plan(args: Any) -> list[Planned]:
@@ -697,13 +784,27 @@ def plan(args: Any) -> list[Planned]:
     if len(seconds) != len(rates):
         raise SystemExit("--live-seconds: one duration, or one per --live-rates rate")
     backlogs = [int(x) for x in args.live_backlog.split(",") if x.strip()]
+    switches = [x.strip() for x in args.live_metrics.split(",") if x.strip()]
+    if not switches or set(switches) - {"on", "off"}:
+        raise SystemExit("--live-metrics: on, off, or both (on,off)")
     return [
-        *(Planned(s, r, t) for r, t in zip(rates, seconds, strict=True) for s in sources),
-        *(Planned(s, messages=n) for n in backlogs for s in sources),
         *(
-            Planned(s, messages=n, prioritized=True)
+            Planned(s, r, t, metrics=m == "on")
+            for r, t in zip(rates, seconds, strict=True)
+            for s in sources
+            for m in switches
+        ),
+        *(
+            Planned(s, messages=n, metrics=m == "on")
+            for n in backlogs
+            for s in sources
+            for m in switches
+        ),
+        *(
+            Planned(s, messages=n, prioritized=True, metrics=m == "on")
             for n in (backlogs if args.live_priority else [])
             for s in sources
+            for m in switches
         ),
     ]
 
@@ -731,9 +832,9 @@ def measure(args: Any) -> list[dict[str, Any]]:
                     continue
                 print(f"live {p.label} ... load {load_average()}", flush=True)
                 if p.rate:
-                    r = measure_rate(source, p.rate, p.seconds, args, data)
+                    r = measure_rate(source, p.rate, p.seconds, args, data, p.metrics)
                 else:
-                    r = measure_backlog(source, p.messages, args, data, p.prioritized)
+                    r = measure_backlog(source, p.messages, args, data, p.prioritized, p.metrics)
                 figures.append(r)
                 print(f"  {summary(r)}", flush=True)
                 if r.get("profile"):
@@ -773,7 +874,8 @@ def summary(r: dict[str, Any]) -> str:
         )
     return (
         f"p50 {r['p50_ms']:.1f} ms, p95 {r['p95_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, "
-        f"max {r['max_ms']:.1f} ms ({r['changed']}/{r['published']} changed), {load}"
+        f"max {r['max_ms']:.1f} ms ({r['changed']}/{r['published']} changed), "
+        f"metrics {r.get('metrics', 'on')} ({r.get('scrapes', 0)} scrapes), {load}"
     )
 
 
@@ -808,6 +910,8 @@ def live_rows(figures: list[dict[str, Any]]) -> list[LiveRow]:
 def _rate_rows(r: dict[str, Any], load: str) -> list[LiveRow]:
     fast = r["rate"] >= FAST_RATE
     what = f"live {r['source']} {r['rate']:g} msg/s, {r['seconds']:g} s, put -> store"
+    if "metrics" in r:
+        what += f", metrics {r['metrics']}"
     p50_target = None if fast else TARGET_P50_MS
     p99_target = TARGET_P99_FAST_MS if fast else TARGET_P99_MS
     unchanged = ", ".join(f"{k} {v}" for k, v in sorted(r["unchanged"].items())) or "none"
@@ -856,6 +960,8 @@ def _backlog_rows(r: dict[str, Any], load: str) -> list[LiveRow]:
     what = f"live {r['source']} backlog {n:,}"
     if r.get("prioritized"):
         what += " with SIS_PRIORITY"
+    if "metrics" in r:
+        what += f", metrics {r['metrics']}"
     rows = [
         LiveRow(
             f"{what}: sis-live start -> store caught up",
@@ -919,6 +1025,12 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         metavar="SELECTORS",
         help="measure each backlog again with SIS_PRIORITY=SELECTORS, reporting when the first "
         "selector's masters were current against every master (event attributes only)",
+    )
+    group.add_argument(
+        "--live-metrics",
+        default="on",
+        help="sis-live's metrics: on (served and scraped every second), off, or on,off to "
+        "measure each figure both ways, side by side",
     )
     group.add_argument("--live-drain-timeout", type=float, default=900.0)
     group.add_argument(

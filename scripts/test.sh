@@ -16,12 +16,17 @@ fi
 if [ -n "$fast" ]; then
   .venv/bin/ruff check .
   exec .venv/bin/python -m pytest -n "${SIS_TEST_WORKERS:-2}" --dist loadfile \
-      -m "not (spark or dagster or broker or connect or e2e or faults or browser or cluster)" \
+      -m "not (spark or dagster or broker or connect or e2e or faults or browser or cluster or prometheus)" \
       tests/domain tests/standards tests/test_settings.py tests/serving tests/log tests/intake \
       tests/runtime "$@"
 fi
 if [ -x scripts/activemq.sh ]; then
   ./scripts/activemq.sh install
+fi
+# Debian's prometheus (server and promtool) for the monitoring tests (tests/live/test_prometheus.py,
+# tests/deploy/test_alert_rules.py), where it can be installed: as root on Debian.
+if [ -x scripts/prometheus.sh ] && { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; }; then
+  ./scripts/prometheus.sh install
 fi
 # Debian's chromium for the browser test (tests/e2e/test_ui.py).
 if [ -x scripts/chromium.sh ]; then

@@ -210,6 +210,10 @@ def test_ibmmq_settings_name_every_missing_variable() -> None:
         ({"SIS_LIVE_PRIORITY_WINDOW": "0"}, "SIS_LIVE_PRIORITY_WINDOW=0 must be at least 1"),
         ({"SIS_LIVE_FOLD_WORKERS": "-1"}, "SIS_LIVE_FOLD_WORKERS=-1 must be at least 0"),
         ({"SIS_LIVE_FOLD_WORKERS": "65"}, "SIS_LIVE_FOLD_WORKERS=65 must be at most 64"),
+        ({"SIS_METRICS_ADDRESS": "9464"}, "SIS_METRICS_ADDRESS='9464': expected HOST:PORT"),
+        ({"SIS_METRICS_ADDRESS": "127.0.0.1:0"}, "SIS_METRICS_ADDRESS='127.0.0.1:0': port '0'"),
+        ({"SIS_METRICS_ADDRESS": ":9464"}, "SIS_METRICS_ADDRESS=':9464': expected HOST:PORT"),
+        ({"SIS_LOG_FORMAT": "xml"}, "SIS_LOG_FORMAT='xml': expected one of text, json"),
         ({"SIS_PRIORITY": "sport = 'x';"}, "selector: priority selector 2 is empty"),
         ({"SIS_PRIORITY": "sport = 'x'; sport ="}, "priority selector 2: expected a value"),
     ],
@@ -626,3 +630,16 @@ def test_the_namespace_bounds_are_read_and_reach_the_processing_resource(tmp_pat
     s = load_settings(variables)
     assert (s.limits.max_namespaces, s.limits.max_document_namespaces) == (3, 7)
     assert config.resources(variables)["processing"].limits() == s.limits
+
+
+def test_the_metrics_endpoint_listens_on_loopback_unless_configured(tmp_path: Path) -> None:
+    from sis_platform.settings.transport import is_loopback
+
+    base = {"SIS_DATA_DIR": str(tmp_path)}
+    host, port = load_settings(base).live.metrics_address or ("", 0)
+    assert is_loopback(host) and port == 9464
+    assert load_settings({**base, "SIS_METRICS_ADDRESS": "off"}).live.metrics_address is None
+    pod = load_settings({**base, "SIS_METRICS_ADDRESS": "10.1.2.3:9100"}).live.metrics_address
+    assert pod == ("10.1.2.3", 9100)
+    v6 = load_settings({**base, "SIS_METRICS_ADDRESS": "[::1]:9464"}).live.metrics_address
+    assert v6 == ("::1", 9464)

@@ -7,7 +7,9 @@ intake mode consumes at a time.
 (sis_platform/runtime/heartbeat.py): exit 0 when its loop went round within
 SIS_LIVE_STALL_SECONDS, 1 otherwise; `sis-live health --ready`, a readiness probe: 0 when it is
 alive, holds the consumer lease and its serving store has caught up. Neither touches the store,
-the queue or Dagster; each prints one line saying why.
+the queue or Dagster; each prints one line saying why. A running sis-live answers the same
+verdicts over HTTP, with its metrics, on SIS_METRICS_ADDRESS (/healthz, /readyz, /metrics:
+sis_platform/live/endpoint.py).
 
 `sis-live merge` merges an existing landing zone offline (sis_platform/log/landing/merge.py): every
 sealed batch still in parts becomes one file, and the parts of batches merged more than
@@ -19,10 +21,10 @@ verified, 1 when a batch's parts did not (named, left as they are) or the lease 
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 import time
 
+from sis_platform.runtime.logs import configure_logging
 from sis_platform.runtime.private import private_files, private_folder
 from sis_platform.settings import ConfigurationError, Settings, load_settings
 
@@ -61,14 +63,13 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     private_files()
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(args.log_level, "text")
     try:
         settings = load_settings()
     except ConfigurationError as error:
         print(f"sis-live: {error}", file=sys.stderr)
         return 2
+    configure_logging(args.log_level, settings.log_format)  # SIS_LOG_FORMAT
     if args.command == "health":
         return _health(settings, ready=args.ready)
     if args.command == "merge":
@@ -84,9 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     private_folder(settings.data_dir, create=True)  # only once it will run: a refusal makes nothing
     # Imported once the arguments are parsed: the service's modules (pyarrow, lxml, the store)
     # take 0.36 s to import (measured with -X importtime), which `sis-live --help` need not pay.
-    from sis_platform.live.process import build_service, run_until_signalled
+    from sis_platform.live.process import build_service, run_with_endpoint
 
-    run_until_signalled(build_service(settings), settings)
+    run_with_endpoint(build_service(settings), settings)
     return 0
 
 

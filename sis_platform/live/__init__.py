@@ -2,6 +2,8 @@
 messages durably, folds them in memory with the domain's code (`fold.py`, in worker processes:
 `workers.py`), commits the result with its log position to the serving store (`applier.py`) and
 then commits the queue (`service.py`, the loop); `budget.py` bounds
-an item's time, `config.py` its bounds, `process.py` one process built from the settings.
+an item's time, `config.py` its bounds, `process.py` one process built from the settings;
+`metrics.py` its Prometheus metrics and `endpoint.py` the HTTP endpoint that serves them with
+its health (/metrics, /healthz, /readyz).
 
 No Dagster or Spark import anywhere in this package."""

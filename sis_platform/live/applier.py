@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING
 from sis_platform.live.budget import BudgetConfig, LiveBudget
 from sis_platform.live.config import LiveConfig, Retry
 from sis_platform.live.fold import LaunchedFold, LiveFold
+from sis_platform.live.metrics import LiveRecorder
 from sis_platform.live.workers import FoldWorkers, WorkerFoldError
 from sis_platform.log.landing import (
     START_POSITION,
@@ -58,7 +59,7 @@ from sis_platform.log.landing import (
 )
 from sis_platform.log.landing.expiry import LogExpired, check_position
 from sis_platform.runtime.faults import LIVE_BETWEEN_PARTS, crash_point
-from sis_platform.serving.records import STORE_BEYOND_LANDING, ServingUnavailable
+from sis_platform.serving.records import STORE_BEYOND_LANDING, GroupCommit, ServingUnavailable
 
 if TYPE_CHECKING:
     from sis_platform.serving import ServingStore
@@ -85,8 +86,10 @@ class Applier:
         *,
         clock: Callable[[], float] = time.monotonic,
         budget: BudgetConfig | None = None,
+        metrics: LiveRecorder | None = None,
     ) -> None:
         self.zone = zone
+        self._metrics = metrics if metrics is not None else LiveRecorder()
         self.config = config
         self._open_store = open_store
         self._clock = clock
@@ -194,7 +197,7 @@ class Applier:
             self._launched = launched
             self.pipelined += 1
         if pending is not None and commit is not None:
-            store.commit(commit)
+            self._commit(store, commit)
             self._committed(pending.messages)
         if not launched.with_workers:
             self._commit_launched(launched)
@@ -390,11 +393,18 @@ class Applier:
     def _commit_launched(self, launched: LaunchedFold) -> None:
         store, fold = self._connected()
         commit = fold.complete(launched)
-        store.commit(commit)
+        self._commit(store, commit)
         fold.committed(commit)
         self._committed(launched.messages)
 
+    def _commit(self, store: ServingStore, commit: GroupCommit) -> None:
+        """One store transaction, timed and counted (sis_platform/live/metrics.py)."""
+        started = time.perf_counter()
+        store.commit(commit)
+        self._metrics.committed(commit, time.perf_counter() - started)
+
     def _committed(self, messages: Sequence[LandedMessage]) -> None:
+        self._metrics.visible(messages)
         self.applied = messages[-1].position
         self.messages += len(messages)
         self._heartbeat_due = self._clock() + self.config.heartbeat_seconds
@@ -408,7 +418,7 @@ class Applier:
         end = messages[-1].position
         ahead = [master_id for master_id, to in self._ahead.items() if to >= end]
         for part in fold.parts(messages, ahead, prioritize=prioritize):
-            store.commit(part)
+            self._commit(store, part)
             fold.committed(part)
             if part.ahead:
                 self._ahead.update(dict.fromkeys(part.ahead, end))

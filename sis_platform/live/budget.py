@@ -79,6 +79,7 @@ from sis_platform.runtime.guard import (
     quarantine_detail,
     read_marker,
 )
+from sis_platform.runtime.logs import concerning
 from sis_platform.settings import DEFAULT_QUARANTINE_AFTER
 
 if TYPE_CHECKING:
@@ -202,8 +203,13 @@ class LiveBudget:
         fold = InFlightFolder(str(config.folder / FOLD)).records()
         classify = InFlightFolder(str(config.folder / CLASSIFY)).records()
         if failures.absorb(fold, classify):
-            for record in (*fold, *classify):
-                log.warning("an earlier sis-live process died on %s", _described(record))
+            kinds = [(r, FOLD) for r in fold] + [(r, CLASSIFY) for r in classify]
+            for record, kind in kinds:
+                log.warning(
+                    "an earlier sis-live process died on %s",
+                    _described(record),
+                    extra=_concerning(record, kind),
+                )
             _write_durably(facts, failures.to_json())
         for marker_folder in (config.folder / FOLD, config.folder / CLASSIFY):
             for marker in marker_folder.iterdir():
@@ -279,6 +285,7 @@ class LiveBudget:
             master_id,
             self.failures.fold[master_id].count,
             self.config.quarantine_after,
+            extra=concerning(master_id=master_id),
         )
 
     def worker_setup(self, *, selector: ItemSelector | None, limits: Limits) -> WorkerSetup:
@@ -295,7 +302,12 @@ class LiveBudget:
         except FileNotFoundError:
             record = None
         if record is not None and self.failures.absorb([record], []):
-            log.warning("a fold worker (pid %d) died on %s", pid, _described(record))
+            log.warning(
+                "a fold worker (pid %d) died on %s",
+                pid,
+                _described(record),
+                extra=_concerning(record, FOLD),
+            )
             _write_durably(self.config.folder / FACTS_FILE, self.failures.to_json())
         else:
             log.warning("a fold worker (pid %d) died between masters", pid)
@@ -337,6 +349,15 @@ def _held_back(
         for item in items
     ]
     return MasterFoldResult(state=current, results=results)
+
+
+def _concerning(record: InFlightRecord, kind: str) -> dict[str, object]:
+    """The log fields of what `record` (a `kind` marker) was working on
+    (sis_platform/runtime/logs.py): the message a classification was on, or the master a fold
+    was on with the item when it timed out."""
+    if kind == CLASSIFY:
+        return concerning(message_id=record.key)
+    return concerning(master_id=record.key, message_id=record.message_id, position=record.position)
 
 
 def _described(record: InFlightRecord) -> str:

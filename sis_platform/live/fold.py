@@ -44,6 +44,7 @@ from sis_platform.domain.pipeline import (
 from sis_platform.domain.priority import Priority
 from sis_platform.live.workers import PARALLEL_MIN_ITEMS, FoldWorkers, SharedFold
 from sis_platform.log.landing import LandedMessage, LogPosition
+from sis_platform.runtime.logs import concerning
 from sis_platform.serving.records import (
     ChangeRow,
     DeadLetterRow,
@@ -378,7 +379,12 @@ def _model(row: MasterRow) -> Interpretation | None:
         # The fold only keeps valid events, so this is a bug in reading one master: it must
         # not stop the live path for every other master. The lake records it in
         # model_failures; here the master is left out of the model and logged.
-        log.exception("cannot interpret master %s version %d", row.master_id, row.version)
+        log.exception(
+            "cannot interpret master %s version %d",
+            row.master_id,
+            row.version,
+            extra=concerning(master_id=row.master_id),
+        )
         return None
 
 

@@ -1,6 +1,7 @@
 """One sis-live process built from the settings: the source, landing zone, consumer lease
-(the one the queue sensor holds, built without Dagster), serving store and service, run until
-SIGTERM or SIGINT asks it to stop."""
+(the one the queue sensor holds, built without Dagster), serving store, metrics and service,
+run until SIGTERM or SIGINT asks it to stop, with its metrics and health endpoint
+(SIS_METRICS_ADDRESS, sis_platform/live/endpoint.py) served beside it."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from types import FrameType
 from sis_platform.intake.lease import ConsumerLease, holder_id
 from sis_platform.live.budget import BudgetConfig
 from sis_platform.live.config import LiveConfig
+from sis_platform.live.endpoint import MetricsEndpoint, start_endpoint
+from sis_platform.live.metrics import LiveMetrics, LiveRecorder
 from sis_platform.live.service import LiveService
 from sis_platform.log.landing import LandingZone
 from sis_platform.log.landing import rows as landing_rows
@@ -46,6 +49,7 @@ def build_service(settings: Settings) -> LiveService:
         LiveConfig.from_settings(settings),
         budget=BudgetConfig.from_settings(settings),
         heartbeat=Heartbeat(settings.live.heartbeat_file),
+        metrics=LiveMetrics() if settings.live.metrics_address is not None else LiveRecorder(),
     )
 
 
@@ -101,3 +105,25 @@ def run_until_signalled(service: LiveService, settings: Settings) -> None:
     gc.freeze()
     service.run()
     log.info("sis-live stopped")
+
+
+def run_with_endpoint(service: LiveService, settings: Settings) -> None:
+    """`run_until_signalled`, with the metrics and health endpoint served while it runs."""
+    endpoint = serve_metrics(service, settings)
+    try:
+        run_until_signalled(service, settings)
+    finally:
+        if endpoint is not None:
+            endpoint.close()
+
+
+def serve_metrics(service: LiveService, settings: Settings) -> MetricsEndpoint | None:
+    """`service`'s metrics and health on SIS_METRICS_ADDRESS, started (None: off, or the
+    address could not be bound, which is logged)."""
+    address = settings.live.metrics_address
+    metrics = service.metrics
+    if address is None or not isinstance(metrics, LiveMetrics):
+        return None
+    stall = settings.live.stall_seconds
+    metrics.watch(lambda: service.state(stall))
+    return start_endpoint(address, metrics.registry, lambda: service.health(stall))

@@ -58,6 +58,7 @@ from sis_platform.intake.lease import ConsumerLease, Lease, LeaseError
 from sis_platform.live.applier import Applier
 from sis_platform.live.budget import BudgetConfig
 from sis_platform.live.config import LiveConfig, Retry
+from sis_platform.live.metrics import LiveRecorder, LiveState
 from sis_platform.log.landing import (
     ClosedBy,
     GroupWriter,
@@ -78,7 +79,7 @@ from sis_platform.queues.base import (
     SourceUnavailable,
 )
 from sis_platform.runtime.faults import crash_point
-from sis_platform.runtime.heartbeat import Heartbeat
+from sis_platform.runtime.heartbeat import Health, Heartbeat
 
 if TYPE_CHECKING:
     from sis_platform.serving import ServingStore
@@ -106,13 +107,18 @@ class LiveService:
         clock: Callable[[], float] = time.monotonic,
         budget: BudgetConfig | None = None,
         heartbeat: Heartbeat | None = None,
+        metrics: LiveRecorder | None = None,
     ) -> None:
         self.source = source
         self.zone = zone
         self.lease = lease
         self.config = config
+        # What the loop and the applier record (sis_platform/live/metrics.py; by default nothing).
+        self.metrics = metrics if metrics is not None else LiveRecorder()
         # `budget`: the fold's per-item budget and in-flight folder (sis_platform/live/budget.py)
-        self.applier = Applier(zone, open_store, config, clock=clock, budget=budget)
+        self.applier = Applier(
+            zone, open_store, config, clock=clock, budget=budget, metrics=self.metrics
+        )
         self._clock = clock
         # Beaten each time the loop goes round (sis_platform/runtime/heartbeat.py): liveness.
         self._heartbeat = heartbeat
@@ -131,6 +137,7 @@ class LiveService:
         self._stepped = threading.Condition()  # notified after every step (see `wait_until`)
         self.landed_messages = 0  # messages this process has landed
         self.holding = False  # consuming under the lease now (False: standing by)
+        self._behind_since: float | None = None  # monotonic: since when the store is behind
 
     def request_stop(self) -> None:
         """End `run` after the group in hand (safe from a signal handler)."""
@@ -158,9 +165,7 @@ class LiveService:
 
     def _beat(self) -> None:
         """The loop went round: tell the heartbeat, with whether the store has caught up and
-        whether intake is halted."""
-        if self._heartbeat is None:
-            return
+        whether intake is halted; note since when the store is behind (`state`)."""
         halted = self.applier.halted
         caught_up = (
             self.holding
@@ -168,7 +173,42 @@ class LiveService:
             and self.applier.available
             and not self.applier.behind(self._landed_to)
         )
-        self._heartbeat.beat(holding=self.holding, caught_up=caught_up, halted=halted)
+        if caught_up or not self.holding:
+            self._behind_since = None
+        elif self._behind_since is None:
+            self._behind_since = self._clock()
+        if self._heartbeat is not None:
+            self._heartbeat.beat(holding=self.holding, caught_up=caught_up, halted=halted)
+
+    def health(self, stall_seconds: float) -> Health:
+        """The heartbeat's verdict on this process now (`Heartbeat.health`); without a
+        heartbeat, never alive."""
+        if self._heartbeat is None:
+            return Health(False, False, "no heartbeat configured")
+        return self._heartbeat.health(stall_seconds)
+
+    def state(self, stall_seconds: float) -> LiveState:
+        """What a scrape exports (sis_platform/live/metrics.py), read from another thread: each
+        attribute is one reference, read as it stands."""
+        applier = self.applier
+        applied = applier.applied
+        landed = self._landed_to
+        behind = self._behind_since
+        beat = self._heartbeat.current() if self._heartbeat is not None else None
+        verdict = self.health(stall_seconds)
+        now = self._clock()
+        return LiveState(
+            holding=self.holding,
+            landed=(landed.batch_seq, landed.msg_seq) if landed.msg_seq >= 0 else None,
+            applied=(applied.batch_seq, applied.msg_seq) if applied is not None else None,
+            behind_seconds=0.0 if behind is None else max(0.0, now - behind),
+            source_connected=self._session is not None,
+            store_available=applier.available,
+            halted=applier.halted is not None,
+            heartbeat_age_seconds=None if beat is None else max(0.0, now - beat.at),
+            alive=verdict.alive,
+            ready=verdict.ready,
+        )
 
     def run(self) -> None:
         """Consume while holding the lease, stand by otherwise, until a stop is requested."""
@@ -218,9 +258,11 @@ class LiveService:
             if self._clock() < self._expires_at:
                 return True
             log.error("could not renew the consumer lease before it ran out: standing by")
+            self.metrics.lease_lost()
             return False
         if not self.lease.holds(renewed):
             log.error("lost the consumer lease to %s: standing by", renewed.holder)
+            self.metrics.lease_lost()
             return False
         return True
 
@@ -246,6 +288,7 @@ class LiveService:
 
     def _hold(self, current: Lease) -> None:
         """Consume under `current` until the lease is lost or a stop is requested."""
+        self.metrics.lease_held(current.token, acquired=current.acquired_at == current.renewed_at)
         if current.acquired_at == current.renewed_at:
             log.warning(
                 "%s acquired the consumer lease with fencing token %d%s",
@@ -276,6 +319,7 @@ class LiveService:
                     self._step(writer)
                 except FencedOff as error:
                     log.error("fenced off: %s; standing by", error)
+                    self.metrics.lease_lost()
                     self._close_session()
                     return
                 finally:
@@ -304,10 +348,14 @@ class LiveService:
             if first is None:
                 self._idle(writer)
                 return
+            started = time.perf_counter()
             group = self._gather(session, writer, first)
+            gathered = time.perf_counter()
+            self.metrics.got(len(group), gathered - started)
             crash_point("live.after_get")
             opened = self._clock()  # the batch's opening, if this group opens one
             landed = writer.land(group)
+            self.metrics.landed(len(group), time.perf_counter() - gathered)
         except SourceUnavailable as error:
             self._source_down(error)
             return
@@ -330,7 +378,12 @@ class LiveService:
         # before the queue does (module docstring): the queue's round trip is then not part of
         # the time to the store. The queue is committed whatever the fold did.
         try:
+            # The fold's time is the apply's less the store commits within it (a pipelined
+            # group's commit, and this one's).
+            committing, applying = self.metrics.commit_seconds, time.perf_counter()
             self.applier.apply(_landed_messages(landed, group), before, backlog=backlog)
+            committed = self.metrics.commit_seconds - committing
+            self.metrics.folded(time.perf_counter() - applying - committed)
             crash_point("live.before_queue_commit")
         finally:
             self._commit_queue(session)
@@ -382,7 +435,9 @@ class LiveService:
         """Commit what was landed; a source failing here leaves the landed messages on the
         queue to come back as duplicates (invariant 2): the group stays applied."""
         try:
+            started = time.perf_counter()
             session.commit()
+            self.metrics.queue_committed(time.perf_counter() - started)
         except SourceUnavailable as error:
             self._source_down(error)
 
@@ -511,11 +566,13 @@ class LiveService:
         except SourceUnavailable as error:
             self._source_down(error)
             return None
+        self.metrics.source_connected()
         if self._source_retry.succeeded():
             log.warning("queue available again: %s", self.source.description)
         return self._session
 
     def _source_down(self, error: SourceUnavailable) -> None:
+        self.metrics.source_failed()
         self._close_session()
         if self._source_retry.failed(self._clock()):
             log.error(

@@ -71,12 +71,29 @@ class Heartbeat:
         self._written: tuple[bool, bool, str | None] | None = None  # the state last written
         self._next = 0.0
         self._failing = False
+        # The last beat, written or not (`current`): what the in-process health endpoint
+        # (sis_platform/live/endpoint.py) answers from, without reading the file back.
+        self._last: tuple[float, tuple[bool, bool, str | None]] | None = None
+
+    def current(self) -> Beat | None:
+        """The last beat of this process (None before the first), as the file would hold it
+        if every beat were written."""
+        last = self._last
+        if last is None:
+            return None
+        at, (holding, caught_up, halted) = last
+        return Beat(os.getpid(), at, holding, caught_up, halted)
+
+    def health(self, stall_seconds: float) -> Health:
+        """This process's verdict now, from its last beat (see `health`)."""
+        return health(self.current(), self._clock(), stall_seconds)
 
     def beat(self, *, holding: bool, caught_up: bool, halted: str | None = None) -> None:
         """The loop went round: write a beat if the state changed or `every` has passed. A
         failure to write is logged once, not raised: the beat going stale is what tells it."""
         now = self._clock()
         state = (holding, caught_up, halted)
+        self._last = (now, state)  # one reference swapped: read whole by another thread
         if state == self._written and now < self._next:
             return
         try:

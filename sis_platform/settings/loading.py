@@ -35,7 +35,12 @@ from sis_platform.settings.records import (
     StompSourceSettings,
     is_local_master,
 )
-from sis_platform.settings.transport import TlsFiles, check_ssl_peer_name, is_loopback
+from sis_platform.settings.transport import (
+    TlsFiles,
+    check_ssl_peer_name,
+    is_loopback,
+    listen_address,
+)
 from sis_platform.settings.variables import (
     DEFAULT_BACKOUT_THRESHOLD,
     DEFAULT_BATCH_MAX_BYTES,
@@ -65,6 +70,7 @@ from sis_platform.settings.variables import (
     DEFAULT_LOG_KEY_FILE,
     DEFAULT_LOG_WITNESS_DIR,
     DEFAULT_MAX_RUNS_IN_FLIGHT,
+    DEFAULT_METRICS_ADDRESS,
     DEFAULT_PROFILE,
     DEFAULT_QUARANTINE_AFTER,
     DEFAULT_QUEUE_NAME,
@@ -84,6 +90,7 @@ from sis_platform.settings.variables import (
     INTAKE_MODES,
     LIMIT_VARIABLES,
     LIVE_HEARTBEAT_FILE,
+    LOG_FORMATS,
     LOG_KEY_VARIABLE,
     MAX_LIVE_FOLD_WORKERS,
     PROFILES,
@@ -92,6 +99,7 @@ from sis_platform.settings.variables import (
     SPARK_CONNECT_TOKEN_VARIABLE,
     IbmMqReconnect,
     IntakeMode,
+    LogFormat,
 )
 
 
@@ -131,6 +139,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         checks=_checks(read),
         log=_log(read, data_dir, Path(landing_dir)),
         notify=_notify(read),
+        log_format=cast(LogFormat, read.choice("SIS_LOG_FORMAT", LOG_FORMATS)),
     )
 
 
@@ -545,7 +554,18 @@ def _live(read: Reader, data_dir: Path, lease_seconds: float) -> LiveSettings:
         landing_retain_days=read.at_least_number(
             "SIS_LANDING_RETAIN_DAYS", DEFAULT_LANDING_RETAIN_DAYS, 1.0
         ),
+        metrics_address=_metrics_address(read),
     )
+
+
+def _metrics_address(read: Reader) -> tuple[str, int] | None:
+    """SIS_METRICS_ADDRESS: `HOST:PORT` or `off`. Another host than loopback is taken as the
+    operator's choice (a pod's address for Prometheus to scrape): the default stays loopback."""
+    raw = read.text("SIS_METRICS_ADDRESS", DEFAULT_METRICS_ADDRESS)
+    try:
+        return listen_address(raw)
+    except ValueError as error:
+        raise ConfigurationError(f"SIS_METRICS_ADDRESS={raw!r}: {error}") from None
 
 
 def _stall_seconds(read: Reader, lease_seconds: float) -> float:

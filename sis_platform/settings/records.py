@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sis_platform.domain.limits import Limits
+from sis_platform.settings.transport import listen_address
 from sis_platform.settings.variables import (
     DEFAULT_BACKOUT_THRESHOLD,
     DEFAULT_BATCH_MAX_BYTES,
@@ -32,6 +33,7 @@ from sis_platform.settings.variables import (
     DEFAULT_LIVE_REPORT_SECONDS,
     DEFAULT_LIVE_STALL_SECONDS,
     DEFAULT_MAX_RUNS_IN_FLIGHT,
+    DEFAULT_METRICS_ADDRESS,
     DEFAULT_QUARANTINE_AFTER,
     DEFAULT_QUEUE_NAME,
     DEFAULT_REDELIVERY_LIMIT,
@@ -46,7 +48,11 @@ from sis_platform.settings.variables import (
     DEFAULT_STOMP_PREFETCH,
     IbmMqReconnect,
     IntakeMode,
+    LogFormat,
 )
+
+# The default of SIS_METRICS_ADDRESS, parsed (sis_platform/settings/transport.py).
+METRICS_ADDRESS = listen_address(DEFAULT_METRICS_ADDRESS)
 
 
 class ConfigurationError(ValueError):
@@ -187,6 +193,8 @@ class LiveSettings:
     # how long landed batches are kept once the lake has folded and checked them
     # (sis_platform/log/landing/expiry.py)
     landing_retain_days: float = DEFAULT_LANDING_RETAIN_DAYS
+    # (host, port) of /metrics, /healthz and /readyz (sis_platform/live/endpoint.py); None: off
+    metrics_address: tuple[str, int] | None = METRICS_ADDRESS
 
 
 @dataclass(frozen=True)
@@ -239,3 +247,4 @@ class Settings:
     checks: FeedChecksSettings = field(default_factory=FeedChecksSettings)
     log: LogSettings | None = None  # None only in hand-built settings: anchors unsigned
     notify: NotifySettings = field(default_factory=NotifySettings)
+    log_format: LogFormat = "text"  # SIS_LOG_FORMAT (sis_platform/runtime/logs.py)

@@ -29,6 +29,21 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def listen_address(text: str) -> tuple[str, int] | None:
+    """A listener's `HOST:PORT` (`[v6]:PORT` for an IPv6 address) as (host, port); `off`: None.
+    ValueError says what is wrong."""
+    text = text.strip()
+    if text.lower() == "off":
+        return None
+    host, sep, port = text.rpartition(":")
+    host = host.strip("[]") if host.startswith("[") else host
+    if not sep or not host or ("[" in host or "]" in host):
+        raise ValueError("expected HOST:PORT (e.g. 127.0.0.1:9464, [::1]:9464) or off")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"port {port!r} is not 1 to 65535")
+    return host, int(port)
+
+
 @dataclass(frozen=True)
 class TlsFiles:
     """A TLS client's files. `ca_file` (PEM) holds the certificates the broker's must chain to

@@ -60,6 +60,10 @@ DEFAULT_SHUFFLE_PARTITIONS = 4
 # serving store, the lake registering what it landed) or `sensor` (the queue sensor lands batches
 # for the lake alone; no serving store).
 INTAKE_MODES = ("live", "sensor")
+# How the commands log (SIS_LOG_FORMAT, sis_platform/runtime/logs.py): a human-readable line, or
+# one JSON object per line for a log collector.
+LOG_FORMATS = ("text", "json")
+LogFormat = Literal["text", "json"]
 IntakeMode = Literal["live", "sensor"]
 SERVING_SCHEMES = ("sqlite", "postgresql")
 DEFAULT_SERVING_FILE = "serving/serving.db"  # under SIS_DATA_DIR
@@ -106,6 +110,10 @@ DEFAULT_LIVE_MAX_LAG_SECONDS = 30.0  # landed but not yet in the store for longe
 # restart. It must exceed half the lease (SIS_LEASE_SECONDS): a standby beats once per quarter;
 # unset, it is the lease when that is longer.
 DEFAULT_LIVE_STALL_SECONDS = 60.0
+# Where sis-live serves /metrics, /healthz and /readyz (sis_platform/live/endpoint.py) unless
+# SIS_METRICS_ADDRESS says (`off`: nowhere): loopback, as every listener of the platform; 9464 is
+# the port OpenTelemetry's Prometheus exporter uses by convention.
+DEFAULT_METRICS_ADDRESS = "127.0.0.1:9464"
 # How long the parts of a batch sis-live merged into one file are kept after the merge
 # (sis_platform/log/landing/merge.py): every reader that listed them before the merge (a Spark job,
 # a catch-up, sis-trace) has opened them by then. An hour at the defaults keeps ~30 batches'
@@ -217,11 +225,11 @@ VARIABLES = (
     SIS_INTAKE SIS_SERVING_URL SIS_SERVING_PASSWORD SIS_LIVE_GROUP_WAIT_MS
     SIS_LIVE_GROUP_MAX_MESSAGES SIS_LIVE_MAX_MASTERS SIS_LIVE_REPORT_SECONDS
     SIS_LIVE_MAX_LAG_SECONDS SIS_LIVE_BATCH_SECONDS SIS_LIVE_PRIORITY_WINDOW
-    SIS_LIVE_FOLD_WORKERS SIS_LIVE_HEARTBEAT_FILE SIS_LIVE_STALL_SECONDS
+    SIS_LIVE_FOLD_WORKERS SIS_LIVE_HEARTBEAT_FILE SIS_LIVE_STALL_SECONDS SIS_METRICS_ADDRESS
     SIS_LANDING_MERGE_GRACE_SECONDS SIS_LANDING_RETAIN_DAYS
     SIS_LAKE_LAG_WARN_SECONDS SIS_LAKE_LAG_FAIL_SECONDS SIS_DEAD_LETTER_RATE_WARN
     SIS_FRESHNESS_WARN_SECONDS SIS_FRESHNESS_FAIL_SECONDS
-    SIS_LOG_KEY SIS_LOG_KEY_FILE SIS_LOG_WITNESS
+    SIS_LOG_KEY SIS_LOG_KEY_FILE SIS_LOG_WITNESS SIS_LOG_FORMAT
     SIS_NOTIFY_WEBHOOK_URL SIS_NOTIFY_WEBHOOK_TOKEN
     """.split(),
     *IBMMQ_REQUIRED,

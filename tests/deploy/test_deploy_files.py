@@ -90,8 +90,12 @@ def run_launcher() -> dict[str, Any]:
     return dict(launcher["config"]["k8sRunLauncher"])
 
 
+def pod_template() -> dict[str, Any]:
+    return dict(manifests()[("Deployment", "sis-live")]["spec"]["template"])
+
+
 def sis_live_pod() -> dict[str, Any]:
-    return dict(manifests()[("Deployment", "sis-live")]["spec"]["template"]["spec"])
+    return dict(pod_template()["spec"])
 
 
 def walk(node: Any, path: str = "") -> Iterator[tuple[str, Any, Any]]:
@@ -216,25 +220,42 @@ def mounted_at(pod: dict[str, Any], container: dict[str, Any], path: Path) -> di
     raise AssertionError(f"nothing mounted at {path}")
 
 
-def test_sis_live_s_probes_read_its_heartbeat_on_a_volume_of_its_own() -> None:
-    from sis_platform.cli.live import _parser
+def test_sis_live_s_probes_ask_its_endpoint_and_its_heartbeat_is_on_a_volume_of_its_own() -> None:
+    from sis_platform.settings import load_settings
 
     pod = sis_live_pod()
     (container,) = pod["containers"]
-    liveness = container["livenessProbe"]["exec"]["command"]
-    readiness = container["readinessProbe"]["exec"]["command"]
-    assert liveness == ["sis-live", "health"]
-    assert readiness == ["sis-live", "health", "--ready"]
-    assert container["startupProbe"]["exec"]["command"] == liveness
-    for command in (liveness, readiness):
-        args = _parser().parse_args(command[1:])
-        assert args.command == "health"
-    # The heartbeat's folder is the pod's own (never a shared claim another pod's beats reach).
+    (port,) = container["ports"]
+    assert port["name"] == "metrics"
+    probes = {
+        kind: container[kind]["httpGet"]
+        for kind in ("startupProbe", "livenessProbe", "readinessProbe")
+    }
+    assert probes == {
+        "startupProbe": {"path": "/healthz", "port": "metrics"},
+        "livenessProbe": {"path": "/healthz", "port": "metrics"},
+        "readinessProbe": {"path": "/readyz", "port": "metrics"},
+    }
+    # The endpoint listens on the pod's own address at the probes' port, as the settings read
+    # it once Kubernetes has put the pod's IP in (never every interface).
     objects = manifests()
     env = {
         **objects[("ConfigMap", "sis-platform-env")]["data"],
         **objects[("ConfigMap", "sis-live-env")]["data"],
     }
+    own = {e["name"]: e for e in container["env"]}
+    assert own["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    address = own["SIS_METRICS_ADDRESS"]["value"].replace("$(POD_IP)", "10.1.2.3")
+    settings = load_settings({**env, "SIS_METRICS_ADDRESS": address, "SIS_SOURCE": "embedded"})
+    assert settings.live.metrics_address == ("10.1.2.3", port["containerPort"])
+    annotations = pod_template()["metadata"]["annotations"]
+    assert annotations["prometheus.io/port"] == str(port["containerPort"])
+    # Only Prometheus is admitted, and only to that port.
+    (rule,) = objects[("NetworkPolicy", "sis-live")]["spec"]["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": port["containerPort"]}]
+    (peer,) = rule["from"]
+    assert peer["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "prometheus"}
+    # The heartbeat's folder is the pod's own (never a shared claim another pod's beats reach).
     heartbeat = Path(env["SIS_LIVE_HEARTBEAT_FILE"])
     assert "emptyDir" in mounted_at(pod, container, heartbeat)
     # A beat older than the probe's bound fails it: the default bound, and one probe period on
@@ -263,8 +284,10 @@ def test_the_code_server_s_port_admits_only_the_webserver_and_the_daemon() -> No
     # The image run bare (no chart) serves on loopback only.
     cmd = dockerfile_json("CMD")
     assert cmd[cmd.index("--host") + 1] == "127.0.0.1"
+    # sis-live admits Prometheus to its metrics port only (the probes' test checks which).
     sis_live = manifests()[("NetworkPolicy", "sis-live")]["spec"]
-    assert sis_live["ingress"] == [] and sis_live["policyTypes"] == ["Ingress"]
+    assert sis_live["policyTypes"] == ["Ingress"]
+    assert [p["port"] for rule in sis_live["ingress"] for p in rule["ports"]] == [9464]
 
 
 PG_CA = Path("/etc/sis/pg-tls/ca.pem")
@@ -336,7 +359,8 @@ def test_no_secret_is_written_in_any_deploy_file() -> None:
     assert user_deployment()["envSecrets"] and run_launcher()["envSecrets"]
     (container,) = sis_live_pod()["containers"]
     assert [e for e in container["envFrom"] if "secretRef" in e]
-    assert "env" not in container
+    # Its own `env` holds only the pod's address and the metrics address built from it.
+    assert {e["name"] for e in container["env"]} == {"POD_IP", "SIS_METRICS_ADDRESS"}
 
     for name in SECRETS:
         assert not re.search(rf"\b{name}\s*=", DOCKERFILE.read_text()), name

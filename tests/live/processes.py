@@ -15,7 +15,8 @@ SIGKILLED = -signal.SIGKILL
 
 def live_env(data: Path, **variables: str) -> dict[str, str]:
     """The environment of a sis-live process over `data`: this checkout on the path, no SIS_*
-    variable but those given (groups of 20, batches of 70 unless told otherwise)."""
+    variable but those given (groups of 20, batches of 70, no metrics endpoint unless told
+    otherwise: tests in parallel would contend for its default port)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SIS_")}
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
@@ -25,6 +26,7 @@ def live_env(data: Path, **variables: str) -> dict[str, str]:
             "SIS_DATA_DIR": str(data),
             "SIS_LIVE_GROUP_MAX_MESSAGES": "20",
             "SIS_BATCH_MAX_MESSAGES": "70",
+            "SIS_METRICS_ADDRESS": "off",
             **variables,
         }
     )

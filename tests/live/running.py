@@ -14,6 +14,7 @@ from typing import Any
 from sis_platform.intake.lease import ConsumerLease
 from sis_platform.live.budget import BudgetConfig
 from sis_platform.live.config import LiveConfig
+from sis_platform.live.metrics import LiveRecorder
 from sis_platform.live.service import LiveService
 from sis_platform.log.landing import START_POSITION, LandingZone
 from sis_platform.queues.embedded import EmbeddedQueue
@@ -79,6 +80,7 @@ def running(
     heartbeat: Heartbeat | None = None,
     lease: ConsumerLease | None = None,
     zone: LandingZone | None = None,
+    metrics: LiveRecorder | None = None,
 ) -> Iterator[LiveService]:
     """The service running in a thread, consuming `source` (default: the place's queue), its
     fold under `budget` (None: unguarded, no fold workers), under `lease` (default: the
@@ -92,6 +94,7 @@ def running(
         config,
         budget=budget,
         heartbeat=heartbeat,
+        metrics=metrics,
     )
     failure: list[BaseException] = []
 
