@@ -1,9 +1,11 @@
 """The alert rules shipped for sis-live (deploy/prometheus/alerts.yml): valid for Prometheus
 (`promtool check rules`), behaving as their unit tests say (`promtool test rules`,
-tests/deploy/alerts_test.yml), and naming only metrics sis-live exports."""
+tests/deploy/alerts_test.yml), and naming only metrics sis-live exports; and the Grafana
+dashboard (deploy/grafana/sis-live.json): valid PromQL naming only those metrics."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -79,3 +81,36 @@ def test_every_alert_names_metrics_sis_live_exports() -> None:
         named = set(re.findall(r"\b(sis_live_\w+)", rule["expr"]))
         assert named, rule["alert"]
         assert named <= exported, (rule["alert"], named - exported)
+
+
+DASHBOARD = ROOT / "deploy" / "grafana" / "sis-live.json"
+
+
+def test_the_dashboard_names_only_metrics_sis_live_exports() -> None:
+    """Every panel of the shipped Grafana dashboard queries metrics sis-live exports (or the
+    process collector's, joined to sis-live's own), through the dashboard's data source."""
+    exported = exported_names()
+    dashboard = json.loads(DASHBOARD.read_text())
+    assert dashboard["uid"] == "sis-live"
+    panels = dashboard["panels"]
+    assert len(panels) >= 10
+    for panel in panels:
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            assert target["datasource"]["uid"] == "${datasource}", panel["title"]
+            named = set(re.findall(r"\b(sis_live_\w+|process_\w+)", target["expr"]))
+            assert named, (panel["title"], target["expr"])
+            own = {n for n in named if n.startswith("sis_live_")}
+            assert own <= exported, (panel["title"], own - exported)
+            assert named - own <= {"process_resident_memory_bytes"}, panel["title"]
+
+
+@pytest.mark.prometheus
+def test_the_dashboard_queries_are_valid_promql(tmp_path: Path) -> None:
+    """Each panel query, as a recording rule, passes `promtool check rules` (PromQL syntax)."""
+    targets = [t for p in json.loads(DASHBOARD.read_text())["panels"] for t in p["targets"]]
+    rules = [{"record": f"dashboard:query_{i}", "expr": t["expr"]} for i, t in enumerate(targets)]
+    path = tmp_path / "dashboard_rules.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    checked = promtool("check", "rules", str(path))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
