@@ -96,6 +96,12 @@ MERGE_POINTS = (
     "merge.after_claim",  # the merged file claimed, the parts folder still whole
     "merge.mid_removal",  # the parts folder's first file removed, the rest not
 )
+# Dagster's own records retired: `batches` partitions (sensors/partition_retirement.py) and
+# finished runs (sensors/run_retention.py).
+RETENTION_POINTS = (
+    "retention.partition_retired",  # a key of the chunk deleted; the rest and the cursor not
+    "retention.run_events_deleted",  # a run's event log deleted, its run record not
+)
 CRASH_POINTS = (
     CONSUMER_POINTS
     + MATERIALIZER_POINTS
@@ -104,6 +110,7 @@ CRASH_POINTS = (
     + PRIORITY_POINTS
     + PRUNE_POINTS
     + MERGE_POINTS
+    + RETENTION_POINTS
 )
 
 _reached: dict[str, int] = {}

@@ -31,9 +31,11 @@ from sis_platform.settings.variables import (
     DEFAULT_LIVE_REPORT_SECONDS,
     DEFAULT_LIVE_STALL_SECONDS,
     DEFAULT_MAX_RUNS_IN_FLIGHT,
+    DEFAULT_PARTITION_RETAIN_DAYS,
     DEFAULT_QUARANTINE_AFTER,
     DEFAULT_QUEUE_NAME,
     DEFAULT_REDELIVERY_LIMIT,
+    DEFAULT_RUN_RETAIN_DAYS,
     DEFAULT_SENSOR_INTERVAL_SECONDS,
     DEFAULT_SERVING_HISTORY_DAYS,
     DEFAULT_SHUFFLE_PARTITIONS,
@@ -198,6 +200,15 @@ class FeedChecksSettings:
 
 
 @dataclass(frozen=True)
+class RetentionSettings:
+    """How long Dagster keeps its own records of the feed: `batches` partitions (of batches
+    folded and checked) and finished runs with their event logs, in days."""
+
+    partition_retain_days: float = DEFAULT_PARTITION_RETAIN_DAYS
+    run_retain_days: float = DEFAULT_RUN_RETAIN_DAYS
+
+
+@dataclass(frozen=True)
 class LogSettings:
     """Where the message log's anchors are signed and witnessed from (sis_platform/log/seal.py):
     the key file (unless SIS_LOG_KEY holds the key) and the witness file, both outside the data
@@ -226,3 +237,4 @@ class Settings:
     sensor_interval_seconds: int = DEFAULT_SENSOR_INTERVAL_SECONDS
     checks: FeedChecksSettings = field(default_factory=FeedChecksSettings)
     log: LogSettings | None = None  # None only in hand-built settings: anchors unsigned
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
