@@ -47,7 +47,14 @@ class Site:
     """A landing zone of `count` sealed batches, all registered, dated by `ages` (days before the
     last one), with the retirement sensor and the landed-batches sensor over one instance."""
 
-    def __init__(self, tmp_path: Path, ages: list[float], *, live: bool = True) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        ages: list[float],
+        *,
+        live: bool = True,
+        instance: dg.DagsterInstance | None = None,
+    ) -> None:
         env = {"SIS_DATA_DIR": str(tmp_path)}
         self.resources = config.resources(env)
         self.zone: LandingZone = self.resources["landing"].zone()  # type: ignore[attr-defined]
@@ -55,7 +62,7 @@ class Site:
         now = self.zone.anchors.path(self.keys[-1]).stat().st_mtime
         for key, age in zip(self.keys, ages, strict=True):
             _date(self.zone, key, age, now)
-        self.instance = dg.DagsterInstance.ephemeral()
+        self.instance = instance or dg.DagsterInstance.ephemeral()
         self.instance.add_dynamic_partitions("batches", self.keys)
         self.sensor = build_partition_retirement_sensor(30, live=live)
         self.cursor: str | None = None
