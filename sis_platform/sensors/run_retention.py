@@ -17,7 +17,8 @@ behind its cursor. The anchored chain heads the feed's runs were tagged with go 
 `sis-verify-log` then compares the log with its anchors, signatures and witness alone for those
 batches.
 
-Each run's event log is deleted before its run record (crash point
+Each run's captured step output (compute logs) and event log are deleted before its run record
+(crash point
 `retention.run_events_deleted` between the two): a tick killed there leaves a finished run
 without events, which the next tick deletes; the other order would leave events of no run,
 which nothing would find again.
@@ -99,6 +100,9 @@ def delete_old_runs(instance: dg.DagsterInstance, window: timedelta, chunk: int)
     )
     victims = [r.dagster_run.run_id for r in records if r.dagster_run.run_id not in kept][:chunk]
     for run_id in victims:
+        # Its steps' captured output first (local files on the default instance): a run
+        # record left behind still names what to delete.
+        instance.compute_log_manager.delete_logs(prefix=[run_id])
         instance.event_log_storage.delete_events(run_id)
         crash_point(EVENTS_DELETED_POINT)
         instance.delete_run(run_id)

@@ -73,6 +73,10 @@ class Runs:
     def ids(self) -> set[str]:
         return {r.dagster_run.run_id for r in self.instance.get_run_records()}
 
+    def step_output_files(self, run_id: str) -> list[Path]:
+        """The run's captured step output on the default instance's local compute logs."""
+        return [p for p in (self.home / "storage" / run_id).rglob("*") if p.is_file()]
+
     def events(self, run_id: str) -> int:
         return len(self.instance.all_logs(run_id))
 
@@ -90,6 +94,8 @@ def test_deletes_old_finished_runs_oldest_first_a_chunk_at_a_time(tmp_path):
     assert delete_old_runs(runs.instance, WINDOW, chunk=2) == []
     assert runs.ids() == {beta_latest, started, alpha_latest}
     assert all(runs.events(r) == 0 for r in old)
+    assert all(runs.step_output_files(r) == [] for r in old)
+    assert runs.step_output_files(alpha_latest)
     assert runs.events(beta_latest) and runs.events(alpha_latest)
     latest = runs.instance.get_latest_materialization_event(dg.AssetKey("beta"))
     assert latest is not None and latest.run_id == beta_latest
