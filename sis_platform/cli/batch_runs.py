@@ -46,8 +46,8 @@ class BatchRuns:
         self.instance = instance
 
     def batches(self) -> list[str]:
-        """The batch partitions Dagster has registered (one per batch: bounded, well under
-        100k)."""
+        """The batch partitions Dagster has registered (one per batch, the retired ones not:
+        about SIS_PARTITION_RETAIN_DAYS of batches, well under 100k)."""
         return list(self.instance.get_dynamic_partitions(BATCHES))
 
     def anchor(self, key: str) -> RunAnchor | None:
