@@ -31,7 +31,9 @@ from sis_platform.runtime.private import private_files, private_folder
 from sis_platform.sensors.landed_sensor import build_landed_batches_sensor
 from sis_platform.sensors.live_check_sensor import build_live_check_sensor
 from sis_platform.sensors.notify import build_notify_sensors
+from sis_platform.sensors.partition_retirement import build_partition_retirement_sensor
 from sis_platform.sensors.queue_sensor import build_queue_sensor
+from sis_platform.sensors.run_retention import build_run_retention_sensor
 from sis_platform.sensors.serving_reporter import build_serving_reporter
 from sis_platform.settings import Settings, load_settings
 
@@ -48,8 +50,17 @@ class IntakeDefinitions(NamedTuple):
 def intake_definitions(settings: Settings) -> IntakeDefinitions:
     """The sensors, and for live intake the serving store's asset, checks and check job, of
     the configured intake mode."""
+    retain = settings.retention.partition_retain_days
     if settings.intake == "sensor":
-        return IntakeDefinitions([], [], [], [build_queue_sensor(settings.sensor_interval_seconds)])
+        return IntakeDefinitions(
+            [],
+            [],
+            [],
+            [
+                build_queue_sensor(settings.sensor_interval_seconds),
+                build_partition_retirement_sensor(retain, live=False),
+            ],
+        )
     live = settings.live
     return IntakeDefinitions(
         assets=[serving_store_spec(settings.serving.url)],
@@ -59,6 +70,7 @@ def intake_definitions(settings: Settings) -> IntakeDefinitions:
             build_landed_batches_sensor(settings.sensor_interval_seconds),
             build_serving_reporter(live.report_seconds, live.max_lag_seconds),
             build_live_check_sensor(),
+            build_partition_retirement_sensor(retain, live=True),
         ],
     )
 
@@ -82,7 +94,11 @@ def build_definitions(
         asset_checks=[hash_chain_intact, lake_integrity, *intake.asset_checks],
         jobs=[process_batch_job, replay_dead_letters_job, check_lake_job, *intake.jobs],
         schedules=[check_lake_schedule],
-        sensors=[*intake.sensors, *notify_sensors(settings)],
+        sensors=[
+            *intake.sensors,
+            build_run_retention_sensor(settings.retention.run_retain_days),
+            *notify_sensors(settings),
+        ],
         resources=config.resources(settings),
     )
 

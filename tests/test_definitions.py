@@ -12,7 +12,14 @@ import pytest
 from sis_platform.definitions import build_definitions
 from sis_platform.settings import load_settings
 
-LIVE_SENSORS = {"landed_batches_sensor", "serving_store_reporter", "live_matches_lake_sensor"}
+# Dagster's own retention: partitions (gated on live == lake, or on the fold) and runs.
+RETENTION_SENSORS = {"batch_partition_retirement_sensor", "run_retention_sensor"}
+LIVE_SENSORS = {
+    "landed_batches_sensor",
+    "serving_store_reporter",
+    "live_matches_lake_sensor",
+    *RETENTION_SENSORS,
+}
 SERVING_CHECKS = {"live_matches_lake", "live_store_fresh"}
 LAKE_CHECKS = {
     "hash_chain_intact",
@@ -49,7 +56,7 @@ def test_live_intake_is_the_default_the_lake_registers_what_sis_live_lands(tmp_p
 
 def test_sensor_intake_consumes_with_the_queue_sensor_and_has_no_serving_store(tmp_path):
     repo = _loaded(build_definitions({"SIS_DATA_DIR": str(tmp_path), "SIS_INTAKE": "sensor"}))
-    assert {s.name for s in repo.sensor_defs} == {"sportsdata_queue_sensor"}
+    assert {s.name for s in repo.sensor_defs} == {"sportsdata_queue_sensor", *RETENTION_SENSORS}
     assert {j.name for j in repo.get_all_jobs()} >= {"process_batch", "replay_dead_letters"}
     assert "check_live_matches_lake" not in {j.name for j in repo.get_all_jobs()}
     assert dg.AssetKey("serving_store") not in repo.asset_graph.get_all_asset_keys()

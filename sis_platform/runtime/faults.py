@@ -101,6 +101,12 @@ EXPIRE_POINTS = (
     "expire.after_record",  # the expiry record moved forward, no batch under it removed yet
     "expire.mid_removal",  # batch 1 removed, the next one's file removed, not its anchor
 )
+# Dagster's own records retired: `batches` partitions (sensors/partition_retirement.py) and
+# finished runs (sensors/run_retention.py).
+RETENTION_POINTS = (
+    "retention.partition_retired",  # a key of the chunk deleted; the rest and the cursor not
+    "retention.run_events_deleted",  # a run's event log deleted, its run record not
+)
 CRASH_POINTS = (
     CONSUMER_POINTS
     + MATERIALIZER_POINTS
@@ -110,6 +116,7 @@ CRASH_POINTS = (
     + PRUNE_POINTS
     + MERGE_POINTS
     + EXPIRE_POINTS
+    + RETENTION_POINTS
 )
 
 _reached: dict[str, int] = {}

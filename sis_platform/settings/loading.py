@@ -28,6 +28,7 @@ from sis_platform.settings.records import (
     LogSettings,
     NotifySettings,
     ProcessingSettings,
+    RetentionSettings,
     ServingSettings,
     Settings,
     SourceSettings,
@@ -71,10 +72,12 @@ from sis_platform.settings.variables import (
     DEFAULT_LOG_WITNESS_DIR,
     DEFAULT_MAX_RUNS_IN_FLIGHT,
     DEFAULT_METRICS_ADDRESS,
+    DEFAULT_PARTITION_RETAIN_DAYS,
     DEFAULT_PROFILE,
     DEFAULT_QUARANTINE_AFTER,
     DEFAULT_QUEUE_NAME,
     DEFAULT_REDELIVERY_LIMIT,
+    DEFAULT_RUN_RETAIN_DAYS,
     DEFAULT_SENSOR_INTERVAL_SECONDS,
     DEFAULT_SERVING_FILE,
     DEFAULT_SERVING_HISTORY_DAYS,
@@ -140,6 +143,18 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         log=_log(read, data_dir, Path(landing_dir)),
         notify=_notify(read),
         log_format=cast(LogFormat, read.choice("SIS_LOG_FORMAT", LOG_FORMATS)),
+        retention=_retention(read),
+    )
+
+
+def _retention(read: Reader) -> RetentionSettings:
+    """How long Dagster keeps `batches` partitions and finished runs (docs/operations.md,
+    "Dagster's partitions and runs"): days, at least 0."""
+    return RetentionSettings(
+        partition_retain_days=read.at_least_number(
+            "SIS_PARTITION_RETAIN_DAYS", DEFAULT_PARTITION_RETAIN_DAYS, 0.0
+        ),
+        run_retain_days=read.at_least_number("SIS_RUN_RETAIN_DAYS", DEFAULT_RUN_RETAIN_DAYS, 0.0),
     )
 
 

@@ -34,9 +34,11 @@ from sis_platform.settings.variables import (
     DEFAULT_LIVE_STALL_SECONDS,
     DEFAULT_MAX_RUNS_IN_FLIGHT,
     DEFAULT_METRICS_ADDRESS,
+    DEFAULT_PARTITION_RETAIN_DAYS,
     DEFAULT_QUARANTINE_AFTER,
     DEFAULT_QUEUE_NAME,
     DEFAULT_REDELIVERY_LIMIT,
+    DEFAULT_RUN_RETAIN_DAYS,
     DEFAULT_SENSOR_INTERVAL_SECONDS,
     DEFAULT_SERVING_HISTORY_DAYS,
     DEFAULT_SHUFFLE_PARTITIONS,
@@ -218,6 +220,15 @@ class FeedChecksSettings:
 
 
 @dataclass(frozen=True)
+class RetentionSettings:
+    """How long Dagster keeps its own records of the feed: `batches` partitions (of batches
+    folded and checked) and finished runs with their event logs, in days."""
+
+    partition_retain_days: float = DEFAULT_PARTITION_RETAIN_DAYS
+    run_retain_days: float = DEFAULT_RUN_RETAIN_DAYS
+
+
+@dataclass(frozen=True)
 class LogSettings:
     """Where the message log's anchors are signed and witnessed from (sis_platform/log/seal.py):
     the key file (unless SIS_LOG_KEY holds the key) and the witness file, both outside the data
@@ -248,3 +259,4 @@ class Settings:
     log: LogSettings | None = None  # None only in hand-built settings: anchors unsigned
     notify: NotifySettings = field(default_factory=NotifySettings)
     log_format: LogFormat = "text"  # SIS_LOG_FORMAT (sis_platform/runtime/logs.py)
+    retention: RetentionSettings = field(default_factory=RetentionSettings)

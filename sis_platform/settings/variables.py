@@ -71,6 +71,15 @@ DEFAULT_SERVING_FILE = "serving/serving.db"  # under SIS_DATA_DIR
 # own commit times), and always until live == lake has been checked past them; the lake keeps
 # every version and dead letter for good (docs/operations.md, "Serving store history").
 DEFAULT_SERVING_HISTORY_DAYS = 30.0
+# Dagster's own records of the feed (docs/operations.md, "Dagster's partitions and runs"). A batch
+# is sealed every two minutes, 720 a day: 30 days of `batches` partitions is 21,600 keys, a
+# fifth of Dagster's 100,000-per-asset guidance, and as long as the serving store's history, so
+# an operator looking back a month finds both. Older keys (folded and checked live == lake)
+# leave the partition set; their data stays in the landing zone and the lake.
+DEFAULT_PARTITION_RETAIN_DAYS = 30.0
+# Finished runs (with their event logs) are kept this long, counted back from the newest run:
+# about 720 batch runs a day, each some dozens of event rows.
+DEFAULT_RUN_RETAIN_DAYS = 30.0
 # The log key file and the witness of the log's head (sis_platform/log/seal.py) by default: under
 # the user's config folder ($XDG_CONFIG_HOME, else ~/.config), outside any data folder; the
 # witness named after its landing zone's folder, so two logs on one host keep two witnesses.
@@ -231,6 +240,7 @@ VARIABLES = (
     SIS_FRESHNESS_WARN_SECONDS SIS_FRESHNESS_FAIL_SECONDS
     SIS_LOG_KEY SIS_LOG_KEY_FILE SIS_LOG_WITNESS SIS_LOG_FORMAT
     SIS_NOTIFY_WEBHOOK_URL SIS_NOTIFY_WEBHOOK_TOKEN
+    SIS_PARTITION_RETAIN_DAYS SIS_RUN_RETAIN_DAYS
     """.split(),
     *IBMMQ_REQUIRED,
     *LIMIT_VARIABLES.values(),
