@@ -18,6 +18,7 @@ import pytest
 from sis_platform.runtime.faults import (
     CONSUMER_POINTS,
     CRASH_POINTS,
+    EXPIRE_POINTS,
     LIVE_POINTS,
     MERGE_POINTS,
     PRIORITY_POINTS,
@@ -43,10 +44,10 @@ def test_sequences_cover_every_declared_crash_point():
     # The consumer's points are killed in tests/faults/test_consumer_crashes.py, sis-live's in
     # tests/live/test_crashes.py and tests/live/test_priority.py, the rewind's in
     # test_rewind_crashes.py, the serving store's prune in tests/serving/test_retention.py, the
-    # landing merge's in tests/log/test_merge_crashes.py, Dagster's retention's in
-    # tests/sensors/test_retention_crashes.py.
+    # landing merge's in tests/log/test_merge_crashes.py, the landing expiry's in
+    # tests/log/test_expiry.py, Dagster's retention's in tests/sensors/test_retention_crashes.py.
     others = set(CONSUMER_POINTS) | set(REWIND_POINTS) | set(LIVE_POINTS) | set(PRIORITY_POINTS)
-    others |= set(PRUNE_POINTS) | set(MERGE_POINTS) | set(RETENTION_POINTS)
+    others |= set(PRUNE_POINTS) | set(MERGE_POINTS) | set(EXPIRE_POINTS) | set(RETENTION_POINTS)
     assert sorted(covered | others) == sorted(CRASH_POINTS)
     assert len(covered) == len(sequences)
     assert [point for point, _ in REWIND_SEQUENCE] == list(REWIND_POINTS)
