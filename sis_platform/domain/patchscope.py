@@ -202,6 +202,8 @@ def _content_uses_namespaces(operation: etree._Element) -> bool:
     """Whether an operation's content declares a namespace or names a node in one (which the
     patch engine then declares where it inserts it)."""
     for child in operation:
+        if not isinstance(child.tag, str):
+            continue  # a comment or processing instruction: no namespace, nothing to walk
         for event, node in etree.iterwalk(child, events=("start-ns", "start")):
             if event == "start-ns":
                 return True

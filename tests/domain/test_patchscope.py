@@ -297,3 +297,14 @@ def test_validation_with_the_elements_the_engine_located_matches_whole_validatio
             if error is None:
                 masters[item.master_id] = etree.tostring(result)
     assert reused > 1000
+
+
+@pytest.mark.parametrize(
+    "content", ["<?pi data?><!-- comment -->6", "6<!-- comment -->", "<?pi data?>"]
+)
+def test_comments_and_processing_instructions_in_content_are_scoped_not_a_crash(content):
+    """A comment or processing instruction among an operation's content is not an element:
+    the namespace probe passes over it (found by tests/domain/test_fuzz.py)."""
+    sel = "/event/market[@id='WIN']/selection[@id='7']/price/@num"
+    scope_of(f'<replace sel="{sel}">{content}</replace>')
+    scope_of(f"<add sel=\"/event/market[@id='WIN']\">{content}<selection id='9'/></add>")
