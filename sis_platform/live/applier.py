@@ -57,7 +57,7 @@ from sis_platform.log.landing import (
     LogPosition,
     batch_key,
 )
-from sis_platform.log.landing.expiry import LogExpired, check_position
+from sis_platform.log.landing.expiry import LogExpired, reading_from
 from sis_platform.runtime.faults import LIVE_BETWEEN_PARTS, crash_point
 from sis_platform.serving.records import STORE_BEYOND_LANDING, GroupCommit, ServingUnavailable
 
@@ -256,7 +256,7 @@ class Applier:
             "position again or the store is rebuilt from it"
         )
         try:
-            check_position(self.zone, position)
+            reading_from(self.zone, position)
         except LogExpired as error:
             return f"{error}: {until}"
         if position > landed:

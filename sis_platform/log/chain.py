@@ -164,18 +164,33 @@ class AnchorStore:
         """Write the anchor durably; FileExistsError when the batch already has one (an anchor
         is never replaced)."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        final = self.path(anchor.batch_key)
-        tmp = self.dir / f".{anchor.batch_key}.{uuid.uuid4().hex}.partial"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(json.dumps(asdict(anchor), sort_keys=True).encode() + b"\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.link(tmp, final)
-        finally:
-            tmp.unlink(missing_ok=True)
-        fsync_dir(self.dir)
+        write_durably(self.path(anchor.batch_key), anchor_json(anchor), replace=False)
+
+
+def anchor_json(anchor: Anchor) -> bytes:
+    """An anchor as its file holds it (`Anchor.from_json` reads it back)."""
+    return json.dumps(asdict(anchor), sort_keys=True).encode() + b"\n"
+
+
+def write_durably(path: Path, data: bytes, *, replace: bool) -> None:
+    """Put `data` at `path` atomically and durably: written to a private (0600) file beside it
+    and fsync'd, then renamed over it (`replace`) or hard-linked to it (FileExistsError when it
+    exists), and the folder fsync'd. A crash leaves the old file or the new one whole, and at
+    most a `.partial` file beside it."""
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.partial"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if replace:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_dir(path.parent)
 
 
 def file_sha256(path: Path) -> str:

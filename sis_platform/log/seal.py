@@ -31,11 +31,10 @@ import json
 import os
 import secrets
 import stat
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sis_platform.log.chain import Anchor, fsync_dir
+from sis_platform.log.chain import Anchor, anchor_json, write_durably
 
 KEY_BYTES = 32  # a new key file's random bytes; a key from SIS_LOG_KEY needs at least as many
 _ANCHOR_TAG = "sis-log-anchor/1"
@@ -143,20 +142,10 @@ def _key_of(raw: bytes, where: str) -> LogKey:
 def _create_key_file(path: Path) -> None:
     """A new random key (hex) in `path`, mode 0600, its folder 0700; never replaces a file."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.partial"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(secrets.token_hex(KEY_BYTES).encode() + b"\n")
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            os.link(tmp, path)
-        except FileExistsError:  # another process created it meanwhile: theirs is the key
-            pass
-    finally:
-        tmp.unlink(missing_ok=True)
-    fsync_dir(path.parent)
+        write_durably(path, secrets.token_hex(KEY_BYTES).encode() + b"\n", replace=False)
+    except FileExistsError:  # another process created it meanwhile: theirs is the key
+        pass
 
 
 class Witness:
@@ -197,17 +186,7 @@ class Witness:
         if seen is not None and seen.batch_key >= anchor.batch_key:
             return
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        tmp = self.path.parent / f".{self.path.name}.{uuid.uuid4().hex}.partial"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(json.dumps(dataclasses.asdict(anchor), sort_keys=True).encode() + b"\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        finally:
-            tmp.unlink(missing_ok=True)
-        fsync_dir(self.path.parent)
+        write_durably(self.path, anchor_json(anchor), replace=True)
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ import dagster as dg
 
 from sis_platform.assets.partitions import BATCHES
 from sis_platform.log.landing import LandingZone, batch_key, batch_seq_of
+from sis_platform.log.landing.expiry import Expiry
 from sis_platform.resources.platform import LandingZoneResource
 from sis_platform.resources.serving import ServingStoreResource
 from sis_platform.runtime.faults import crash_point
@@ -130,7 +131,8 @@ def retire_tick(
             skip_reason=f"batches are retired through {through}; none after it is {gate_name} "
             f"yet (gate: {gate or 'none'})"
         )
-    gate_sealed = sealed_at(zone, batch_key(gate))
+    expiry = zone.expiry()
+    gate_sealed = sealed_at(zone, batch_key(gate), expiry)
     if gate_sealed is None:
         return dg.SensorResult(
             skip_reason=f"batch {batch_key(gate)} ({gate_name}) has no anchor or file in the "
@@ -148,7 +150,9 @@ def retire_tick(
         last = min(last, held_from - 1)
     # A gate expired itself: everything up to it is expired, so everything up to it goes.
     cutoff = math.inf if gate_sealed == EXPIRED else gate_sealed - window.total_seconds()
-    eligible = retirable_through(through, last, lambda s: sealed_at(zone, batch_key(s)), cutoff)
+    eligible = retirable_through(
+        through, last, lambda s: sealed_at(zone, batch_key(s), expiry), cutoff
+    )
     if eligible == through:
         return dg.SensorResult(
             skip_reason=f"batches are retired through {through}; batch {through + 1} was "
@@ -185,13 +189,13 @@ def retirable_through(
     return eligible
 
 
-def sealed_at(zone: LandingZone, key: str) -> float | None:
+def sealed_at(zone: LandingZone, key: str, expiry: Expiry | None) -> float | None:
     """When batch `key` was sealed: its anchor file's time (written once, at the seal), else
     its landing file's (a batch landed before anchors); None when it has neither. A batch
     expired from the landing zone (sis_platform/log/landing/expiry.py) has neither any more:
     it was checked live == lake and is past the landing's retention, and can no longer be
-    materialized, so it counts as sealed at the dawn of time (EXPIRED)."""
-    expiry = zone.expiry()
+    materialized, so it counts as sealed at the dawn of time (EXPIRED). `expiry`: the zone's
+    expiry record, read once per tick."""
     if expiry is not None and expiry.covers(key):
         return EXPIRED
     for path in (zone.anchors.path(key), zone.batch_path(key)):

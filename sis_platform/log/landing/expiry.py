@@ -36,18 +36,16 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import time
-import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 import pyarrow.parquet as pq
 
-from sis_platform.log.chain import Anchor, fsync_dir
+from sis_platform.log.chain import Anchor, anchor_json, fsync_dir, write_durably
 from sis_platform.log.landing.rows import batch_key, batch_seq_of
 from sis_platform.log.position import LogPosition
 from sis_platform.runtime.faults import crash_point
@@ -110,11 +108,16 @@ def read_expiry(root: Path) -> Expiry | None:
         raise ValueError(f"the expiry record {path} is not an expiry record: {exc}") from exc
 
 
-def check_position(zone: LandingZone, position: LogPosition) -> None:
-    """LogExpired when messages after `position` were expired from `zone`: a reader there
-    would skip them."""
+def reading_from(zone: LandingZone, position: LogPosition) -> LogPosition:
+    """Where a reader of `zone` after `position` starts: `position` itself, or, at the end of
+    the expired batches, before the first kept batch. LogExpired when messages after
+    `position` were expired: a reader there would skip them."""
     expiry = zone.expiry()
-    if expiry is not None and position < expiry.end:
+    if expiry is None:
+        return position
+    if position == expiry.end:
+        return LogPosition(expiry.through_seq + 1, -1)
+    if position < expiry.end:
         raise LogExpired(
             f"the landing zone {zone.root} no longer holds the log after position "
             f"{tuple(position)}: batches up to {expiry.anchor.batch_key} expired "
@@ -122,23 +125,14 @@ def check_position(zone: LandingZone, position: LogPosition) -> None:
             "serving store this old cannot catch up from the landing zone: restore a newer "
             "backup of it"
         )
+    return position
 
 
 def _write_record(zone: LandingZone, anchor: Anchor) -> None:
     """Replace the expiry record durably with one naming `anchor`."""
     zone.ensure()
-    final = zone.root / EXPIRY_RECORD
-    tmp = zone.root / f".{EXPIRY_RECORD}.{uuid.uuid4().hex}.partial"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(json.dumps({"anchor": asdict(anchor)}, sort_keys=True).encode() + b"\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
-    finally:
-        tmp.unlink(missing_ok=True)
-    fsync_dir(zone.root)
+    record = b'{"anchor": ' + anchor_json(anchor).rstrip() + b"}\n"
+    write_durably(zone.root / EXPIRY_RECORD, record, replace=True)
 
 
 class Advance(NamedTuple):

@@ -34,7 +34,7 @@ from sis_platform.log.chain import (
     file_sha256,
     fsync_dir,
 )
-from sis_platform.log.landing.expiry import BatchExpired, Expiry, check_position, read_expiry
+from sis_platform.log.landing.expiry import BatchExpired, Expiry, read_expiry, reading_from
 from sis_platform.log.landing.groups import open_batch_of, seal_batch
 from sis_platform.log.landing.reading import LandedMessage, landed_after
 from sis_platform.log.landing.rows import (
@@ -321,11 +321,7 @@ class LandingZone:
         only the files from that position on, up to the first batch missing (see
         sis_platform/log/landing/reading.py). A moved-aside body is restored when `limits` allow
         it (`restored_body`)."""
-        check_position(self, position)
-        expiry = self.expiry()
-        if expiry is not None and position == expiry.end:  # the next batch's first message on
-            position = LogPosition(expiry.through_seq + 1, -1)
-        return landed_after(self, position, limits)
+        return landed_after(self, reading_from(self, position), limits)
 
     def expiry(self) -> Expiry | None:
         """The expiry record: which batches were expired from the zone (None: none)."""
