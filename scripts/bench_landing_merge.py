@@ -48,7 +48,7 @@ def _usage(root: Path) -> tuple[int, int]:
 
 
 def _land(zone: LandingZone, batches: int, per_batch: int) -> None:
-    writer = GroupWriter(zone)
+    writer = GroupWriter(zone.writer)
     feed = generate_feed(7, batches * per_batch)
     for _ in range(batches):
         for message in islice(feed, per_batch):
@@ -76,17 +76,17 @@ def main() -> None:
         seal = LogSeal(KeySource(root / "keys" / "log.key", create=True), Witness(root / "w"))
         zone = LandingZone(root / "landing", seal)
         _land(zone, args.batches, args.messages_per_batch)
-        before = _usage(zone.root)
-        merger = Merger(zone, None, grace_seconds=0.0)
+        before = _usage(zone.catalog.root)
+        merger = Merger(zone.upkeep, None, grace_seconds=0.0)
         turns = []
         while merger.pending:
             start = time.perf_counter()
             merger.turn()
             turns.append(time.perf_counter() - start)
-        after = _usage(zone.root)
-        assert not zone.batch_dir(batch_key(args.batches)).exists()
+        after = _usage(zone.catalog.root)
+        assert not zone.catalog.batch_dir(batch_key(args.batches)).exists()
         expire_turns = _expire(zone, args.batches) if args.expire else []
-        expired = _usage(zone.root)
+        expired = _usage(zone.catalog.root)
     print(
         f"{args.batches} batches of {args.messages_per_batch} messages, one message per part "
         "(anchors included in the counts)"
@@ -101,14 +101,18 @@ def main() -> None:
 
 def _expire(zone: LandingZone, batches: int) -> list[float]:
     """Expire every batch but the newest in idle turns; each turn's seconds."""
-    expirer = Expirer(zone, None, retain_seconds=0.0, check_seconds=0.0)
+    expirer = Expirer(zone.upkeep, None, retain_seconds=0.0, check_seconds=0.0)
     turns = []
     while True:
         start = time.perf_counter()
         expirer.turn(checked_batch=batches)
         turns.append(time.perf_counter() - start)
-        expiry = zone.expiry()
-        if expiry is not None and expiry.through_seq == batches - 1 and len(zone.keys()) == 1:
+        expiry = zone.catalog.expiry()
+        if (
+            expiry is not None
+            and expiry.through_seq == batches - 1
+            and len(zone.catalog.keys()) == 1
+        ):
             return turns
 
 

@@ -504,7 +504,7 @@ def start_publisher(
 
 def caught_up(store: ServingStore, zone: LandingZone, messages: int) -> bool:
     status = store.status()
-    return status.messages >= messages and status.position == zone.last_position()
+    return status.messages >= messages and status.position == zone.catalog.last_position()
 
 
 def until_caught_up(run: Run, live: subprocess.Popen[bytes], messages: int, timeout: float) -> None:
@@ -702,7 +702,7 @@ def measure_backlog(
         "messages_per_s": round(messages / wall_s),
         "peak_rss_mib": round(rss.peak / 2**20),
         "preload_s": round(preload_s, 1),
-        "batches": len(zone.keys()),
+        "batches": len(zone.catalog.keys()),
         "live_exit": code,
         "profile": str(run.profile) if run.profile else None,
         "load_before": load_before,

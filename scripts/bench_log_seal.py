@@ -39,7 +39,7 @@ def _zone(root: Path, signed: bool) -> LandingZone:
 def _run(signed: bool, groups: int, per_group: int) -> tuple[float, float]:
     """Median ms to land a group, and ms to seal the batch they made."""
     with tempfile.TemporaryDirectory() as folder:
-        writer = GroupWriter(_zone(Path(folder), signed))
+        writer = GroupWriter(_zone(Path(folder), signed).writer)
         times = []
         for _ in range(groups):
             start = time.perf_counter()

@@ -107,7 +107,7 @@ def fold_commits(lake: Path) -> list[FoldCommit]:
 
 def masters_current(data: Path) -> MastersCurrent:
     """Every landed batch folded and the model refreshed to the last fold step."""
-    keys = LandingZone(data / "landing").keys()
+    keys = LandingZone(data / "landing").catalog.keys()
     if not keys:
         return MastersCurrent(False, "nothing landed")
     last = batch_seq_of(keys[-1])
@@ -773,7 +773,7 @@ def _latency(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
             "mode": mode_label(args, args.mode),
             "published": count,
             "folded": len(latencies),
-            "batches": len(zone.keys()),
+            "batches": len(zone.catalog.keys()),
             "fold_steps": len(steps),
             "p50_s": round(percentile(latencies, 50), 2),
             "p95_s": round(percentile(latencies, 95), 2),
@@ -827,14 +827,14 @@ def _latencies(zone: LandingZone, steps: list[FoldCommit]) -> list[float]:
     """Per landed message, from its put on the queue to the commit of the first fold step
     that covered its batch (messages not yet folded are left out)."""
     latencies: list[float] = []
-    for key in zone.keys():
+    for key in zone.catalog.keys():
         seq = int(key)
         committed = [
             c.at
             for c in steps
             if int(c.row["first_batch_seq"]) <= seq <= int(c.row["last_batch_seq"])
         ]
-        table = zone.read(key)
+        table = zone.catalog.read(key)
         for put in table.column("put_time").to_pylist():
             if committed and put is not None:
                 latencies.append(min(committed) - put.timestamp())

@@ -192,8 +192,8 @@ def fold_masters(
                 "waiting_for_batch": result.waiting_for,
             },
         )
-    zone = landing.zone()
-    yield lake_lag_result(backlog_after(zone, folded_through), datetime.now(UTC), feed_checks)
+    catalog = landing.catalog()
+    yield lake_lag_result(backlog_after(catalog, folded_through), datetime.now(UTC), feed_checks)
     rate = None
     if result.fold_step is not None and folded_through:
         # The step's new batches; the batches it refolded are found by their dead letters.
@@ -204,7 +204,7 @@ def fold_masters(
             result.fold_step,
             batches,
             feed_checks.dead_letter_rate_warn,
-            batch_messages=partial(landed_messages, zone),
+            batch_messages=partial(landed_messages, catalog),
         )
     yield dead_letter_rate_result(rate, result.fold_step)
 

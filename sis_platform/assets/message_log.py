@@ -61,7 +61,9 @@ def raw_messages(
             "before they existed hold nulls)"
         )
     zone = landing.zone()
-    files = zone.landed_files(key)  # the batch's file, or its parts (a batch landed in groups)
+    files = zone.catalog.landed_files(
+        key
+    )  # the batch's file, or its parts (a batch landed in groups)
     landed = session.read.parquet(*[str(p) for p in files])
     if "body_size" not in landed.columns:  # landed before bodies could be moved aside
         landed = landed.withColumn("body_size", F.length("body")).withColumn(
@@ -73,7 +75,7 @@ def raw_messages(
     lk.replace_where(RAW_MESSAGES, rows, batch_condition(key))
 
     # The rows just written are the landing files' rows: counted there, without a Spark job.
-    figures = zone.figures(key)
+    figures = zone.catalog.figures(key)
     context.log.info(f"batch {key}: {figures.messages} message(s) logged")
     return dg.MaterializeResult(
         metadata={
@@ -84,7 +86,7 @@ def raw_messages(
             "first_put_time": str(figures.first_put),
             "last_put_time": str(figures.last_put),
             **location(lk, RAW_MESSAGES),
-            "landing_file": dg.MetadataValue.path(str(zone.batch_location(key))),
+            "landing_file": dg.MetadataValue.path(str(zone.catalog.batch_location(key))),
         },
     )
 
@@ -117,7 +119,7 @@ def _hash_chain_intact(
     verdict = verify_batch(lake.lake(spark.spark_session), zone, key, run_anchor=run_anchor)
     # The log's tail against the witness outside the data folder: every batch's check fails
     # while the log is truncated or rolled back, so nothing downstream reads it meanwhile.
-    verdict = verdict.with_problems(tail_problems(zone))
+    verdict = verdict.with_problems(tail_problems(zone.catalog))
     first = verdict.first_problem
     if first is not None:
         context.log.error(

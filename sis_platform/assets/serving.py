@@ -37,7 +37,7 @@ from sis_platform.assets.table_specs import OWNERS
 from sis_platform.lake.delta import Lake
 from sis_platform.lake.spark.fold.ledger import committed_step
 from sis_platform.lake.tables import MASTER_DOCUMENTS
-from sis_platform.log.landing import LandingZone, LogPosition, batch_key
+from sis_platform.log.landing import Catalog, LogPosition, batch_key
 from sis_platform.resources.platform import DeltaLakeResource, LandingZoneResource
 from sis_platform.resources.serving import ServingStoreResource, store_kind
 from sis_platform.serving import StoreStatus
@@ -129,13 +129,13 @@ def lake_masters(lake: Lake) -> LakeMasters:
     return LakeMasters(committed.last_batch_seq, masters)
 
 
-def reached(zone: LandingZone, store: LogPosition, batch_seq: int) -> bool:
+def reached(catalog: Catalog, store: LogPosition, batch_seq: int) -> bool:
     """Whether the store has applied all of batch `batch_seq` (sealed: its anchor counts it)."""
     if batch_seq == 0 or store.batch_seq > batch_seq:
         return True
     if store.batch_seq < batch_seq:
         return False
-    anchor = zone.anchor(batch_key(batch_seq))
+    anchor = catalog.anchor(batch_key(batch_seq))
     return anchor is not None and store.msg_seq + 1 >= anchor.messages
 
 
@@ -159,7 +159,7 @@ def live_matches_lake(
     store = serving.open_store()
     try:
         status = store.status()
-        at_lake = reached(landing.zone(), status.position, folded.batch_seq)
+        at_lake = reached(landing.catalog(), status.position, folded.batch_seq)
         versions = store.versions_at(folded.batch_seq) if at_lake else {}
         comparison = compare_masters(folded.masters, versions)
         if at_lake and comparison.equal:
@@ -340,7 +340,7 @@ def live_store_fresh(
         status = store.status()
     finally:
         store.close()
-    landed = landing.zone().last_position()
+    landed = landing.catalog().last_position()
     fresh = assess_freshness(status, landed, datetime.now(UTC), serving.max_lag_seconds)
     return dg.AssetCheckResult(
         passed=fresh.passed,

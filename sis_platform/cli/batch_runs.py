@@ -28,7 +28,7 @@ from sis_platform.assets.message_log import CHAIN_HEAD_TAG, MESSAGES_TAG
 from sis_platform.assets.partitions import BATCHES
 from sis_platform.cli.platform import EXIT_USAGE, configured_resources, parse_args
 from sis_platform.lake.spark.chain import RunAnchor
-from sis_platform.log.landing import LandingZone, batch_key, batch_seq_of
+from sis_platform.log.landing import Catalog, batch_key, batch_seq_of
 from sis_platform.runtime.private import private_files
 from sis_platform.sensors.batch_runs import BATCH_TAG
 from sis_platform.sensors.partition_retirement import oldest_in_flight
@@ -63,13 +63,13 @@ class BatchRuns:
         return None
 
 
-def restore(instance: dg.DagsterInstance, zone: LandingZone, first: int, last: int) -> list[str]:
+def restore(instance: dg.DagsterInstance, catalog: Catalog, first: int, last: int) -> list[str]:
     """Register the batches `first`..`last` the landing zone holds and Dagster does not; the
     keys registered."""
     keys = [
         key
         for key in (batch_key(seq) for seq in range(first, last + 1))
-        if (zone.anchors.path(key).exists() or zone.batch_path(key).exists())
+        if (catalog.anchors.path(key).exists() or catalog.batch_path(key).exists())
         and not instance.has_dynamic_partition(BATCHES, key)
     ]
     if keys:
@@ -134,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     instance = dg.DagsterInstance.get()
     span = f"{batch_key(args.first)}..{batch_key(args.last)}"
     if args.command == "restore":
-        keys = restore(instance, resources["landing"].zone(), args.first, args.last)
+        keys = restore(instance, resources["landing"].catalog(), args.first, args.last)
         print(
             f"{PROGRAM}: registered {len(keys)} batch partition(s) of {span}; launch their "
             "backfill from the UI (process_batch), then `sis-batch-runs retire` the range"

@@ -105,11 +105,12 @@ def _merge(settings: Settings) -> int:
     """`sis-live merge`: the zone merged under the consumer lease, what was done printed."""
     from sis_platform.intake.lease import ConsumerLease, holder_id
     from sis_platform.live.process import landing_zone
-    from sis_platform.log.landing.merge import merge_zone
 
     zone = landing_zone(settings)
     lease = ConsumerLease(
-        zone.root, holder_id(f"{settings.batch.deployment}.merge"), settings.batch.lease_seconds
+        zone.catalog.root,
+        holder_id(f"{settings.batch.deployment}.merge"),
+        settings.batch.lease_seconds,
     )
     current = lease.acquire()
     if not lease.holds(current):
@@ -121,9 +122,9 @@ def _merge(settings: Settings) -> int:
         return 1
     grace = settings.live.merge_grace_seconds
     try:
-        zone.clean_partials()  # as any new lease holder: what a crash left half-written
-        report = merge_zone(
-            zone, lease.fence(current), grace, still_held=lambda: lease.holds(lease.acquire())
+        zone.writer.clean_partials()  # as any new lease holder: what a crash left half-written
+        report = zone.upkeep.merge_all(
+            lease.fence(current), grace, still_held=lambda: lease.holds(lease.acquire())
         )
     finally:
         lease.release()

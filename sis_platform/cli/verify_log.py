@@ -148,14 +148,14 @@ def verify(
         if first_problem is None:
             first_problem = verdict.first_problem
     if last is None:
-        for problem in tail_problems(zone):
+        for problem in tail_problems(zone.catalog):
             problems += 1
             print(f"sis-verify-log: {problem}", file=sys.stderr)
             # The witness names what happened to the tail (truncated, rolled back): it says
             # more than the missing batch's own problems, so the summary gives it.
             if first_problem is None or first_problem.batch_key >= problem.batch_key:
                 first_problem = problem
-    where = f"{zone.root} and {lake.base_path}"
+    where = f"{zone.catalog.root} and {lake.base_path}"
     if first_problem is None:
         print(
             f"sis-verify-log: intact: {batches} batch(es), {messages} message(s) verified ({where})"
@@ -182,12 +182,12 @@ def _keys(
     missing from the folder but followed by another, or known outside it, is still visited
     and reported. A batch still open (landed in parts, not sealed) is not part of the log yet
     and is not verified."""
-    known = set(zone.keys()) | set(zone.anchors.keys())
+    known = set(zone.catalog.keys()) | set(zone.catalog.anchors.keys())
     if runs is not None:
         known |= set(runs.batches())
-    if zone.seal is not None:
+    if zone.catalog.signer.seal is not None:
         try:
-            witnessed = zone.seal.witness.read()
+            witnessed = zone.catalog.signer.seal.witness.read()
         except ValueError:  # reported by tail_problems
             witnessed = None
         if witnessed is not None:

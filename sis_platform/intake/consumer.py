@@ -12,14 +12,14 @@ calls this every tick, in the sensor's process.
 
 A message whose body is over the per-message bound (`Limits.max_message_bytes`,
 SIS_MAX_MESSAGE_BYTES) is not kept in the batch: its bytes go to an overflow file before the
-batch lands (`LandingZone.move_aside`) and the batch holds it with an empty body, its real size,
+batch lands (`ZoneWriter.move_aside`) and the batch holds it with an empty body, its real size,
 digest and location, to be dead-lettered `too-large` downstream (invariant 6, "Bounded cost").
 Intake then holds at most one such body at a time, for as long as it takes to write it out. A
 unit of work backed out after that leaves the file behind: it is named by its digest, so the
 redelivered copy is written to the same file.
 
-Before its first get, `consume_batch` proves the landing zone writable (`LandingZone.probe`)
-and checks it has room for the largest batch it may get (`LandingZone.ensure_room`).
+Before its first get, `consume_batch` proves the landing zone writable (`ZoneWriter.probe`)
+and checks it has room for the largest batch it may get (`ZoneWriter.ensure_room`).
 Every backout raises the backout count of every message in the unit of work, and a source moves
 a message to its backout queue past its threshold (queues/base.py): if a landing outage were
 found only when landing, each failed tick would bring the whole batch's valid messages closer to
@@ -38,8 +38,8 @@ from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
 from sis_platform.log.landing import (
     ClosedBy,
     LandedBatch,
-    LandingZone,
     MovedAside,
+    ZoneWriter,
     landing_bytes_bound,
 )
 from sis_platform.queues.base import QueueSession, ReceivedMessage
@@ -75,7 +75,7 @@ class BatchLimits:
 
 def consume_batch(
     session: QueueSession,
-    zone: LandingZone,
+    writer: ZoneWriter,
     limits: BatchLimits,
     *,
     before_commit: Callable[[LandedBatch], None] | None = None,
@@ -88,11 +88,11 @@ def consume_batch(
     batch is claimed). A body over `message_limits.max_message_bytes` is moved aside as it
     arrives (see the module docstring). `before_commit` runs between landing and commit (fault
     injection in tests); if it, or `land`, raises, the unit of work is backed out."""
-    zone.probe()  # before any get: a landing outage must not back out (and count) messages
+    writer.probe()  # before any get: a landing outage must not back out (and count) messages
     # ... nor a disk too full for this batch: its bodies up to the batch's bytes plus the one
     # body that may pass them (a larger one is moved aside).
     bodies = limits.max_bytes + message_limits.max_message_bytes
-    zone.ensure_room(landing_bytes_bound(limits.max_messages, bodies))
+    writer.ensure_room(landing_bytes_bound(limits.max_messages, bodies))
     deadline = clock() + limits.max_seconds
     messages: list[ReceivedMessage | MovedAside] = []
     size = 0
@@ -126,7 +126,7 @@ def consume_batch(
                 del message  # the chunk's list holds the only reference to the body
             for message in arrived:
                 if len(message.body) > message_limits.max_message_bytes:
-                    messages.append(move_aside(zone, message))
+                    messages.append(move_aside(writer, message))
                 else:
                     messages.append(message)
                     size += len(message.body)
@@ -136,7 +136,7 @@ def consume_batch(
             session.commit()  # nothing got; ends the (empty) unit of work cleanly
             return None
         crash_point("consume.after_get")
-        batch = zone.land(messages, fence=fence, closed_by=closed_by)
+        batch = writer.land(messages, fence=fence, closed_by=closed_by)
         crash_point("consume.after_land")
         if before_commit is not None:
             before_commit(batch)
@@ -147,7 +147,7 @@ def consume_batch(
     return batch
 
 
-def move_aside(zone: LandingZone, message: ReceivedMessage) -> MovedAside:
+def move_aside(writer: ZoneWriter, message: ReceivedMessage) -> MovedAside:
     """The message with its body written to an overflow file and dropped from memory."""
-    body = zone.move_aside(message.body)
+    body = writer.move_aside(message.body)
     return MovedAside(replace(message, body=b""), body)

@@ -16,7 +16,7 @@ The lease is a small JSON file in the landing zone's root, `lease.json`:
   there is none or it has expired (token + 1: the fencing token), and otherwise leaves it alone
   and returns the other holder's lease. Intake (sis_platform/intake/tick.py) calls it at the start
   of every tick.
-- Fencing: the holder passes `fence(lease)` to `LandingZone.land`, which claims the batch file
+- Fencing: the holder passes `fence(lease)` to `ZoneWriter.land`, which claims the batch file
   inside `Fence.held()`: under the lease lock, immediately before the claim, the token must
   still be the current one. So a holder paused past its expiry (GC, SIGSTOP, a hung NFS
   mount) whose lease was taken over lands nothing (`FencedOff`), and the consumer backs its unit

@@ -145,8 +145,8 @@ def ready_batch(zone: LandingZone, key: str, log: IntakeLog) -> ReadyBatch:
     """The landed batch `key` with its anchor, written from its landing file's metadata if a
     crash right after the claim left it without an anchor file (what both intake sensors hand
     on to Dagster)."""
-    had_anchor = zone.anchors.path(key).exists()
-    anchor = zone.ensure_anchor(key)
+    had_anchor = zone.catalog.anchors.path(key).exists()
+    anchor = zone.writer.ensure_anchor(key)
     if anchor is None:
         log.error(
             f"batch {key} has no chain anchor and its landing file carries "
@@ -189,7 +189,7 @@ class Intake:
         the caller has taken on (the sensor's cursor); later ones are handed on first."""
         zone = self.zone
         try:
-            zone.ensure()
+            zone.catalog.ensure()
         except OSError as exc:
             return self._landing_unavailable(exc, None)
         try:
@@ -198,7 +198,7 @@ class Intake:
             # Without the lease nothing may be consumed; an unreadable lease is an outage to see.
             return TickOutcome(
                 TickStatus.LEASE_UNAVAILABLE,
-                f"consumer lease in {zone.root} unavailable: {exc}; retrying next tick",
+                f"consumer lease in {zone.catalog.root} unavailable: {exc}; retrying next tick",
                 error=exc,
             )
         if not self.lease.holds(current):
@@ -206,20 +206,20 @@ class Intake:
         if current.acquired_at == current.renewed_at:
             self.log.warning(self._acquired(current))
         # Only the holder cleans up: a standby must not delete the holder's file in progress.
-        if removed := zone.clean_partials():
+        if removed := zone.writer.clean_partials():
             self.log.warning(f"removed {removed} partial batch file(s) left by a crash")
         # Batches landed but not yet taken on (a crash between landing and the end of a tick)
         # are handed on before anything new is consumed.
-        pending = zone.keys_after(registered)
+        pending = zone.catalog.keys_after(registered)
         landed = None
         if not pending:
-            last_seq, _ = zone.last()
+            last_seq, _ = zone.catalog.last()
             if registered > last_seq:
                 return TickOutcome(
                     TickStatus.LANDING_WENT_BACK,
                     f"the caller has taken batches up to {registered}, beyond the zone's last "
-                    f"one ({last_seq}) in {zone.root}: the zone went back (restored from an "
-                    "earlier copy?) or is not the caller's; nothing is got until it is put "
+                    f"one ({last_seq}) in {zone.catalog.root}: the zone went back (restored from "
+                    "an earlier copy?) or is not the caller's; nothing is got until it is put "
                     "right, since a batch landed now would take a number already taken",
                     lease=current,
                 )
@@ -230,7 +230,7 @@ class Intake:
             if outcome.status is not TickStatus.BATCHES:
                 return outcome
             landed = outcome.landed
-            pending = zone.keys_after(registered)
+            pending = zone.catalog.keys_after(registered)
         batches = tuple(self._ready(key) for key in pending)
         return TickOutcome(TickStatus.BATCHES, batches=batches, landed=landed, lease=current)
 
@@ -243,7 +243,7 @@ class Intake:
     def _standby(self, current: Lease) -> str:
         # Loud but not a failure: standing by is this deployment's job until the holder stops.
         return (
-            f"standby: the consumer lease in {self.zone.root} is held by {current.holder} "
+            f"standby: the consumer lease in {self.zone.catalog.root} is held by {current.holder} "
             f"(fencing token {current.token}) until {current.expires_at:%Y-%m-%d %H:%M:%S} UTC; "
             f"{self.lease.holder} takes over if it is not renewed by then"
         )
@@ -259,8 +259,8 @@ class Intake:
         flight, and the messages after it behind both, so the next batch waits for that run
         instead and takes them all at once."""
         limit = self.limits.max_runs_in_flight
-        last = self.zone.keys()[-1:]
-        closed_by = self.zone.closed_by(last[0]) if last else None
+        last = self.zone.catalog.keys()[-1:]
+        closed_by = self.zone.catalog.closed_by(last[0]) if last else None
         live = limit > 1 and closed_by in (ClosedBy.SECONDS, ClosedBy.DRAINED)
         if live:
             limit = 1
@@ -285,7 +285,7 @@ class Intake:
             try:
                 batch = consume_batch(
                     session,
-                    self.zone,
+                    self.zone.writer,
                     self.limits.batch,
                     clock=self._clock,
                     fence=self.lease.fence(current),
@@ -333,7 +333,7 @@ class Intake:
     def _landing_unavailable(self, exc: OSError, current: Lease | None) -> TickOutcome:
         return TickOutcome(
             TickStatus.LANDING_UNAVAILABLE,
-            f"landing zone {self.zone.root} unavailable: {exc}; nothing was committed off "
+            f"landing zone {self.zone.catalog.root} unavailable: {exc}; nothing was committed off "
             f"{self.source.description}; retrying next tick",
             error=exc,
             lease=current,

@@ -52,8 +52,8 @@ from sis_platform.live.metrics import LiveRecorder
 from sis_platform.live.workers import FoldWorkers, WorkerFoldError
 from sis_platform.log.landing import (
     START_POSITION,
+    Catalog,
     LandedMessage,
-    LandingZone,
     LogPosition,
     batch_key,
 )
@@ -80,7 +80,7 @@ class Applier:
 
     def __init__(
         self,
-        zone: LandingZone,
+        catalog: Catalog,
         open_store: Callable[[], ServingStore],
         config: LiveConfig,
         *,
@@ -88,7 +88,7 @@ class Applier:
         budget: BudgetConfig | None = None,
         metrics: LiveRecorder | None = None,
     ) -> None:
-        self.zone = zone
+        self.catalog = catalog
         self._metrics = metrics if metrics is not None else LiveRecorder()
         self.config = config
         self._open_store = open_store
@@ -224,7 +224,7 @@ class Applier:
             if self.config.fold.priority is not None:
                 size = max(size, self.config.priority_window)
             for chunk in _stretches(
-                self.zone.landed_after(position, self.config.message_limits),
+                self.catalog.landed_after(position, self.config.message_limits),
                 size,
                 self._ahead.values(),
             ):
@@ -256,7 +256,7 @@ class Applier:
             "position again or the store is rebuilt from it"
         )
         try:
-            reading_from(self.zone, position)
+            reading_from(self.catalog, position)
         except LogExpired as error:
             return f"{error}: {until}"
         if position > landed:
@@ -266,10 +266,10 @@ class Applier:
                 f"another landing zone): {until}"
             )
         applied = store.message_at(position) if position != START_POSITION else None
-        if applied is None or not self.zone.batch_files(batch_key(position.batch_seq)):
+        if applied is None or not self.catalog.batch_files(batch_key(position.batch_seq)):
             return None  # nothing to compare (a position before any outcome, a batch removed)
         before = LogPosition(position.batch_seq, position.msg_seq - 1)
-        first = next(iter(self.zone.landed_after(before, self.config.message_limits)), None)
+        first = next(iter(self.catalog.landed_after(before, self.config.message_limits)), None)
         there = first.message.message_id if first and first.position == position else None
         if there == applied:
             return None

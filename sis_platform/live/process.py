@@ -34,7 +34,7 @@ def build_service(settings: Settings) -> LiveService:
     """The service `settings` describe (nothing is connected or opened yet)."""
     zone = landing_zone(settings)
     lease = ConsumerLease(
-        zone.root, holder_id(settings.batch.deployment), settings.batch.lease_seconds
+        zone.catalog.root, holder_id(settings.batch.deployment), settings.batch.lease_seconds
     )
     url = settings.serving.url
 
@@ -85,7 +85,7 @@ def run_until_signalled(service: LiveService, settings: Settings) -> None:
     log.info(
         "sis-live consuming %s into %s, serving store %s",
         service.source.description,
-        service.zone.root,
+        service.zone.catalog.root,
         shown_url(settings.serving.url),
     )
     priority = service.config.fold.priority

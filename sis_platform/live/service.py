@@ -117,7 +117,7 @@ class LiveService:
         self.metrics = metrics if metrics is not None else LiveRecorder()
         # `budget`: the fold's per-item budget and in-flight folder (sis_platform/live/budget.py)
         self.applier = Applier(
-            zone, open_store, config, clock=clock, budget=budget, metrics=self.metrics
+            zone.catalog, open_store, config, clock=clock, budget=budget, metrics=self.metrics
         )
         self._clock = clock
         # Beaten each time the loop goes round (sis_platform/runtime/heartbeat.py): liveness.
@@ -238,11 +238,13 @@ class LiveService:
             current = self.lease.acquire()
         except (LeaseError, OSError) as error:
             if self._lease_retry.failed(now):
-                log.error("consumer lease in %s unavailable: %s; retrying", self.zone.root, error)
+                log.error(
+                    "consumer lease in %s unavailable: %s; retrying", self.zone.catalog.root, error
+                )
             self._renew_at = self._lease_retry.due
             return None
         if self._lease_retry.succeeded():
-            log.warning("consumer lease in %s available again", self.zone.root)
+            log.warning("consumer lease in %s available again", self.zone.catalog.root)
         if self.lease.holds(current):
             self._renew_at = now + self.lease.seconds * _RENEW_SHARE
             self._expires_at = now + self.lease.seconds
@@ -296,13 +298,15 @@ class LiveService:
                 current.token,
                 f", taking over from {current.previous_holder}" if current.previous_holder else "",
             )
-        writer = GroupWriter(self.zone, self.lease.fence(current))
+        writer = GroupWriter(self.zone.writer, self.lease.fence(current))
         sealed = writer.recover()
         if sealed is not None:
             log.warning("sealed batch %s left open (%d messages)", sealed.key, sealed.messages)
-        self._merger = Merger(self.zone, writer.fence, self.config.merge_grace_seconds)
-        self._expirer = Expirer(self.zone, writer.fence, self.config.landing_retain.total_seconds())
-        self._landed_to = self.zone.last_position()
+        self._merger = self.zone.upkeep.merger(writer.fence, self.config.merge_grace_seconds)
+        self._expirer = self.zone.upkeep.expirer(
+            writer.fence, self.config.landing_retain.total_seconds()
+        )
+        self._landed_to = self.zone.catalog.last_position()
         self.applier.catch_up(self._landed_to, self._keep_catching_up)
         try:
             while not self.stopping:
@@ -362,7 +366,9 @@ class LiveService:
         except OSError as error:
             self._backout(session)
             if self._landing_retry.failed(self._clock()):
-                log.error("landing zone %s unavailable: %s; retrying", self.zone.root, error)
+                log.error(
+                    "landing zone %s unavailable: %s; retrying", self.zone.catalog.root, error
+                )
             return
         except BaseException:
             self._backout(session)
@@ -412,7 +418,7 @@ class LiveService:
         while arrived:
             for message in arrived:
                 if len(message.body) > config.message_limits.max_message_bytes:
-                    group.append(move_aside(self.zone, message))
+                    group.append(move_aside(self.zone.writer, message))
                 else:
                     group.append(message)
                     size += len(message.body)
@@ -474,7 +480,9 @@ class LiveService:
             # The batch stays open; it is sealed once the zone is proved writable again (or by
             # the next start). Until then nothing more is got (`_landing_ready`).
             if self._landing_retry.failed(self._clock()):
-                log.error("cannot seal the open batch in %s: %s; retrying", self.zone.root, error)
+                log.error(
+                    "cannot seal the open batch in %s: %s; retrying", self.zone.catalog.root, error
+                )
             return
         if batch is not None:
             if self._merger is not None:
@@ -526,14 +534,14 @@ class LiveService:
             return False
         try:
             if self._landing_retry.failing:
-                self.zone.probe()
-            self.zone.ensure_room(self._group_bound(writer))
+                self.zone.writer.probe()
+            self.zone.writer.ensure_room(self._group_bound(writer))
         except OSError as error:
             if self._landing_retry.failed(now):
                 log.error(
                     "landing zone %s cannot take a group: %s; intake paused (nothing is got "
                     "from the queue), retrying with backoff up to %.0f s",
-                    self.zone.root,
+                    self.zone.catalog.root,
                     error,
                     self.config.retry_last_seconds,
                 )
@@ -541,7 +549,7 @@ class LiveService:
                 log.debug("landing zone still unavailable: %s", error)
             return False
         if self._landing_retry.succeeded():
-            log.warning("landing zone %s available again", self.zone.root)
+            log.warning("landing zone %s available again", self.zone.catalog.root)
         return True
 
     def _group_bound(self, writer: GroupWriter) -> int:

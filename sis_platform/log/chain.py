@@ -18,7 +18,7 @@ kept where rewriting the rows does not reach it:
 (a) in the landing file's Parquet metadata (head, message count, first previous link, format):
     the file carries its own claim, which a reader sees without the platform;
 (b) in one small append-only anchor file per batch, `<landing>/anchors/<key>.json`, written by
-    `LandingZone.land` right after the batch file is claimed, under the same lease fence, before
+    `ZoneWriter.land` right after the batch file is claimed, under the same lease fence, before
     the queue is committed. Written there, not by the sensor later, every landed batch has one
     from the moment it exists; the only gap (a crash between the claim and the anchor) is closed
     by the sensor before it registers the batch. An anchor is claimed with a hard link, so it is

@@ -11,7 +11,7 @@ from pydantic import Field
 from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
 from sis_platform.domain.priority import Priority
 from sis_platform.intake.lease import ConsumerLease, holder_id
-from sis_platform.log.landing import LandingZone
+from sis_platform.log.landing import Catalog, LandingZone
 from sis_platform.log.seal import log_seal
 from sis_platform.settings import (
     DEFAULT_BATCH_MAX_BYTES,
@@ -106,6 +106,10 @@ class LandingZoneResource(dg.ConfigurableResource):
             create_key=self.create_log_key,
         )
         return LandingZone(Path(self.root), seal)
+
+    def catalog(self) -> Catalog:
+        """The zone's catalog: what readers (checks, sensors, the lake) need of it."""
+        return self.zone().catalog
 
     def lease(self) -> ConsumerLease:
         """The consumer lease in the landing zone's root, as this process holds or awaits it."""

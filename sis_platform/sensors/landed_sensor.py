@@ -2,7 +2,7 @@
 
 sis-live lands the feed in groups and seals them into batches (sis_platform/log/landing). Each
 tick this sensor takes the batches sealed after its cursor, found by probing the next keys
-(`LandingZone.sealed_after`: the cost is the number of new batches, never the size of the
+(`Catalog.sealed_after`: the cost is the number of new batches, never the size of the
 zone), and hands them on to Dagster exactly as the queue sensor does
 (sis_platform/sensors/batch_runs.py): a `batches` partition each, one run request each with the
 chain anchor in its tags, and the cursor at the last of them. It never touches the queue.
@@ -30,7 +30,7 @@ import dagster as dg
 from sis_platform.assets.jobs import process_batch_job
 from sis_platform.assets.partitions import BATCHES
 from sis_platform.intake.tick import ready_batch
-from sis_platform.log.landing import LandingZone, batch_key, batch_seq_of
+from sis_platform.log.landing import Catalog, batch_key, batch_seq_of
 from sis_platform.log.landing.groups import open_batch_of
 from sis_platform.resources.platform import LandingZoneResource
 from sis_platform.sensors.batch_runs import batches_result, runs_in_flight
@@ -59,7 +59,7 @@ def build_landed_batches_sensor(minimum_interval_seconds: int) -> dg.SensorDefin
             if context.cursor
             else LandedCursor(_last_registered(context.instance), None)
         )
-        went_back = landing_went_back(zone, cursor)
+        went_back = landing_went_back(zone.catalog, cursor)
         if went_back is not None:
             raise dg.Failure(description=went_back)
         after = cursor.seq
@@ -72,9 +72,9 @@ def build_landed_batches_sensor(minimum_interval_seconds: int) -> dg.SensorDefin
                 f"(SIS_MAX_RUNS_IN_FLIGHT); batches sealed after {after} wait in the landing "
                 "zone"
             )
-        keys = zone.sealed_after(after, min(room, MAX_BATCHES_PER_TICK))
+        keys = zone.catalog.sealed_after(after, min(room, MAX_BATCHES_PER_TICK))
         if not keys:
-            return dg.SkipReason(_nothing_sealed(zone, after))
+            return dg.SkipReason(_nothing_sealed(zone.catalog, after))
         batches = [ready_batch(zone, key, context.log) for key in keys]
         context.log.info(f"registering sealed batch(es) {keys[0]}..{keys[-1]}")
         last = batches[-1]
@@ -101,16 +101,16 @@ class LandedCursor(NamedTuple):
         return cls(int(seq), head or None)
 
 
-def landing_went_back(zone: LandingZone, cursor: LandedCursor) -> str | None:
+def landing_went_back(catalog: Catalog, cursor: LandedCursor) -> str | None:
     """Why the landing zone is no longer the one the cursor's batches were registered from, or
     None: the cursor's batch must still be landed, with the chain head it was registered with
     (one anchor read a tick)."""
     if cursor.seq == 0:
         return None
     key = batch_key(cursor.seq)
-    anchor = zone.anchors.read(key)
-    if anchor is None and not zone.batch_path(key).is_file():
-        last_seq, _ = zone.last()
+    anchor = catalog.anchors.read(key)
+    if anchor is None and not catalog.batch_path(key).is_file():
+        last_seq, _ = catalog.last()
         return (
             f"the landing zone went backwards: batch {key}, which was registered, is gone (the "
             f"zone's last batch is {last_seq}); was it restored from an earlier copy? Batches "
@@ -135,11 +135,11 @@ def _last_registered(instance: dg.DagsterInstance) -> int:
     return max((batch_seq_of(k) for k in keys), default=0)
 
 
-def _nothing_sealed(zone: LandingZone, after: int) -> str:
+def _nothing_sealed(catalog: Catalog, after: int) -> str:
     """Why there is nothing to register, with the open batch's size when there is one (read
     from its last part's metadata: one folder listed)."""
     key = batch_key(after + 1)
-    parts = zone.parts(key)
+    parts = catalog.parts(key)
     if not parts:
         return (
             f"no sealed batch after {after}; no batch is open (sis-live has landed nothing since)"

@@ -37,7 +37,7 @@ from pathlib import Path
 import dagster as dg
 
 from sis_platform.assets.partitions import BATCHES
-from sis_platform.log.landing import LandingZone, batch_key, batch_seq_of
+from sis_platform.log.landing import Catalog, batch_key, batch_seq_of
 from sis_platform.log.landing.expiry import Expiry
 from sis_platform.resources.platform import LandingZoneResource
 from sis_platform.resources.serving import ServingStoreResource
@@ -88,7 +88,7 @@ def build_partition_retirement_sensor(
                 finally:
                     store.close()
 
-            return retire_tick(context, landing.zone(), gate, window, "checked live == lake")
+            return retire_tick(context, landing.catalog(), gate, window, "checked live == lake")
 
         return retire_checked
 
@@ -103,7 +103,7 @@ def build_partition_retirement_sensor(
     ) -> dg.SensorResult:
         return retire_tick(
             context,
-            landing.zone(),
+            landing.catalog(),
             lambda: lake_fold_position(context.instance),
             window,
             "folded by the lake",
@@ -118,7 +118,7 @@ EXPIRED = -math.inf
 
 def retire_tick(
     context: dg.SensorEvaluationContext,
-    zone: LandingZone,
+    catalog: Catalog,
     gate_of: Callable[[], int | None],
     window: timedelta,
     gate_name: str,
@@ -131,8 +131,8 @@ def retire_tick(
             skip_reason=f"batches are retired through {through}; none after it is {gate_name} "
             f"yet (gate: {gate or 'none'})"
         )
-    expiry = zone.expiry()
-    gate_sealed = sealed_at(zone, batch_key(gate), expiry)
+    expiry = catalog.expiry()
+    gate_sealed = sealed_at(catalog, batch_key(gate), expiry)
     if gate_sealed is None:
         return dg.SensorResult(
             skip_reason=f"batch {batch_key(gate)} ({gate_name}) has no anchor or file in the "
@@ -151,7 +151,7 @@ def retire_tick(
     # A gate expired itself: everything up to it is expired, so everything up to it goes.
     cutoff = math.inf if gate_sealed == EXPIRED else gate_sealed - window.total_seconds()
     eligible = retirable_through(
-        through, last, lambda s: sealed_at(zone, batch_key(s), expiry), cutoff
+        through, last, lambda s: sealed_at(catalog, batch_key(s), expiry), cutoff
     )
     if eligible == through:
         return dg.SensorResult(
@@ -189,7 +189,7 @@ def retirable_through(
     return eligible
 
 
-def sealed_at(zone: LandingZone, key: str, expiry: Expiry | None) -> float | None:
+def sealed_at(catalog: Catalog, key: str, expiry: Expiry | None) -> float | None:
     """When batch `key` was sealed: its anchor file's time (written once, at the seal), else
     its landing file's (a batch landed before anchors); None when it has neither. A batch
     expired from the landing zone (sis_platform/log/landing/expiry.py) has neither any more:
@@ -198,7 +198,7 @@ def sealed_at(zone: LandingZone, key: str, expiry: Expiry | None) -> float | Non
     expiry record, read once per tick."""
     if expiry is not None and expiry.covers(key):
         return EXPIRED
-    for path in (zone.anchors.path(key), zone.batch_path(key)):
+    for path in (catalog.anchors.path(key), catalog.batch_path(key)):
         time = _mtime(path)
         if time is not None:
             return time

@@ -33,7 +33,7 @@ from sis_platform.assets.serving import (
     store_unavailable,
     utc,
 )
-from sis_platform.log.landing import START_POSITION, LandingZone, LogPosition, batch_key
+from sis_platform.log.landing import START_POSITION, Catalog, LogPosition, batch_key
 from sis_platform.resources.platform import LandingZoneResource
 from sis_platform.resources.serving import ServingStoreResource
 from sis_platform.serving import ServingUnavailable, StoreStatus
@@ -124,8 +124,8 @@ def build_serving_reporter(
         state = ReporterState.load(context.cursor)
         if state.ticked_at is not None and (now - state.ticked_at).total_seconds() < gap:
             return dg.SensorResult(skip_reason=f"reported less than {report_seconds:g}s ago")
-        zone = landing.zone()
-        landed = zone.last_position()
+        catalog = landing.catalog()
+        landed = catalog.last_position()
         try:
             status = _status(serving)
         except ServingUnavailable as exc:
@@ -135,7 +135,7 @@ def build_serving_reporter(
             return _result(state, now, fresh.description)
         fresh = assess_freshness(status, landed, now, max_lag_seconds, state.watermark)
         moved = status.position != (state.position or START_POSITION)
-        metadata = _metadata(status, landed, zone, state, now) if moved else {}
+        metadata = _metadata(status, landed, catalog, state, now) if moved else {}
         if moved:
             context.instance.report_runless_asset_event(
                 dg.AssetMaterialization(asset_key=SERVING_STORE, metadata=metadata)
@@ -185,12 +185,12 @@ def _result(state: ReporterState, now: datetime, summary: str) -> dg.SensorResul
 def _metadata(
     status: StoreStatus,
     landed: LogPosition,
-    zone: LandingZone,
+    catalog: Catalog,
     previous: ReporterState,
     now: datetime,
 ) -> dict[str, Any]:
     """What a materialization of serving_store carries."""
-    lag = lag_behind(zone, status.position, landed)
+    lag = lag_behind(catalog, status.position, landed)
     metadata: dict[str, Any] = {
         "batch_seq": status.position.batch_seq,
         "msg_seq": status.position.msg_seq,
@@ -215,7 +215,7 @@ def _metadata(
     return metadata
 
 
-def lag_behind(zone: LandingZone, applied: LogPosition, landed: LogPosition) -> Lag:
+def lag_behind(catalog: Catalog, applied: LogPosition, landed: LogPosition) -> Lag:
     """How many landed messages follow `applied`, counted from the sealed batches' anchors
     (reading at most LAG_BATCHES_READ of them: beyond, the count is a floor)."""
     if applied >= landed:
@@ -227,7 +227,7 @@ def lag_behind(zone: LandingZone, applied: LogPosition, landed: LogPosition) -> 
     read = between[:LAG_BATCHES_READ]
     exact = len(read) == len(between)
     for seq in read:
-        anchor = zone.anchor(batch_key(seq))
+        anchor = catalog.anchor(batch_key(seq))
         if anchor is None:  # not sealed yet: an anomaly, the count is a floor
             exact = False
             continue

@@ -38,7 +38,7 @@ from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
 from sis_platform.domain.pipeline import LoggedMessage
 from sis_platform.live.config import LiveConfig
 from sis_platform.live.service import LiveService
-from sis_platform.log.landing import START_POSITION, ClosedBy, GroupWriter, LandingZone
+from sis_platform.log.landing import START_POSITION, Catalog, ClosedBy, GroupWriter, LandingZone
 from sis_platform.queues.base import (
     QueueProducer,
     QueueSession,
@@ -233,7 +233,7 @@ class InProcessPlatform:
         consumer lease, as `ClosedBy.DRAINED`: the lake gets every landed message."""
         lease = self.resources["landing"].lease()
         current = lease.acquire()
-        writer = GroupWriter(self.zone, lease.fence(current))
+        writer = GroupWriter(self.zone.writer, lease.fence(current))
         try:
             writer.seal(ClosedBy.DRAINED)
         finally:
@@ -276,7 +276,7 @@ class InProcessPlatform:
 
     def logged_messages(self, limits: Limits = DEFAULT_LIMITS) -> list[LoggedMessage]:
         """The message log in landing order, as the reference pipeline consumes it."""
-        return logged_messages(self.zone, limits)
+        return logged_messages(self.zone.catalog, limits)
 
 
 @dataclass
@@ -381,8 +381,8 @@ def job_subset(job: dg.JobDefinition, keys: Iterable[dg.AssetKey]) -> dg.JobDefi
     return job.get_subset(asset_selection=selected, asset_check_selection=checks)
 
 
-def logged_messages(zone: LandingZone, limits: Limits = DEFAULT_LIMITS) -> list[LoggedMessage]:
+def logged_messages(catalog: Catalog, limits: Limits = DEFAULT_LIMITS) -> list[LoggedMessage]:
     """The message log in landing order, as the reference pipeline consumes it: a body moved
     aside at intake stays aside unless it fits `limits` now, as message_items reads it back
-    (LandingZone.landed_after)."""
-    return [landed.message for landed in zone.landed_after(START_POSITION, limits)]
+    (Catalog.landed_after)."""
+    return [landed.message for landed in catalog.landed_after(START_POSITION, limits)]

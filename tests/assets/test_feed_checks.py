@@ -30,32 +30,34 @@ def _messages(n: int) -> list[ReceivedMessage]:
 
 def test_the_backlog_is_every_message_landed_after_the_folded_batch(tmp_path: Path) -> None:
     zone = LandingZone(tmp_path)
-    assert backlog_after(zone, 0) == Backlog(0, 0, 0, None)
-    zone.land(_messages(2), now=T0)
-    zone.land(_messages(3), now=T0 + timedelta(seconds=60))
-    zone.land(_messages(4), now=T0 + timedelta(seconds=120))
+    assert backlog_after(zone.catalog, 0) == Backlog(0, 0, 0, None)
+    zone.writer.land(_messages(2), now=T0)
+    zone.writer.land(_messages(3), now=T0 + timedelta(seconds=60))
+    zone.writer.land(_messages(4), now=T0 + timedelta(seconds=120))
 
-    assert backlog_after(zone, 0) == Backlog(0, 3, 9, T0)
-    assert backlog_after(zone, 1) == Backlog(1, 2, 7, T0 + timedelta(seconds=60))
-    caught_up = backlog_after(zone, 3)
+    assert backlog_after(zone.catalog, 0) == Backlog(0, 3, 9, T0)
+    assert backlog_after(zone.catalog, 1) == Backlog(1, 2, 7, T0 + timedelta(seconds=60))
+    caught_up = backlog_after(zone.catalog, 3)
     assert caught_up == Backlog(3, 0, 0, None)
     assert caught_up.lag_seconds(T0 + timedelta(hours=1)) == 0.0
-    assert backlog_after(zone, 1).lag_seconds(T0 + timedelta(seconds=100)) == 40.0
+    assert backlog_after(zone.catalog, 1).lag_seconds(T0 + timedelta(seconds=100)) == 40.0
     # The dead-letter rate's denominators.
-    assert [landed_messages(zone, seq) for seq in (1, 2, 3, 4)] == [2, 3, 4, None]
+    assert [landed_messages(zone.catalog, seq) for seq in (1, 2, 3, 4)] == [2, 3, 4, None]
 
 
 def test_the_batch_sis_live_is_filling_waits_too(tmp_path: Path) -> None:
     zone = LandingZone(tmp_path)
-    writer = GroupWriter(zone)
+    writer = GroupWriter(zone.writer)
     writer.land(_messages(2), now=T0)
     writer.seal(ClosedBy.SECONDS)  # batch 1, sealed
     writer.land(_messages(3), now=T0 + timedelta(seconds=30))  # batch 2, open
     writer.land(_messages(1), now=T0 + timedelta(seconds=40))
 
-    assert backlog_after(zone, 0) == Backlog(0, 1, 6, T0, open_batch=True)
+    assert backlog_after(zone.catalog, 0) == Backlog(0, 1, 6, T0, open_batch=True)
     # Batch 1 folded: only the open batch waits, since its first part landed.
-    assert backlog_after(zone, 1) == Backlog(1, 0, 4, T0 + timedelta(seconds=30), open_batch=True)
+    assert backlog_after(zone.catalog, 1) == Backlog(
+        1, 0, 4, T0 + timedelta(seconds=30), open_batch=True
+    )
 
 
 THRESHOLDS = FeedChecksResource(lake_lag_warn_seconds=300, lake_lag_fail_seconds=900)

@@ -25,8 +25,8 @@ WHOLE, GROUPED = "0000000001", "0000000002"
 @pytest.fixture(scope="module")
 def logged(spark, tmp_path_factory) -> Iterator[tuple[Harness, Any]]:
     h = Harness(tmp_path_factory.mktemp("groups") / "data")
-    assert h.zone.land([received(b"<a/>"), received(b"<b/>")]).key == WHOLE
-    writer = GroupWriter(h.zone)
+    assert h.zone.writer.land([received(b"<a/>"), received(b"<b/>")]).key == WHOLE
+    writer = GroupWriter(h.zone.writer)
     writer.land([received(b"<c/>"), received(b"<d/>", delivery_count=2)])
     writer.land([received(b"<e/>")])
     writer.land([received(b"<f/>"), received(b"<g/>")])
@@ -45,7 +45,9 @@ def test_a_batch_in_parts_is_logged_whole_and_verified(logged):
     rows = lake.read(RAW_MESSAGES).where(f"batch_key = '{GROUPED}'").orderBy("msg_seq").collect()
     assert [bytes(r["body"]) for r in rows] == [b"<c/>", b"<d/>", b"<e/>", b"<f/>", b"<g/>"]
     assert [r["msg_seq"] for r in rows] == list(range(5))
-    assert [r["chain_link"] for r in rows] == h.zone.read(GROUPED).column("chain_link").to_pylist()
+    assert [r["chain_link"] for r in rows] == h.zone.catalog.read(GROUPED).column(
+        "chain_link"
+    ).to_pylist()
     verdict = verify_batch(lake, h.zone, GROUPED)
     assert verdict.intact and verdict.messages == 5
     assert verify(lake, h.zone, None, None) == EXIT_INTACT
@@ -53,7 +55,7 @@ def test_a_batch_in_parts_is_logged_whole_and_verified(logged):
 
 def test_a_part_rewritten_with_one_field_changed_is_found(logged):
     h, lake = logged
-    path = h.zone.parts(GROUPED)[0]
+    path = h.zone.catalog.parts(GROUPED)[0]
     saved = path.read_bytes()
     table = pq.read_table(path)
     index = table.schema.get_field_index("delivery_count")
@@ -73,7 +75,7 @@ def test_a_part_rewritten_with_one_field_changed_is_found(logged):
 
 def test_a_part_removed_from_the_middle_is_found(logged):
     h, lake = logged
-    path = h.zone.parts(GROUPED)[1]
+    path = h.zone.catalog.parts(GROUPED)[1]
     saved = path.read_bytes()
     try:
         path.unlink()

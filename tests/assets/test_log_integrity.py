@@ -61,8 +61,8 @@ class Log:
     def restore(self) -> None:
         self.lake.restore(RAW_MESSAGES, self.version)
         for name in ("batches", "anchors"):
-            shutil.rmtree(self.zone.root / name)
-            shutil.copytree(self.saved / name, self.zone.root / name)
+            shutil.rmtree(self.zone.catalog.root / name)
+            shutil.copytree(self.saved / name, self.zone.catalog.root / name)
 
     def check(self, key: str) -> dg.AssetCheckEvaluation:
         """Run the check alone for `key`, as the UI runs it: a run of the check with the
@@ -111,7 +111,7 @@ def log(spark, tmp_path_factory) -> Iterator[Log]:
     earlier = h.data_dir.parent / "earlier-landing"
     keys = []
     for i, batch in enumerate(batches):
-        keys.append(h.zone.land(batch).key)
+        keys.append(h.zone.writer.land(batch).key)
         h.instance.add_dynamic_partitions("batches", keys[-1:])
         result = h.materialize(keys[-1], "raw_messages")
         (evaluation,) = result.get_asset_check_evaluations()
@@ -119,11 +119,11 @@ def log(spark, tmp_path_factory) -> Iterator[Log]:
         if i == 1:  # a copy of the whole folder, as a backup would take it
             earlier_version = lake.version(RAW_MESSAGES)
             for name in ("batches", "anchors"):
-                shutil.copytree(h.zone.root / name, earlier / name)
+                shutil.copytree(h.zone.catalog.root / name, earlier / name)
     assert tuple(keys) == BATCHES
     saved = h.data_dir.parent / "intact-landing"
     for name in ("batches", "anchors"):
-        shutil.copytree(h.zone.root / name, saved / name)
+        shutil.copytree(h.zone.catalog.root / name, saved / name)
     yield Log(h, lake, lake.version(RAW_MESSAGES), saved, earlier_version, earlier)
 
 
@@ -147,7 +147,7 @@ def test_an_intact_log_passes_the_check_and_sis_verify_log(log, cli):
     for key in BATCHES:
         evaluation = log.check(key)
         assert evaluation.passed, evaluation.metadata["problems"]
-        assert evaluation.metadata["messages_checked"].value == log.zone.read(key).num_rows
+        assert evaluation.metadata["messages_checked"].value == log.zone.catalog.read(key).num_rows
     code, out = cli()
     assert code == 0, out
     assert "intact: 3 batch(es), 8 message(s)" in out
@@ -244,7 +244,7 @@ def test_tampering_with_the_delta_table_is_detected(log, cli, tamper):
 
 
 def test_a_landing_file_rewritten_with_one_field_changed_is_detected(log, cli):
-    path = log.zone.batch_path("0000000001")
+    path = log.zone.catalog.batch_path("0000000001")
     table = pq.read_table(path)
     counts = table.column("delivery_count").to_pylist()
     counts[2] = 3
@@ -266,7 +266,7 @@ def test_a_landing_file_rewritten_with_one_field_changed_is_detected(log, cli):
 
 def test_truncating_the_last_batch_is_detected(log, cli):
     try:
-        log.zone.batch_path("0000000003").unlink()
+        log.zone.catalog.batch_path("0000000003").unlink()
         log.lake.delete(RAW_MESSAGES, "batch_key = '0000000003'")
         evaluation = log.check("0000000003")
         assert not evaluation.passed
@@ -287,9 +287,9 @@ def _rewrite_consistently(log: Log, first: str) -> None:
     rewrite the landing files with matching chain metadata and their anchors (the old
     signatures copied over), and rewrite raw_messages from them."""
     zone = log.zone
-    link = bytes.fromhex(zone.anchors.read(first).first_prev)
+    link = bytes.fromhex(zone.catalog.anchors.read(first).first_prev)
     for key in [k for k in BATCHES if k >= first]:
-        path = zone.batch_path(key)
+        path = zone.catalog.batch_path(key)
         table = pq.read_table(path)
         if key == first:
             counts = table.column("delivery_count").to_pylist()
@@ -305,12 +305,12 @@ def _rewrite_consistently(log: Log, first: str) -> None:
         for name, values in (("prev_link", prev_links), ("chain_link", links)):
             index = table.schema.get_field_index(name)
             table = table.set_column(index, table.schema.field(index), pa.array(values))
-        old = zone.anchors.read(key)
+        old = zone.catalog.anchors.read(key)
         forged = dataclasses.replace(old, first_prev=first_prev.hex(), head=link.hex())
         metadata = {**(table.schema.metadata or {}), **anchor_metadata(forged)}
         pq.write_table(table.replace_schema_metadata(metadata), path)
-        zone.anchors.path(key).unlink()
-        zone.anchors.write(forged)
+        zone.catalog.anchors.path(key).unlink()
+        zone.catalog.anchors.write(forged)
         log.h.defs.resolve_job_def("process_batch").execute_in_process(
             partition_key=key,
             instance=log.h.instance,
@@ -338,8 +338,8 @@ def test_a_consistent_rewrite_of_a_batch_and_all_after_it_without_the_key_is_det
 
 def test_deleting_the_last_batches_with_their_anchors_is_detected(log, cli):
     try:
-        log.zone.batch_path("0000000003").unlink()
-        log.zone.anchors.path("0000000003").unlink()
+        log.zone.catalog.batch_path("0000000003").unlink()
+        log.zone.catalog.anchors.path("0000000003").unlink()
         log.lake.delete(RAW_MESSAGES, "batch_key = '0000000003'")
         evaluation = log.check("0000000002")  # the last batch left fails: the log was cut
         assert not evaluation.passed
@@ -356,9 +356,9 @@ def test_restoring_the_whole_folder_from_an_earlier_copy_is_detected(log, cli):
     try:
         log.lake.restore(RAW_MESSAGES, log.earlier_version)
         for name in ("batches", "anchors"):
-            shutil.rmtree(log.zone.root / name)
-            shutil.copytree(log.earlier / name, log.zone.root / name)
-        assert log.zone.keys() == list(BATCHES[:2])  # every file and anchor genuine, older
+            shutil.rmtree(log.zone.catalog.root / name)
+            shutil.copytree(log.earlier / name, log.zone.catalog.root / name)
+        assert log.zone.catalog.keys() == list(BATCHES[:2])  # every file and anchor genuine, older
         evaluation = log.check("0000000001")
         assert not evaluation.passed
         assert "truncated or rolled back" in evaluation.metadata["problems"].value
@@ -387,7 +387,7 @@ def test_sis_verify_log_compares_the_batch_runs_tags(log, cli, monkeypatch):
     from sis_platform.cli.batch_runs import BatchRuns
     from sis_platform.sensors.batch_runs import BATCH_TAG
 
-    anchor = log.zone.anchors.read("0000000002")
+    anchor = log.zone.catalog.anchors.read("0000000002")
     log.h.instance.create_run_for_job(
         log.h.defs.resolve_job_def("process_batch"),
         tags={BATCH_TAG: anchor.batch_key, CHAIN_HEAD_TAG: "ab" * 32, MESSAGES_TAG: "3"},
@@ -405,11 +405,11 @@ def test_sis_verify_log_refuses_bad_arguments(cli):
 
 def test_a_run_over_a_tampered_landing_file_stops_before_message_items(tmp_path, spark):
     h = Harness(tmp_path / "data")
-    key = h.zone.land(
+    key = h.zone.writer.land(
         [received(master(event(ASCOT_1430))), received(update(ASCOT_1430, GO_SOFT))]
     ).key
     h.instance.add_dynamic_partitions("batches", [key])
-    path = h.zone.batch_path(key)
+    path = h.zone.catalog.batch_path(key)
     table = pq.read_table(path)
     index = table.schema.get_field_index("body")
     bodies = table.column("body").to_pylist()
@@ -429,7 +429,7 @@ def test_a_run_over_a_tampered_landing_file_stops_before_message_items(tmp_path,
 def _rewrite_as_format_1(zone: Any, key: str) -> None:
     """Make batch `key` look landed before chain format 2: no size/location columns, the old
     link (sha256(previous || message id || sha256(body))), no chain metadata, no anchor."""
-    path = zone.batch_path(key)
+    path = zone.catalog.batch_path(key)
     table = pq.read_table(path).drop_columns(["body_size", "body_location"])
     link, prev_links, links = bytes(32), [], []
     for message_id, body in zip(
@@ -442,14 +442,14 @@ def _rewrite_as_format_1(zone: Any, key: str) -> None:
         index = table.schema.get_field_index(name)
         table = table.set_column(index, table.schema.field(index), pa.array(values))
     pq.write_table(table.replace_schema_metadata(None), path)
-    zone.anchors.path(key).unlink()
+    zone.catalog.anchors.path(key).unlink()
 
 
 def test_a_log_from_before_chain_format_2_upgrades_and_later_batches_pass(
     tmp_path, spark, monkeypatch, capsys
 ):
     h = Harness(tmp_path / "data")
-    old = h.zone.land([received(master(event(ASCOT_1430)))]).key
+    old = h.zone.writer.land([received(master(event(ASCOT_1430)))]).key
     _rewrite_as_format_1(h.zone, old)
     lake = h.lake(spark)
     # raw_messages as created before it had body_size and body_location.
@@ -462,7 +462,7 @@ def test_a_log_from_before_chain_format_2_upgrades_and_later_batches_pass(
         f"CREATE TABLE delta.`{lake.path(RAW_MESSAGES)}` ({columns}) USING delta "
         "PARTITIONED BY (batch_key)"
     )
-    new = h.zone.land([received(update(ASCOT_1430, GO_SOFT))]).key
+    new = h.zone.writer.land([received(update(ASCOT_1430, GO_SOFT))]).key
     h.instance.add_dynamic_partitions("batches", [old, new])
 
     result = h.defs.resolve_job_def("process_batch").execute_in_process(

@@ -26,7 +26,7 @@ def _rows(lake, table) -> list[dict[str, object]]:
 
 def test_a_merged_batch_materializes_the_rows_its_parts_did(spark, tmp_path):
     h = Harness(tmp_path / "data")
-    writer = GroupWriter(h.zone)
+    writer = GroupWriter(h.zone.writer)
     writer.land([received(b"<c/>"), received(b"<d/>", delivery_count=2)])
     writer.land([received(b"<e/>")])
     writer.land([received(b"<f/>"), received(b"<g/>")])
@@ -42,9 +42,9 @@ def test_a_merged_batch_materializes_the_rows_its_parts_did(spark, tmp_path):
         return _rows(lake, RAW_MESSAGES), _rows(lake, MESSAGE_ITEMS)
 
     from_parts = materialized()
-    merged = merge_batch(h.zone, GROUPED)
+    merged = merge_batch(h.zone.upkeep, GROUPED)
     assert merged is not None and merged.parts == 3
-    assert h.zone.batch_files(GROUPED) == [h.zone.batch_path(GROUPED)]
+    assert h.zone.catalog.batch_files(GROUPED) == [h.zone.catalog.batch_path(GROUPED)]
 
     assert materialized() == from_parts
     assert len(from_parts[0]) == 5
@@ -54,7 +54,7 @@ def test_a_merged_batch_materializes_the_rows_its_parts_did(spark, tmp_path):
 
 def test_expired_batches_verify_from_the_lake_and_refuse_to_materialize_again(spark, tmp_path):
     h = Harness(tmp_path / "data")
-    writer = GroupWriter(h.zone)
+    writer = GroupWriter(h.zone.writer)
     keys = []
     for n in range(3):
         writer.land([received(f"<c n='{n}'/>".encode())])
@@ -63,16 +63,16 @@ def test_expired_batches_verify_from_the_lake_and_refuse_to_materialize_again(sp
         assert sealed is not None
         keys.append(sealed.key)
     for key in keys:
-        assert merge_batch(h.zone, key) is not None
-        assert remove_parts(h.zone, key)
+        assert merge_batch(h.zone.upkeep, key) is not None
+        assert remove_parts(h.zone.upkeep, key)
     h.instance.add_dynamic_partitions("batches", keys)
     lake = h.lake(spark)
     for key in keys:
         assert h.materialize(key, *LOG_ASSETS).success
 
-    assert advance_record(h.zone, checked_batch=2, retain_seconds=0.0).through_seq == 2
-    assert remove_expired(h.zone)
-    assert h.zone.keys() == [keys[2]]
+    assert advance_record(h.zone.upkeep, checked_batch=2, retain_seconds=0.0).through_seq == 2
+    assert remove_expired(h.zone.upkeep)
+    assert h.zone.catalog.keys() == [keys[2]]
     # The expired ones from their rows in the lake, each following the one before (as
     # sis-verify-log carries it), the last against the record; the kept one from the record.
     head = None

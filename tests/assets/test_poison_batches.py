@@ -85,7 +85,7 @@ def _hostile(h: Harness, fifo: str) -> dict[str, object]:
             update(ASCOT_1430, GO_SOFT * 40, extra=declarations)
         ),
         "too-large": MovedAside(
-            dataclasses.replace(oversize, body=b""), h.zone.move_aside(oversize.body)
+            dataclasses.replace(oversize, body=b""), h.zone.writer.move_aside(oversize.body)
         ),
         "master": received(master(event(XPATH_MASTER, markets=""))),
         "invalid-attribute-value": received(

@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(480)]
 
 
 def _land(h: Harness, *batches: list[ReceivedMessage]) -> list[str]:
-    keys = [h.zone.land(batch).key for batch in batches]
+    keys = [h.zone.writer.land(batch).key for batch in batches]
     h.instance.add_dynamic_partitions("batches", keys)
     return keys
 

@@ -63,7 +63,7 @@ def two_masters_logged(tmp_path_factory: pytest.TempPathFactory, spark) -> Logge
     each way of failing the fold works on a copy (the message log does not depend on it)."""
     h = Harness(tmp_path_factory.mktemp("quarantine") / "data", overrides=QUARANTINE_AFTER_2)
     keys = [
-        h.zone.land(b).key
+        h.zone.writer.land(b).key
         for b in (
             [received(master(event(ASCOT_1430))), received(master(event(ASCOT_1500)))],
             [received(update(f"{ASCOT_1430} {ASCOT_1500}", GO_SOFT))],
@@ -122,7 +122,7 @@ def test_error_text_naming_another_master_quarantines_only_the_failing_master(
     # the injected error quotes the document, as an lxml error does.
     decoy = f"sis-fold-failure[master_id={ASCOT_1430!r}]"
     h = Harness(tmp_path / "data", overrides={"SIS_QUARANTINE_AFTER": "1"})
-    key = h.zone.land(
+    key = h.zone.writer.land(
         [received(master(event(ASCOT_1430))), received(master(event(ASCOT_1500, name=decoy)))]
     ).key
     h.instance.add_dynamic_partitions("batches", [key])
@@ -151,7 +151,7 @@ def test_item_over_its_budget_is_dead_lettered_too_complex_and_later_batches_fol
     h = Harness(tmp_path / "data", overrides={"SIS_ITEM_BUDGET_SECONDS": "0.5"})
     hung = "msg-hangs-the-fold"
     keys = [
-        h.zone.land(b).key
+        h.zone.writer.land(b).key
         for b in (
             [
                 received(master(event(ASCOT_1430))),
@@ -212,7 +212,7 @@ def test_message_whose_classification_raises_is_dead_lettered_quarantined_at_onc
 ):
     h = Harness(tmp_path / "data")
     bad = "msg-classify-raises"
-    key = h.zone.land(
+    key = h.zone.writer.land(
         [received(master(event(ASCOT_1430))), received(master(event(ASCOT_1500)), message_id=bad)]
     ).key
     h.instance.add_dynamic_partitions("batches", [key])
@@ -257,7 +257,7 @@ def test_message_whose_worker_dies_classifying_it_is_held_back_and_the_batch_com
     h = Harness(tmp_path / "data", overrides={"SIS_ITEM_BUDGET_SECONDS": "0.5"})
     bad = "msg-kills-its-worker"
     keys = [
-        h.zone.land(b).key
+        h.zone.writer.land(b).key
         for b in (
             [
                 received(master(event(ASCOT_1430))),

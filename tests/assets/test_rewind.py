@@ -72,7 +72,7 @@ def folded(tmp_path_factory: pytest.TempPathFactory, spark) -> Folded:
             received(master(event(ROMFORD_1912))),
         ],
     ]
-    keys = [h.zone.land(b).key for b in batches]
+    keys = [h.zone.writer.land(b).key for b in batches]
     h.instance.add_dynamic_partitions("batches", keys)
     h.materialize(keys[0], *LOG_ASSETS)
     h.materialize(keys[1], *LOG_ASSETS)
@@ -198,7 +198,7 @@ def test_a_fix_that_invalidates_a_masters_last_update_takes_it_back_to_the_versi
         [received(master(event(ASCOT_1430)))],
         [received(update(ASCOT_1430, PRICE_7_TO_9), redelivered_id, delivery_count=6)],
     ]
-    keys = [h.zone.land(b).key for b in batches]
+    keys = [h.zone.writer.land(b).key for b in batches]
     h.instance.add_dynamic_partitions("batches", keys)
     h.materialize(keys[0], *LOG_ASSETS)
     h.run(keys[1])

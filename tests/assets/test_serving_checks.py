@@ -40,7 +40,7 @@ def folded_lake(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Harness
     sensor and folded by the lake: two masters, one of them stale, a duplicate, an invalid
     message and an orphan update."""
     h = Harness(tmp_path_factory.mktemp("live_lake") / "data")
-    writer = GroupWriter(h.zone)
+    writer = GroupWriter(h.zone.writer)
     groups = [
         [
             received(master(event(ASCOT_1430), event(ASCOT_1500))),
@@ -79,7 +79,7 @@ def _live_store(h: Harness, db: Path, *, fold: bool = True) -> str:
     try:
         if fold:
             live = LiveFold(store, FoldOptions())
-            group = list(h.zone.landed_after(START_POSITION, DEFAULT_LIMITS))
+            group = list(h.zone.catalog.landed_after(START_POSITION, DEFAULT_LIMITS))
             commit = live.fold(group)
             store.commit(commit)
     finally:

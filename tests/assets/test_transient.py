@@ -24,9 +24,9 @@ def test_unavailable_storage_is_retried_then_fails_loudly_without_dead_letters(t
         received(master(event(ASCOT_1430))),
         received(update(ASCOT_1430, GO_SOFT)),
     ]
-    key = h.zone.land(batch).key
+    key = h.zone.writer.land(batch).key
     h.instance.add_dynamic_partitions("batches", [key])
-    landed = h.zone.batch_path(key)
+    landed = h.zone.catalog.batch_path(key)
     away = landed.with_name(landed.name + ".unmounted")
     landed.rename(away)  # the landing storage is unreachable
 

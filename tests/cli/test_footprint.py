@@ -23,8 +23,8 @@ def _write(path: Path, size: int) -> None:
 
 def test_the_landing_zone_s_batches_parts_and_anchors_are_counted(tmp_path: Path) -> None:
     zone = LandingZone(tmp_path / "landing")
-    zone.land([received(b"<a/>"), received(b"<b/>")])
-    zone.land([received(b"<c/>")])
+    zone.writer.land([received(b"<a/>"), received(b"<b/>")])
+    zone.writer.land([received(b"<c/>")])
     _write(tmp_path / "landing" / "batches" / "0000000003" / "part-00000.parquet", 10)
     _write(tmp_path / "landing" / "batches" / "0000000003" / "part-00001.parquet", 20)
 
@@ -77,7 +77,7 @@ def test_the_command_prints_every_part_as_json(tmp_path, monkeypatch, capsys) ->
         instance.add_dynamic_partitions("batches", ["0000000001", "0000000002"])
     monkeypatch.setenv("SIS_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("DAGSTER_HOME", str(home))
-    LandingZone(tmp_path / "data" / "landing").land([received(b"<a/>")])
+    LandingZone(tmp_path / "data" / "landing").writer.land([received(b"<a/>")])
 
     assert footprint.main(["--json"]) == 0
 

@@ -20,7 +20,7 @@ def pipeline(url: str, data_dir: Path) -> None:
 
     h = Harness(data_dir, {"SIS_SPARK_MASTER": url})
     batches = every_outcome()
-    keys = [h.zone.land(b).key for b in batches]
+    keys = [h.zone.writer.land(b).key for b in batches]
     h.instance.add_dynamic_partitions("batches", keys)
     h.run_requested(keys)
     spark = h.resources["spark"].spark_session

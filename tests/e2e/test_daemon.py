@@ -129,7 +129,7 @@ def _store_caught_up(h: Harness) -> bool:
         return True
     store = h.open_store()
     try:
-        return store.position() == h.zone.last_position()
+        return store.position() == h.zone.catalog.last_position()
     finally:
         store.close()
 
@@ -245,7 +245,7 @@ def test_daemon_lands_batches_runs_them_and_masters_match_the_reference(
     try:
 
         def all_batches_processed() -> bool:
-            keys = h.zone.keys()
+            keys = h.zone.catalog.keys()
             if queue.depth() or not keys or not _store_caught_up(h):
                 return False
             done = instance.get_run_records(
@@ -273,7 +273,7 @@ def test_daemon_lands_batches_runs_them_and_masters_match_the_reference(
     if intake == "live":
         assert codes["sis-live"] == 0, (tmp_path / "live.log").read_text(errors="replace")[-3000:]
 
-    assert len(h.zone.keys()) >= 2
+    assert len(h.zone.catalog.keys()) >= 2
     if dagster_pg is not None:
         # Every run is in PostgreSQL, and the webserver shows the runs the daemon launched.
         assert type(instance.run_storage).__name__ == "PostgresRunStorage"

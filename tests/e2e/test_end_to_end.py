@@ -50,7 +50,7 @@ def test_simulated_feed_through_the_platform_equals_the_reference_fold(tmp_path,
     )  # multi-id updates are in the feed
 
     assert h.drain() == 2
-    assert h.requested == h.zone.keys()
+    assert h.requested == h.zone.catalog.keys()
     h.run_requested()
 
     lake = h.lake(spark)

@@ -165,7 +165,7 @@ def batch_runs(instance: dg.DagsterInstance, **tags: str) -> list[dg.RunRecord]:
 def every_batch_processed(h: Harness, instance: dg.DagsterInstance) -> bool:
     """Every landed batch has a successful run, none failed, and the serving store holds the
     whole landed log."""
-    keys = h.zone.keys()
+    keys = h.zone.catalog.keys()
     records = batch_runs(instance)
     failed = [r for r in records if r.dagster_run.status == dg.DagsterRunStatus.FAILURE]
     assert not failed, f"run {failed[0].dagster_run.run_id} failed"
@@ -176,7 +176,7 @@ def every_batch_processed(h: Harness, instance: dg.DagsterInstance) -> bool:
     }
     store = h.open_store()
     try:
-        caught_up = store.position() == h.zone.last_position()
+        caught_up = store.position() == h.zone.catalog.last_position()
     finally:
         store.close()
     return len(keys) >= 2 and set(keys) <= done and caught_up
@@ -216,7 +216,7 @@ def test_ui_shows_the_platform_and_a_backfill_from_it_converges(platform, page, 
     instance = dg.DagsterInstance.get()
     page.goto("about:blank")
     wait_for(lambda: every_batch_processed(h, instance), RUNS_SECONDS, "every batch's run")
-    first_two = sorted(h.zone.keys())[:2]
+    first_two = sorted(h.zone.catalog.keys())[:2]
 
     # The batch runs succeeded, as the runs page shows.
     page.goto("/runs")
@@ -262,12 +262,14 @@ def test_ui_shows_the_platform_and_a_backfill_from_it_converges(platform, page, 
         return batch_runs(instance, **{"dagster/backfill": backfill_id})
 
     # The feed goes on meanwhile: its next batch must not wait behind the whole backfill.
-    landed = set(h.zone.keys())
+    landed = set(h.zone.catalog.keys())
     with h.resources["queue"].open().producer() as producer:
         for m in generate_feed(seed=3, messages=LATE_MESSAGES):
             producer.put(m.body, message_id=m.message_id)
-    wait_for(lambda: bool(set(h.zone.keys()) - landed), RUNS_SECONDS, "the late batch to land")
-    (late_batch,) = set(h.zone.keys()) - landed
+    wait_for(
+        lambda: bool(set(h.zone.catalog.keys()) - landed), RUNS_SECONDS, "the late batch to land"
+    )
+    (late_batch,) = set(h.zone.catalog.keys()) - landed
 
     def late_runs() -> list[dg.RunRecord]:
         return batch_runs(instance, **{"dagster/partition": late_batch})

@@ -16,7 +16,7 @@ __all__ = ["assert_log_accounts_for_every_message", "logged_messages"]
 def assert_log_accounts_for_every_message(lake: Any, zone: LandingZone) -> None:
     """Every landed message is in raw_messages once, has outcome rows, and no item (message id,
     position) is applied twice; message-level outcomes appear once per logged copy."""
-    landed = Counter((int(r["batch_seq"]), int(r["msg_seq"])) for r in zone.iter_messages())
+    landed = Counter((int(r["batch_seq"]), int(r["msg_seq"])) for r in zone.catalog.iter_messages())
     logged = Counter(
         (int(r["batch_seq"]), int(r["msg_seq"]))
         for r in lake.read(RAW_MESSAGES).select("batch_seq", "msg_seq").collect()

@@ -86,7 +86,7 @@ def converge_after_kills(
             producer.put(m.body, message_id=m.message_id)
     tick_until_empty(home, env)
     zone = resources["landing"].zone()
-    assert zone.keys() == [B1, B2][: (messages + 39) // 40]
+    assert zone.catalog.keys() == [B1, B2][: (messages + 39) // 40]
 
     spark: Any = request.getfixturevalue("spark")  # this process's session checks the lake
     for spec in clean_runs:
@@ -102,7 +102,7 @@ def converge_after_kills(
     assert [p.name for p in scratch.iterdir()] == [f"{socket.gethostname()}-{os.getpid()}"]
 
     lake = resources["lake"].lake(spark)
-    logged = logged_messages(zone)
+    logged = logged_messages(zone.catalog)
     assert_lake_matches_reference(lake, reference_for(logged, selector=Selector.compile(SELECTOR)))
     assert_log_accounts_for_every_message(lake, zone)
     if outcomes is not None:

@@ -28,7 +28,7 @@ MESSAGES = 100  # three batches: 40, 40, 20
 
 
 def _landed_ids(zone: LandingZone) -> list[str]:
-    return [str(r["message_id"]) for r in zone.iter_messages()]
+    return [str(r["message_id"]) for r in zone.catalog.iter_messages()]
 
 
 @pytest.mark.parametrize("point", CONSUMER_POINTS)
@@ -50,10 +50,10 @@ def test_sensor_killed_at_a_step_boundary_loses_nothing_and_applies_nothing_twic
 
     home = tmp_path / "dagster"
     landed_before = {"consume.after_land": 2, "sensor.after_commit": 2}.get(point, 1)
-    assert zone.keys() == [f"{n:010d}" for n in range(1, landed_before + 1)]
+    assert zone.catalog.keys() == [f"{n:010d}" for n in range(1, landed_before + 1)]
     assert instance(home).get_dynamic_partitions("batches") == ["0000000001"]
     assert cursor_path(home).read_text() == "1"
-    partials = list(zone.tmp_dir.glob("*.partial"))
+    partials = list(zone.catalog.tmp_dir.glob("*.partial"))
     assert len(partials) == (1 if point == "landing.before_claim" else 0)
     in_doubt = _landed_ids(zone)[BATCH:] if point == "consume.after_land" else []
 
@@ -67,19 +67,19 @@ def test_sensor_killed_at_a_step_boundary_loses_nothing_and_applies_nothing_twic
     assert sorted(i for i, n in copies.items() if n > 1) == sorted(in_doubt)
     assert all(n <= 2 for n in copies.values())
     # The messages the killed tick held in its unit of work came back as redeliveries.
-    counts = [int(r["delivery_count"]) for r in zone.iter_messages()]
+    counts = [int(r["delivery_count"]) for r in zone.catalog.iter_messages()]
     killed_unit = published[BATCH : 2 * BATCH] if point != "sensor.after_commit" else []
     redelivered = {m for m, c in zip(landed, counts, strict=True) if c > 1}
     assert redelivered == set(killed_unit)
 
     # Every landed batch is a partition, the cursor is at the last one, no partial file is left.
-    keys = zone.keys()
+    keys = zone.catalog.keys()
     assert instance(home).get_dynamic_partitions("batches") == keys
     assert cursor_path(home).read_text() == str(len(keys))
-    assert list(zone.tmp_dir.glob("*.partial")) == []
+    assert list(zone.catalog.tmp_dir.glob("*.partial")) == []
 
     # Exactly once in effect: the log's second copies are exactly the duplicates.
 
     ref = ReferencePipeline()
-    ref.process(logged_messages(zone))
+    ref.process(logged_messages(zone.catalog))
     assert ref.outcome_counts()[Outcome.DUPLICATE] == len(in_doubt)

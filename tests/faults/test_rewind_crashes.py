@@ -36,7 +36,7 @@ def test_fold_killed_while_rewinding_converges_to_the_reference(tmp_path, reques
             producer.put(m.body, message_id=m.message_id)
     tick_until_empty(home, before)
     zone = resources["landing"].zone()
-    assert zone.keys() == [B1, B2]
+    assert zone.catalog.keys() == [B1, B2]
 
     spark = request.getfixturevalue("spark")
     for key in (B1, B2):
@@ -51,7 +51,7 @@ def test_fold_killed_while_rewinding_converges_to_the_reference(tmp_path, reques
             limits=Limits(max_message_bytes=10 * limit),
             redelivery_limit=5,
             run_id=None,
-            landing_root=str(zone.root),
+            landing_root=str(zone.catalog.root),
         )
 
     for point, runs in REWIND_SEQUENCE:
@@ -59,7 +59,7 @@ def test_fold_killed_while_rewinding_converges_to_the_reference(tmp_path, reques
         assert code == SIGKILLED, f"the run(s) {runs} finished without reaching {point}"
     run(home, fixed, f"{B2}:fold_masters")
 
-    assert_lake_matches_reference(lake, reference_for(logged_messages(zone)))
+    assert_lake_matches_reference(lake, reference_for(logged_messages(zone.catalog)))
     assert_log_accounts_for_every_message(lake, zone)
     assert lake.read(DEAD_LETTERS).where("reason = 'too-large'").count() == 0
     assert [r["fold_step"] for r in lake.read(FOLD_STEPS).orderBy("fold_step").collect()] == [

@@ -21,9 +21,9 @@ LIMITS = BatchLimits(get_wait_seconds=0.05)
 
 def _break(zone: LandingZone) -> None:
     # A file where the temporary folder belongs: every write under it fails, for root too.
-    shutil.rmtree(zone.tmp_dir, ignore_errors=True)
-    zone.tmp_dir.parent.mkdir(parents=True, exist_ok=True)
-    zone.tmp_dir.write_bytes(b"")
+    shutil.rmtree(zone.catalog.tmp_dir, ignore_errors=True)
+    zone.catalog.tmp_dir.parent.mkdir(parents=True, exist_ok=True)
+    zone.catalog.tmp_dir.write_bytes(b"")
 
 
 def test_a_landing_outage_gets_nothing_and_leaves_the_backout_count_alone(tmp_path):
@@ -34,21 +34,21 @@ def test_a_landing_outage_gets_nothing_and_leaves_the_backout_count_alone(tmp_pa
     _break(zone)
     for _ in range(5):  # more failed ticks than the backout threshold
         with queue.connect() as session, pytest.raises(OSError):
-            consume_batch(session, zone, LIMITS)
+            consume_batch(session, zone.writer, LIMITS)
     assert queue.depth() == 1
 
-    zone.tmp_dir.unlink()
+    zone.catalog.tmp_dir.unlink()
     with queue.connect() as session:
-        batch = consume_batch(session, zone, LIMITS)
+        batch = consume_batch(session, zone.writer, LIMITS)
     assert batch is not None
-    (row,) = zone.read(batch.key).to_pylist()
+    (row,) = zone.catalog.read(batch.key).to_pylist()
     assert (row["message_id"], row["delivery_count"]) == (message_id, 1)
 
 
 def test_the_probe_leaves_no_file_behind(tmp_path):
     zone = LandingZone(tmp_path / "landing")
-    zone.probe()
-    assert list(zone.tmp_dir.iterdir()) == []
+    zone.writer.probe()
+    assert list(zone.catalog.tmp_dir.iterdir()) == []
 
 
 def test_a_full_landing_disk_gets_nothing_and_leaves_no_partial_file(tmp_path):
@@ -61,19 +61,19 @@ def test_a_full_landing_disk_gets_nothing_and_leaves_no_partial_file(tmp_path):
     with queue.producer() as producer:
         for body in bodies:
             producer.put(body)
-    with mounted_tmpfs(zone.root, 1024 * 1024):
-        zone.ensure()
-        ballast = fill(zone.root)
+    with mounted_tmpfs(zone.catalog.root, 1024 * 1024):
+        zone.catalog.ensure()
+        ballast = fill(zone.catalog.root)
         ballast.write_bytes(b"\0" * (ballast.stat().st_size - 2 * BLOCK))  # 2 blocks free
         for _ in range(5):  # more failed ticks than the backout threshold
             with queue.connect() as session, pytest.raises(OSError):
-                consume_batch(session, zone, limits, message_limits=message_limits)
-            assert list(zone.tmp_dir.iterdir()) == []
+                consume_batch(session, zone.writer, limits, message_limits=message_limits)
+            assert list(zone.catalog.tmp_dir.iterdir()) == []
         assert queue.depth() == len(bodies)
 
         ballast.unlink()
         with queue.connect() as session:
-            while consume_batch(session, zone, limits, message_limits=message_limits):
+            while consume_batch(session, zone.writer, limits, message_limits=message_limits):
                 pass
-        rows = [row for key in zone.keys() for row in zone.read(key).to_pylist()]
+        rows = [row for key in zone.catalog.keys() for row in zone.catalog.read(key).to_pylist()]
     assert [r["delivery_count"] for r in rows] == [1] * len(bodies)

@@ -236,18 +236,20 @@ def test_a_lock_held_too_long_is_a_lease_error_not_a_hang(tmp_path):
 def test_a_landed_batch_records_its_fencing_token_and_holder(tmp_path):
     zone = LandingZone(tmp_path)
     lease = ConsumerLease(tmp_path, PROD, clock=FakeClock())
-    batch = zone.land(_messages(3), fence=lease.fence(lease.acquire()))
+    batch = zone.writer.land(_messages(3), fence=lease.fence(lease.acquire()))
     assert batch.fence_token == 1
-    assert zone.fence_token(batch.key) == 1
-    assert zone.lease_holder(batch.key) == PROD
-    assert zone.read(batch.key).num_rows == 3
+    assert zone.catalog.fence_token(batch.key) == 1
+    assert zone.catalog.lease_holder(batch.key) == PROD
+    assert zone.catalog.read(batch.key).num_rows == 3
 
 
 def test_landing_without_a_fence_works_as_before_and_records_no_token(tmp_path):
     zone = LandingZone(tmp_path)
-    batch = zone.land(_messages(2))
+    batch = zone.writer.land(_messages(2))
     assert batch.fence_token is None
-    assert zone.fence_token(batch.key) is None and zone.lease_holder(batch.key) is None
+    assert (
+        zone.catalog.fence_token(batch.key) is None and zone.catalog.lease_holder(batch.key) is None
+    )
 
 
 def test_a_stale_token_cannot_land_and_leaves_no_file_behind(tmp_path):
@@ -256,15 +258,15 @@ def test_a_stale_token_cannot_land_and_leaves_no_file_behind(tmp_path):
     prod = ConsumerLease(tmp_path, PROD, 60, clock=clock)
     dr = ConsumerLease(tmp_path, DR, 60, clock=clock)
     stale = prod.fence(prod.acquire())
-    zone.land(_messages(1), fence=stale)
+    zone.writer.land(_messages(1), fence=stale)
     clock.advance(61)
     fresh = dr.fence(dr.acquire())
     with pytest.raises(FencedOff, match=r"now held by dr@test-host-b:202 \(token 2\)"):
-        zone.land(_messages(2), fence=stale)
-    assert zone.keys() == ["0000000001"]
-    assert list(zone.tmp_dir.iterdir()) == []
-    assert zone.land(_messages(1), fence=fresh).key == "0000000002"
-    assert [zone.fence_token(k) for k in zone.keys()] == [1, 2]
+        zone.writer.land(_messages(2), fence=stale)
+    assert zone.catalog.keys() == ["0000000001"]
+    assert list(zone.catalog.tmp_dir.iterdir()) == []
+    assert zone.writer.land(_messages(1), fence=fresh).key == "0000000002"
+    assert [zone.catalog.fence_token(k) for k in zone.catalog.keys()] == [1, 2]
     with pytest.raises(FencedOff):
         prod.fence(prod.acquire())  # a standby gets no fence at all
 
@@ -300,8 +302,8 @@ def test_a_holder_paused_past_expiry_cannot_land_and_its_messages_stay_on_the_qu
     queue = EmbeddedQueue(tmp_path / "queue")
     with queue.producer() as producer:
         ids = [producer.put(f"<m n='{i}'/>".encode()) for i in range(5)]
-    prod = ConsumerLease(zone.root, PROD, 60, clock=clock)
-    dr = ConsumerLease(zone.root, DR, 60, clock=clock)
+    prod = ConsumerLease(zone.catalog.root, PROD, 60, clock=clock)
+    dr = ConsumerLease(zone.catalog.root, DR, 60, clock=clock)
     fence = prod.fence(prod.acquire())
     limits = BatchLimits(max_messages=3, get_wait_seconds=0.05)
 
@@ -310,22 +312,22 @@ def test_a_holder_paused_past_expiry_cannot_land_and_its_messages_stay_on_the_qu
         # over and lands what it can get (the message in prod's unit is invisible to it).
         clock.advance(61)
         with queue.connect() as session:
-            consume_batch(session, zone, limits, fence=dr.fence(dr.acquire()))
+            consume_batch(session, zone.writer, limits, fence=dr.fence(dr.acquire()))
 
     with pytest.raises(FencedOff):
         with _PausingSession(queue.connect(), paused_past_expiry) as session:
-            consume_batch(session, zone, limits, fence=fence)
-    assert [zone.lease_holder(k) for k in zone.keys()] == [DR]
-    assert [r["message_id"] for r in zone.iter_messages()] == ids[1:4]
+            consume_batch(session, zone.writer, limits, fence=fence)
+    assert [zone.catalog.lease_holder(k) for k in zone.catalog.keys()] == [DR]
+    assert [r["message_id"] for r in zone.catalog.iter_messages()] == ids[1:4]
     # Prod backed out: what it got (the first message, and the last one after waking up) is
     # back on the queue, in place, with its backout counted.
     back = queue.browse()
     assert [(m.message_id, m.delivery_count) for m in back] == [(ids[0], 2), (ids[4], 2)]
     with queue.connect() as session:
-        consume_batch(session, zone, limits, fence=dr.fence(dr.acquire()))
+        consume_batch(session, zone.writer, limits, fence=dr.fence(dr.acquire()))
     # Exactly once, but not in put order: the price of a holder paused mid-tick (intake/lease.py).
-    assert [r["message_id"] for r in zone.iter_messages()] == ids[1:4] + [ids[0], ids[4]]
-    assert [zone.fence_token(k) for k in zone.keys()] == [2, 2]
+    assert [r["message_id"] for r in zone.catalog.iter_messages()] == ids[1:4] + [ids[0], ids[4]]
+    assert [zone.catalog.fence_token(k) for k in zone.catalog.keys()] == [2, 2]
     assert queue.depth() == 0
 
 
@@ -352,7 +354,7 @@ def test_a_new_process_of_the_same_deployment_takes_over_at_once_and_fences_the_
     taken = new.acquire()
     assert new.holds(taken) and taken.token == 2
     with pytest.raises(FencedOff):
-        LandingZone(tmp_path).land(_messages(1), fence=stale)
+        LandingZone(tmp_path).writer.land(_messages(1), fence=stale)
     # Another deployment still waits for expiry.
     dr = ConsumerLease(tmp_path, DR, 60, clock=clock)
     assert not dr.holds(dr.acquire())

@@ -66,7 +66,7 @@ class Platform:
     ) -> None:
         self.queue = EmbeddedQueue(root / "queue")
         self.zone = LandingZone(root / "landing")
-        self.lease = ConsumerLease(self.zone.root, holder, 60, clock=clock)
+        self.lease = ConsumerLease(self.zone.catalog.root, holder, 60, clock=clock)
         self.log = Log()
         self.intake = Intake(
             source or self.queue,
@@ -81,7 +81,7 @@ class Platform:
             return [producer.put(f"<m n='{i}'/>".encode()) for i in range(n)]
 
     def landed(self) -> list[str]:
-        return [str(r["message_id"]) for r in self.zone.iter_messages()]
+        return [str(r["message_id"]) for r in self.zone.catalog.iter_messages()]
 
 
 class Wrapped(QueueSource):
@@ -144,13 +144,13 @@ def test_a_tick_lands_a_batch_commits_the_queue_and_hands_it_on_with_its_anchor(
     assert outcome.landed is not None and outcome.landed.messages == 5
     assert _batches(outcome) == ["0000000001"] and outcome.last_seq == 1
     (batch,) = outcome.batches
-    assert batch.anchor == p.zone.anchors.read("0000000001")
+    assert batch.anchor == p.zone.catalog.anchors.read("0000000001")
     assert batch.anchor is not None and batch.anchor.messages == 5
     assert outcome.lease is not None and outcome.lease.token == 1
     assert p.landed() == ids
     assert p.queue.depth() == 0
-    assert p.zone.fence_token("0000000001") == 1
-    assert p.zone.closed_by("0000000001") == ClosedBy.DRAINED
+    assert p.zone.catalog.fence_token("0000000001") == 1
+    assert p.zone.catalog.closed_by("0000000001") == ClosedBy.DRAINED
     assert p.log.at("warning") == [f"{PROD} acquired the consumer lease with fencing token 1"]
     assert p.log.at("info") == [
         f"landed batch 0000000001: 5 message(s), {size} bytes from {p.queue.description}"
@@ -169,19 +169,20 @@ def test_a_standby_lands_nothing_says_who_holds_the_lease_and_leaves_partials_al
     dr = Platform(tmp_path, clock, holder=DR)
     prod.put(3)
     assert prod.intake.tick(0).status is TickStatus.BATCHES
-    prod.zone.ensure()
-    partial = prod.zone.tmp_dir / "0000000002.parquet.abc.partial"
+    prod.zone.catalog.ensure()
+    partial = prod.zone.catalog.tmp_dir / "0000000002.parquet.abc.partial"
     partial.write_bytes(b"the holder's batch in progress")
     dr.put(2)
     standby = dr.intake.tick(0)
     assert standby.status is TickStatus.STANDBY and not standby.failed
     assert standby.detail == (
-        f"standby: the consumer lease in {dr.zone.root} is held by {PROD} (fencing token 1) "
-        f"until 2026-11-21 14:01:00 UTC; {DR} takes over if it is not renewed by then"
+        f"standby: the consumer lease in {dr.zone.catalog.root} is held by {PROD} "
+        f"(fencing token 1) until 2026-11-21 14:01:00 UTC; {DR} takes over if it is not renewed "
+        "by then"
     )
     assert standby.lease is not None and standby.lease.holder == PROD
     assert partial.exists()
-    assert dr.queue.depth() == 2 and dr.zone.keys() == ["0000000001"]
+    assert dr.queue.depth() == 2 and dr.zone.catalog.keys() == ["0000000001"]
 
 
 def test_a_standby_takes_over_once_the_lease_expires_and_hands_on_what_the_holder_landed(
@@ -208,7 +209,7 @@ def test_backpressure_leaves_messages_on_the_queue_while_runs_are_in_flight(tmp_
     p = Platform(tmp_path, clock, batch=BatchLimits(max_messages=2, get_wait_seconds=0.05))
     p.put(5)
     first = p.intake.tick(0)
-    assert p.zone.closed_by(first.batches[0].key) == ClosedBy.MESSAGES
+    assert p.zone.catalog.closed_by(first.batches[0].key) == ClosedBy.MESSAGES
     # In a backlog (the last batch was full), a batch lands ahead of one run in flight...
     second = p.intake.tick(1, registered=1)
     assert _batches(second) == ["0000000002"]
@@ -222,7 +223,7 @@ def test_backpressure_leaves_messages_on_the_queue_while_runs_are_in_flight(tmp_
     assert p.queue.depth() == 1
     # A batch that was not full is a live feed: the next waits for the one run in flight.
     drained = p.intake.tick(0, registered=2)
-    assert p.zone.closed_by(drained.batches[0].key) == ClosedBy.DRAINED
+    assert p.zone.catalog.closed_by(drained.batches[0].key) == ClosedBy.DRAINED
     p.put(1)
     live = p.intake.tick(1, registered=3)
     assert live.status is TickStatus.BACKPRESSURE
@@ -249,7 +250,7 @@ def test_a_source_outage_is_reported_with_its_error_and_loses_nothing(tmp_path, 
         f"queue unavailable ({queue.description}): connection lost with 2 message(s) in the "
         "unit of work; retrying next tick"
     )
-    assert outcome.batches == () and p.zone.keys() == []
+    assert outcome.batches == () and p.zone.catalog.keys() == []
     assert [(m.message_id, m.delivery_count) for m in queue.browse()] == [
         (i, 2 if n < 2 else 1) for n, i in enumerate(ids)
     ]
@@ -270,16 +271,16 @@ def test_a_landing_outage_fails_the_tick_before_anything_is_got(tmp_path, clock,
 
     # Found by the probe before the first get, or earlier, when the zone's folders are made (a
     # file where the temporary folder belongs).
-    monkeypatch.setattr(p.zone, "probe", full)
+    monkeypatch.setattr(p.zone.writer, "probe", full)
     probed = p.intake.tick(0, registered=1)
     monkeypatch.undo()
-    shutil.rmtree(p.zone.tmp_dir)
-    p.zone.tmp_dir.write_bytes(b"")
+    shutil.rmtree(p.zone.catalog.tmp_dir)
+    p.zone.catalog.tmp_dir.write_bytes(b"")
     made = p.intake.tick(0, registered=1)
     for outcome in (probed, made):
         assert outcome.status is TickStatus.LANDING_UNAVAILABLE and outcome.failed
         assert isinstance(outcome.error, OSError)
-        assert outcome.detail.startswith(f"landing zone {p.zone.root} unavailable: ")
+        assert outcome.detail.startswith(f"landing zone {p.zone.catalog.root} unavailable: ")
         assert outcome.detail.endswith(
             f"; nothing was committed off {p.queue.description}; retrying next tick"
         )
@@ -306,47 +307,49 @@ def test_a_holder_that_loses_the_lease_mid_tick_is_fenced_off_and_backs_out(tmp_
     assert outcome.detail.startswith("lost the consumer lease during the tick")
     assert f"now held by {DR} (token 2)" in outcome.detail
     assert outcome.detail.endswith(f"stay on {queue.description} for the holder")
-    assert p.zone.keys() == []
+    assert p.zone.catalog.keys() == []
     assert [m.message_id for m in queue.browse()] == ids
 
 
 def test_an_unreadable_lease_is_an_outage(tmp_path, clock):
     p = Platform(tmp_path, clock)
     p.put(1)
-    p.zone.root.mkdir(parents=True)
-    (p.zone.root / LEASE_FILE).write_text("not a lease")
+    p.zone.catalog.root.mkdir(parents=True)
+    (p.zone.catalog.root / LEASE_FILE).write_text("not a lease")
     outcome = p.intake.tick(0)
     assert outcome.status is TickStatus.LEASE_UNAVAILABLE and outcome.failed
     assert isinstance(outcome.error, LeaseError)
-    assert outcome.detail.startswith(f"consumer lease in {p.zone.root} unavailable: ")
+    assert outcome.detail.startswith(f"consumer lease in {p.zone.catalog.root} unavailable: ")
     assert outcome.detail.endswith("; retrying next tick")
     assert p.queue.depth() == 1
 
 
 def test_the_holder_removes_partial_files_a_crash_left(tmp_path, clock):
     p = Platform(tmp_path, clock)
-    p.zone.ensure()
+    p.zone.catalog.ensure()
     for n in range(2):
-        (p.zone.tmp_dir / f"0000000001.parquet.{n}.partial").write_bytes(b"half a file")
+        (p.zone.catalog.tmp_dir / f"0000000001.parquet.{n}.partial").write_bytes(b"half a file")
     p.put(1)
     outcome = p.intake.tick(0)
     assert _batches(outcome) == ["0000000001"]
-    assert list(p.zone.tmp_dir.iterdir()) == []
+    assert list(p.zone.catalog.tmp_dir.iterdir()) == []
     assert "removed 2 partial batch file(s) left by a crash" in p.log.at("warning")
 
 
 def test_a_batch_left_without_its_anchor_gets_it_from_its_landing_file_first(tmp_path, clock):
     p = Platform(tmp_path, clock)
     put = datetime(2026, 11, 21, 12, tzinfo=UTC)
-    landed = p.zone.land([ReceivedMessage(new_message_id(), b, put) for b in (b"<a/>", b"<b/>")])
-    anchor = p.zone.anchors.read(landed.key)
-    p.zone.anchors.path(landed.key).unlink()  # a crash between the claim and the anchor
+    landed = p.zone.writer.land(
+        [ReceivedMessage(new_message_id(), b, put) for b in (b"<a/>", b"<b/>")]
+    )
+    anchor = p.zone.catalog.anchors.read(landed.key)
+    p.zone.catalog.anchors.path(landed.key).unlink()  # a crash between the claim and the anchor
     p.put(1)
     outcome = p.intake.tick(0)
     (batch,) = outcome.batches
     assert (batch.key, batch.anchor) == (landed.key, anchor)
     assert outcome.landed is None and p.queue.depth() == 1  # handed on before consuming more
-    assert p.zone.anchors.read(landed.key) == anchor
+    assert p.zone.catalog.anchors.read(landed.key) == anchor
     assert p.log.at("warning")[-1] == (
         f"batch {landed.key} had no anchor file (a crash right after it landed): written from "
         "its landing file's metadata"
@@ -423,5 +426,5 @@ def test_a_caller_position_beyond_the_zone_fails_the_tick_and_gets_nothing(tmp_p
         outcome = p.intake.tick(0, registered=5)
         assert outcome.failed and outcome.status is TickStatus.LANDING_WENT_BACK
         assert "taken batches up to 5, beyond the zone's last one (0)" in outcome.detail
-    assert p.zone.keys() == []
+    assert p.zone.catalog.keys() == []
     assert p.queue.depth() == 1

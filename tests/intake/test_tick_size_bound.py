@@ -24,7 +24,7 @@ def _consume(tmp_path, bodies: list[bytes], limits: BatchLimits | None = None):
     with queue.connect() as session:
         batch = consume_batch(
             session,
-            zone,
+            zone.writer,
             limits or BatchLimits(get_wait_seconds=0.05),
             message_limits=Limits(max_message_bytes=BOUND),
         )
@@ -37,7 +37,7 @@ def test_a_body_over_the_bound_is_moved_aside_and_logged_by_size_digest_and_loca
     queue, zone, batch, ids = _consume(tmp_path, [b"<a/>", big, at_bound, b"<b/>"])
     assert batch is not None and batch.messages == 4
     assert queue.depth() == 0  # committed: the moved-aside message is landed like any other
-    rows = zone.read(batch.key).to_pylist()
+    rows = zone.catalog.read(batch.key).to_pylist()
     assert [r["message_id"] for r in rows] == ids
     moved = rows[1]
     assert (moved["body"], moved["body_size"], moved["body_sha256"]) == (
@@ -45,8 +45,8 @@ def test_a_body_over_the_bound_is_moved_aside_and_logged_by_size_digest_and_loca
         len(big),
         hashlib.sha256(big).hexdigest(),
     )
-    path = zone.root / moved["body_location"]
-    assert path.parent == zone.overflow_dir
+    path = zone.catalog.root / moved["body_location"]
+    assert path.parent == zone.catalog.overflow_dir
     assert path.read_bytes() == big
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     # A body at the bound is not over it: it stays in the batch.
@@ -54,10 +54,10 @@ def test_a_body_over_the_bound_is_moved_aside_and_logged_by_size_digest_and_loca
     assert batch.bytes == len(b"<a/>") + BOUND + len(b"<b/>")
     report = verify_messages(
         batch.key,
-        zone.stored_messages(batch.key),
+        zone.catalog.stored_messages(batch.key),
         first_prev=GENESIS_LINK.hex(),
         source="landing file",
-        anchor=zone.anchors.read(batch.key),
+        anchor=zone.catalog.anchors.read(batch.key),
     )
     assert report.intact, report.problems
 
@@ -69,7 +69,7 @@ def test_moved_aside_bodies_do_not_count_towards_the_batch_byte_bound(tmp_path):
     assert batch is not None
     assert batch.messages == 6 and batch.bytes == len(b"<a/>")
     # The same bytes redelivered or repeated land on one content-addressed file.
-    assert len(list(zone.overflow_dir.glob("*.body"))) == 1
+    assert len(list(zone.catalog.overflow_dir.glob("*.body"))) == 1
 
 
 def test_a_batch_never_holds_more_than_its_byte_bound_plus_one_message(tmp_path):
@@ -83,15 +83,17 @@ def test_a_batch_never_holds_more_than_its_byte_bound_plus_one_message(tmp_path)
 def test_a_moved_aside_body_is_restored_only_when_it_fits_and_its_file_is_intact(tmp_path):
     big = b"<sportsdata>" + b"x" * 5_000 + b"</sportsdata>"
     _, zone, batch, _ = _consume(tmp_path, [big])
-    (row,) = zone.read(batch.key).to_pylist()
+    (row,) = zone.catalog.read(batch.key).to_pylist()
     where, size, digest = row["body_location"], row["body_size"], row["body_sha256"]
     # A raised bound (a replay after the fix) reads the bytes back; the old one does not.
-    assert zone.restored_body(where, size, digest, max_bytes=size) == big
-    assert zone.restored_body(where, size, digest, max_bytes=size - 1) is None
+    assert zone.catalog.restored_body(where, size, digest, max_bytes=size) == big
+    assert zone.catalog.restored_body(where, size, digest, max_bytes=size - 1) is None
     # Only the bytes the log vouches for: a changed file, or a path outside overflow/, is refused.
-    (zone.root / where).write_bytes(big.replace(b"x", b"y", 1))
-    assert zone.restored_body(where, size, digest, max_bytes=size) is None
-    assert zone.restored_body("../queue/queue.db", size, digest, max_bytes=10 * size) is None
+    (zone.catalog.root / where).write_bytes(big.replace(b"x", b"y", 1))
+    assert zone.catalog.restored_body(where, size, digest, max_bytes=size) is None
+    assert (
+        zone.catalog.restored_body("../queue/queue.db", size, digest, max_bytes=10 * size) is None
+    )
 
 
 class _HeldBodies:
@@ -122,7 +124,7 @@ def test_intake_claims_at_most_one_body_over_the_bound_at_a_time(tmp_path):
         held = _HeldBodies(session)
         batch = consume_batch(
             held,
-            zone,
+            zone.writer,
             BatchLimits(get_wait_seconds=0.05),
             message_limits=Limits(max_message_bytes=BOUND),
         )

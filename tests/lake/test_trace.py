@@ -70,7 +70,10 @@ def log(tmp_path_factory: pytest.TempPathFactory, spark) -> Log:
     # Landed as batch 1, then backed out: the queue redelivers both, so the log holds two copies.
     with queue.connect() as session, pytest.raises(RuntimeError):
         consume_batch(
-            session, h.zone, BatchLimits(get_wait_seconds=0.05), before_commit=_crash_before_commit
+            session,
+            h.zone.writer,
+            BatchLimits(get_wait_seconds=0.05),
+            before_commit=_crash_before_commit,
         )
     with queue.producer() as producer:
         broken_id = producer.put(BROKEN)
@@ -315,8 +318,8 @@ def test_as_of_with_the_serving_store_is_what_its_readers_were_shown(log: Log, s
     url = f"sqlite:///{tmp_path / 'serving.db'}"
     # A commit per message, as sis-live makes at the feed's pace (a catch-up commits a chunk).
     config = LiveConfig(group_max_messages=1)
-    applier = Applier(log.harness.zone, lambda: open_store(url), config)
-    applier.catch_up(log.harness.zone.last_position())
+    applier = Applier(log.harness.zone.catalog, lambda: open_store(url), config)
+    applier.catch_up(log.harness.zone.catalog.last_position())
     applier.close()
     with open_store(url) as store:
         changes = [c for c in store.changes(limit=100) if c.master_id == ASCOT_1430]

@@ -53,7 +53,7 @@ class Place:
         return f"sqlite:///{self.db}"
 
     def lease(self, holder: str = "test@localhost:1") -> ConsumerLease:
-        return ConsumerLease(self.zone.root, holder, 60.0)
+        return ConsumerLease(self.zone.catalog.root, holder, 60.0)
 
     def put(self, feed: list[SimulatedMessage]) -> None:
         with self.queue.producer() as producer:
@@ -120,7 +120,7 @@ def assert_live_equals_reference(place: Place, put: list[SimulatedMessage]) -> N
     """Every put message is landed as a first copy exactly once (later copies only as
     redeliveries), and the store equals the reference over the landed log."""
     zone = place.zone
-    log = [m.message for m in zone.landed_after(START_POSITION, CONFIG.message_limits)]
+    log = [m.message for m in zone.catalog.landed_after(START_POSITION, CONFIG.message_limits)]
     landed = Counter(m.message_id for m in log)
     sent = Counter(m.message_id for m in put)
     assert set(landed) == set(sent), "a put message is missing from the log, or one not put"

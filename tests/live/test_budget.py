@@ -154,10 +154,10 @@ def _killed_run(place: Place, log: Path, variables: dict[str, str]) -> None:
 
 def _drained(place: Place, store: ServingStore, feed: list[tuple[str, bytes]] = FEED) -> bool:
     """The whole feed is landed, off the queue and applied to the store."""
-    logged = place.zone.landed_after(START_POSITION, CONFIG.message_limits)
+    logged = place.zone.catalog.landed_after(START_POSITION, CONFIG.message_limits)
     if {m.message.message_id for m in logged} != {message_id for message_id, _ in feed}:
         return False
-    return place.queue.depth() == 0 and store.position() == place.zone.last_position()
+    return place.queue.depth() == 0 and store.position() == place.zone.catalog.last_position()
 
 
 def _run_until_drained(
@@ -188,7 +188,9 @@ def _assert_store_is_reference(
     the log before that message was committed with nothing known of failures (the groups
     before the failing one), so the reference folds that prefix without them: a quarantine
     holds back a master's items from the failing group on, not the ones already applied."""
-    logged = [m.message for m in place.zone.landed_after(START_POSITION, CONFIG.message_limits)]
+    logged = [
+        m.message for m in place.zone.catalog.landed_after(START_POSITION, CONFIG.message_limits)
+    ]
     reference = ReferenceWithFailures(Expected() if committed_before else expected)
     if committed_before is not None:
         cut = [m.message_id for m in logged].index(committed_before)

@@ -93,8 +93,8 @@ def test_sigterm_stops_it_cleanly(tmp_path):
     assert finish(proc, BOUND_SECONDS, log) == 0, log.read_text(errors="replace")[-4000:]
     lease = place.lease().read()
     assert lease is not None and lease.expired(datetime.now(UTC))  # released at the stop
-    assert len(place.zone.keys()) == 1  # 70 sealed; the 30 after them left open
-    assert place.zone.last_position().msg_seq == len(feed) - 70 - 1
+    assert len(place.zone.catalog.keys()) == 1  # 70 sealed; the 30 after them left open
+    assert place.zone.catalog.last_position().msg_seq == len(feed) - 70 - 1
 
 
 def _wait_for_store(place, proc):
@@ -139,7 +139,7 @@ def test_merge_merges_sealed_batches_offline_and_refuses_while_sis_live_holds_th
     held.acquire()
     refused = merge()
     assert refused.returncode == 1 and "held by prod@another-host:1" in refused.stderr
-    assert len(folder_keys(zone)) == 4
+    assert len(folder_keys(zone.upkeep)) == 4
     held.release()
 
     kept = merge()
@@ -147,6 +147,6 @@ def test_merge_merges_sealed_batches_offline_and_refuses_while_sis_live_holds_th
     assert "3 batch(es) merged into one file; 0 parts folder(s) removed, 3 kept" in kept.stdout
     done = merge(SIS_LANDING_MERGE_GRACE_SECONDS="0")
     assert "0 batch(es) merged into one file; 3 parts folder(s) removed" in done.stdout
-    assert folder_keys(zone) == [batch_key(4)]  # the open batch stays in parts
+    assert folder_keys(zone.upkeep) == [batch_key(4)]  # the open batch stays in parts
     assert read_back(zone) == logged
     assert chain_problems(zone) == []

@@ -39,7 +39,7 @@ def test_a_kill_at_a_crash_point_loses_nothing_and_applies_nothing_twice(tmp_pat
     proc = start_live(place.root, log, SIS_CRASH_AT=f"{point}@{arrival}")
     code = finish(proc, BOUND_SECONDS, log)
     assert code == SIGKILLED, log.read_text(errors="replace")[-4000:]
-    killed_at = place.zone.last_position()
+    killed_at = place.zone.catalog.last_position()
     store = open_store(place.url)
     try:
         applied = store.position()
@@ -55,7 +55,7 @@ def test_a_kill_at_a_crash_point_loses_nothing_and_applies_nothing_twice(tmp_pat
     with running(place) as service:
         assert service.wait_until(drained, BOUND_SECONDS)
     assert_live_equals_reference(place, feed)
-    logged = place.zone.landed_after(START_POSITION, CONFIG.message_limits)
+    logged = place.zone.catalog.landed_after(START_POSITION, CONFIG.message_limits)
     came_back = any(m.message.delivery_count > 1 for m in logged)
     # Killed anywhere before the queue commit, the group got came back (and if it was
     # landed, its second copies were landed too, to end `duplicate`).
@@ -77,7 +77,7 @@ def test_a_kill_with_a_pipelined_group_in_flight_loses_nothing(tmp_path, point):
     assert code == SIGKILLED, log.read_text(errors="replace")[-4000:]
     store = open_store(place.url)
     try:
-        assert store.position() < place.zone.last_position()
+        assert store.position() < place.zone.catalog.last_position()
     finally:
         store.close()
     with running(place) as service:

@@ -34,11 +34,13 @@ EXPIRING = dataclasses.replace(MERGING, landing_retain=timedelta(0))
 
 
 def expired_through(service: LiveService, seq: int) -> bool:
-    expiry = service.zone.expiry()
+    expiry = service.zone.catalog.expiry()
     return (
         expiry is not None
         and expiry.through_seq == seq
-        and not any(service.zone.anchors.path(batch_key(s)).exists() for s in range(1, seq + 1))
+        and not any(
+            service.zone.catalog.anchors.path(batch_key(s)).exists() for s in range(1, seq + 1)
+        )
     )
 
 
@@ -49,13 +51,14 @@ def test_sis_live_expires_checked_batches_and_a_store_behind_them_halts(tmp_path
     zone = sealed_zone(place.root)
     with running(place, MERGING, zone=zone) as service:
         assert service.wait_until(
-            lambda s: drained(s) and s.zone.batch_path(batch_key(4)).is_file(), BOUND_SECONDS
+            lambda s: drained(s) and s.zone.catalog.batch_path(batch_key(4)).is_file(),
+            BOUND_SECONDS,
         )
     # Restarted, it seals the open batch and merges it; without a gate nothing goes, whatever
     # the retention.
     with running(place, EXPIRING, zone=zone) as service:
         assert service.wait_until(merged, BOUND_SECONDS)
-    assert zone.expiry() is None
+    assert zone.catalog.expiry() is None
     assert_live_equals_reference(place, feed)
     logged = read_back(zone)
 
@@ -64,11 +67,11 @@ def test_sis_live_expires_checked_batches_and_a_store_behind_them_halts(tmp_path
     store.close()
     with running(place, EXPIRING, zone=zone) as service:
         assert service.wait_until(lambda s: expired_through(s, 3), BOUND_SECONDS)
-    expiry = zone.expiry()
+    expiry = zone.catalog.expiry()
     assert expiry is not None
     kept = [m for m in logged if m[0] > expiry.end]
     assert read_back(zone, expiry.end) == kept
-    assert zone.keys() == [batch_key(4), batch_key(5)]
+    assert zone.catalog.keys() == [batch_key(4), batch_key(5)]
 
     empty = f"sqlite:///{tmp_path / 'empty.db'}"
     with running(place, EXPIRING, open_store_=lambda: open_store(empty), zone=zone) as service:

@@ -35,7 +35,7 @@ MERGING = dataclasses.replace(CONFIG, merge_grace_seconds=0.0)
 
 def merged(service: LiveService) -> bool:
     """Drained, and every batch sealed, one file, its parts removed."""
-    return drained(service) and folder_keys(service.zone) == []
+    return drained(service) and folder_keys(service.zone.upkeep) == []
 
 
 def test_sis_live_merges_sealed_batches_in_idle_turns_and_reads_them_as_before(tmp_path):
@@ -46,13 +46,14 @@ def test_sis_live_merges_sealed_batches_in_idle_turns_and_reads_them_as_before(t
     keeping = dataclasses.replace(CONFIG, merge_grace_seconds=3600.0)
     with running(place, keeping, zone=zone) as service:
         assert service.wait_until(
-            lambda s: drained(s) and s.zone.batch_path(batch_key(4)).is_file(), BOUND_SECONDS
+            lambda s: drained(s) and s.zone.catalog.batch_path(batch_key(4)).is_file(),
+            BOUND_SECONDS,
         )
-        assert folder_keys(place.zone) == [batch_key(k) for k in range(1, 6)]  # parts kept
+        assert folder_keys(place.zone.upkeep) == [batch_key(k) for k in range(1, 6)]  # parts kept
     logged = read_back(zone)
     with running(place, MERGING, zone=zone) as service:
         assert service.wait_until(merged, BOUND_SECONDS)
-    assert [len(zone.batch_files(batch_key(k))) for k in range(1, 6)] == [1] * 5
+    assert [len(zone.catalog.batch_files(batch_key(k))) for k in range(1, 6)] == [1] * 5
     assert read_back(zone) == logged
     assert_live_equals_reference(place, feed)
     assert chain_problems(zone) == []

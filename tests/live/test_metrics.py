@@ -128,7 +128,9 @@ def test_readyz_says_standing_by_once_another_deployment_takes_the_lease(tmp_pat
             assert get(f"{base}/readyz")[0] == 200
             # Another deployment whose clock is past the lease's expiry takes it over.
             later = datetime.now(UTC) + timedelta(seconds=120)
-            other = ConsumerLease(place.zone.root, "dr@elsewhere:1", 60.0, clock=lambda: later)
+            other = ConsumerLease(
+                place.zone.catalog.root, "dr@elsewhere:1", 60.0, clock=lambda: later
+            )
             assert other.holds(other.acquire())
             assert service.wait_until(lambda s: not s.holding, BOUND_SECONDS)
             # The beat after losing it says so (the loop beats on its way to standing by).

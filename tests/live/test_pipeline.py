@@ -81,13 +81,15 @@ def test_a_stop_commits_the_group_in_flight(tmp_path: Path):
     with running(place, PIPELINED, budget=_budget(tmp_path)) as service:
         assert service.wait_until(lambda s: s.applier.in_flight, BOUND_SECONDS)
         service.request_stop()  # with groups still on the queue: one is in flight at the stop
-    landed = place.zone.last_position()
+    landed = place.zone.catalog.last_position()
     store = open_store(place.url)
     try:
         assert store.position() == landed  # not one group behind
     finally:
         store.close()
-    log = [m.message for m in place.zone.landed_after(START_POSITION, CONFIG.message_limits)]
+    log = [
+        m.message for m in place.zone.catalog.landed_after(START_POSITION, CONFIG.message_limits)
+    ]
     assert len(log) < 6000
     assert_store_matches_reference(place.db, reference_for(log))
 

@@ -68,7 +68,7 @@ def test_postgresql_stopped_while_the_feed_arrives_loses_nothing_and_catches_up(
     with running(place, CONFIG, opener) as service:
         assert service.wait_until(_caught_up_with(100), BOUND_SECONDS)
         applied = service.applier.applied
-        assert applied == place.zone.last_position()
+        assert applied == place.zone.catalog.last_position()
 
         pg.stop()
         try:
@@ -78,7 +78,7 @@ def test_postgresql_stopped_while_the_feed_arrives_loses_nothing_and_catches_up(
                 lambda s: s.landed_messages >= 200 and s.source.depth() == 0,  # type: ignore[attr-defined]
                 BOUND_SECONDS,
             )
-            assert place.zone.last_position() > applied
+            assert place.zone.catalog.last_position() > applied
             assert place.queue.depth() == 0
             # ... and the store is retried with backoff meanwhile.
             tried = attempts
@@ -94,12 +94,14 @@ def test_postgresql_stopped_while_the_feed_arrives_loses_nothing_and_catches_up(
     assert len(outage) == 1, [r.getMessage() for r in caplog.records]  # logged once
     assert any("serving store available again" in r.getMessage() for r in caplog.records)
 
-    log = [m.message for m in place.zone.landed_after(START_POSITION, CONFIG.message_limits)]
+    log = [
+        m.message for m in place.zone.catalog.landed_after(START_POSITION, CONFIG.message_limits)
+    ]
     # Nothing lost, nothing landed twice (the queue never failed).
     assert Counter(m.message_id for m in log) == Counter(m.message_id for m in feed)
     with open_store(url) as store:
         status = store.status()
-    assert status.position == place.zone.last_position()
+    assert status.position == place.zone.catalog.last_position()
     assert status.messages == len(log)  # every landed message applied once
     with psycopg.connect(url, password=pg.password) as conn:
         assert_rows_match_reference(conn, reference_for(log))

@@ -79,7 +79,9 @@ def test_prometheus_scrapes_every_message_counted_and_the_lease_lost(tmp_path: P
 
             # Another deployment whose clock is past the lease's expiry takes it over.
             later = datetime.now(UTC) + timedelta(seconds=120)
-            other = ConsumerLease(place.zone.root, "dr@elsewhere:1", 60.0, clock=lambda: later)
+            other = ConsumerLease(
+                place.zone.catalog.root, "dr@elsewhere:1", 60.0, clock=lambda: later
+            )
             assert other.holds(other.acquire())
             server.wait_for(
                 lambda: _equals(server, "sis_live_lease_losses_total", 1), "the lease lost"

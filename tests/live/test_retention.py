@@ -30,7 +30,7 @@ PRUNING = replace(CONFIG, serving_history=timedelta(0))
 def _reference_versions_at(place: Place, batch_seq: int) -> dict[str, tuple[int, str]]:
     """What the lake folds up to the end of `batch_seq`: each existing master's version and
     document sha256 (the reference pipeline is the domain fold both paths run)."""
-    log = place.zone.landed_after(START_POSITION, CONFIG.message_limits)
+    log = place.zone.catalog.landed_after(START_POSITION, CONFIG.message_limits)
     ref = reference_for([m.message for m in log if m.position.batch_seq <= batch_seq])
     return {
         m: (s.version, hashlib.sha256(s.document).hexdigest())
@@ -86,7 +86,7 @@ def test_sis_live_killed_in_a_prune_resumes_with_live_equal_to_lake(tmp_path, po
     code = finish(proc, BOUND_SECONDS, log)
     assert code == SIGKILLED, log.read_text(errors="replace")[-4000:]
     with open_store(place.url) as store:
-        assert store.position() == place.zone.last_position()  # idle: everything applied
+        assert store.position() == place.zone.catalog.last_position()  # idle: everything applied
         assert (store.retention().changes_pruned_seq > 0) == (point == "serving.after_prune")
         _live_equals_lake_at(store, place, GATE)
     with running(place, PRUNING) as service:

@@ -19,7 +19,7 @@ import pytest
 from sis_platform.intake.lease import ConsumerLease
 from sis_platform.live.config import LiveConfig
 from sis_platform.live.fold import LiveFold
-from sis_platform.log.landing import START_POSITION, GroupWriter, LandingZone
+from sis_platform.log.landing import START_POSITION, GroupWriter, ZoneWriter
 from sis_platform.queues.base import SourceUnavailable
 from sis_platform.queues.embedded import EmbeddedQueue
 from sis_platform.runtime.heartbeat import Heartbeat, health, read_beat
@@ -56,7 +56,7 @@ def test_a_feed_drains_into_the_store_equal_to_the_reference(tmp_path):
         )
     assert_live_equals_reference(place, feed)
     # Batches were sealed by their message bound; the open one is left for the next start.
-    keys = place.zone.keys()
+    keys = place.zone.catalog.keys()
     assert len(keys) == len(feed) // CONFIG.batch_max_messages
 
 
@@ -66,11 +66,11 @@ def test_a_restart_seals_the_open_batch_and_goes_on(tmp_path):
     place.put(feed[:100])
     with running(place) as service:
         assert service.wait_until(drained, BOUND_SECONDS)
-    assert len(place.zone.keys()) == 1  # 70 sealed; 30 in the open batch
+    assert len(place.zone.catalog.keys()) == 1  # 70 sealed; 30 in the open batch
     place.put(feed[100:])
     with running(place) as service:
         assert service.wait_until(drained, BOUND_SECONDS)
-    assert len(place.zone.keys()) == 3  # the open one sealed at the start, then 70 more
+    assert len(place.zone.catalog.keys()) == 3  # the open one sealed at the start, then 70 more
     assert_live_equals_reference(place, feed)
 
 
@@ -80,8 +80,10 @@ def test_an_idle_open_batch_is_sealed_by_its_age(tmp_path):
     place.put(feed)
     config = LiveConfig(group_max_messages=20, batch_max_seconds=0.5, idle_wait_seconds=0.2)
     with running(place, config) as service:
-        assert service.wait_until(lambda s: drained(s) and s.zone.keys() != [], BOUND_SECONDS)
-    assert len(place.zone.keys()) == 1
+        assert service.wait_until(
+            lambda s: drained(s) and s.zone.catalog.keys() != [], BOUND_SECONDS
+        )
+    assert len(place.zone.catalog.keys()) == 1
     assert_live_equals_reference(place, feed)
 
 
@@ -149,7 +151,7 @@ def test_landing_goes_on_while_the_store_is_down_and_the_store_catches_up(tmp_pa
         assert service.wait_until(drained, BOUND_SECONDS)
     assert switch.opened >= (1 if down_at_start else 2)
     assert_live_equals_reference(place, feed)
-    assert place.zone.last_position() != START_POSITION
+    assert place.zone.catalog.last_position() != START_POSITION
 
 
 def test_a_holder_fenced_off_by_a_takeover_lands_nothing_and_stands_by(tmp_path):
@@ -158,14 +160,14 @@ def test_a_holder_fenced_off_by_a_takeover_lands_nothing_and_stands_by(tmp_path)
     place.put(feed[:20])
     with running(place) as service:
         assert service.wait_until(drained, BOUND_SECONDS)
-        landed = place.zone.last_position()
+        landed = place.zone.catalog.last_position()
         # Another deployment whose clock is past the lease's expiry takes it over (token + 1).
         later = datetime.now(UTC) + timedelta(seconds=120)
-        other = ConsumerLease(place.zone.root, "dr@elsewhere:1", 60.0, clock=lambda: later)
+        other = ConsumerLease(place.zone.catalog.root, "dr@elsewhere:1", 60.0, clock=lambda: later)
         assert other.holds(other.acquire())
         place.put(feed[20:])
         assert service.wait_until(lambda s: not s.holding, BOUND_SECONDS)
-        assert place.zone.last_position() == landed  # the fence let nothing land
+        assert place.zone.catalog.last_position() == landed  # the fence let nothing land
         assert place.queue.depth() == len(feed) - 20  # what it got was backed out
 
 
@@ -271,7 +273,9 @@ class _WatchedSession:
     def commit(self) -> None:
         store = open_store(self._source.place.url)
         try:
-            self._source.commits.append((store.position(), self._source.place.zone.last_position()))
+            self._source.commits.append(
+                (store.position(), self._source.place.zone.catalog.last_position())
+            )
         finally:
             store.close()
         self._session.commit()
@@ -319,7 +323,7 @@ def test_a_landing_outage_backs_out_once_and_probes_before_getting_more(tmp_path
     feed = _feed(27, 120)
     failing = threading.Event()
     attempts: list[str] = []
-    land, probe = GroupWriter.land, LandingZone.probe
+    land, probe = GroupWriter.land, ZoneWriter.probe
 
     def failing_land(self, *args, **kwargs):
         if failing.is_set():
@@ -334,7 +338,7 @@ def test_a_landing_outage_backs_out_once_and_probes_before_getting_more(tmp_path
         return probe(self)
 
     monkeypatch.setattr(GroupWriter, "land", failing_land)
-    monkeypatch.setattr(LandingZone, "probe", failing_probe)
+    monkeypatch.setattr(ZoneWriter, "probe", failing_probe)
     config = LiveConfig(
         group_max_messages=200,
         idle_wait_seconds=0.2,
@@ -350,7 +354,9 @@ def test_a_landing_outage_backs_out_once_and_probes_before_getting_more(tmp_path
             lambda s: drained(s) and s.landed_messages >= len(feed), BOUND_SECONDS
         )
     assert attempts.count("land") == 1  # the probes failed, so nothing more was got
-    logged = [m.message for m in place.zone.landed_after(START_POSITION, config.message_limits)]
+    logged = [
+        m.message for m in place.zone.catalog.landed_after(START_POSITION, config.message_limits)
+    ]
     assert max(m.delivery_count for m in logged) == 2  # backed out once
     assert_live_equals_reference(place, feed)
 
@@ -438,8 +444,8 @@ def test_a_landing_rolled_back_under_the_store_halts_intake_loudly_until_put_rig
     feed = _feed(29, 150)
     snapshot = _applied_past_a_snapshot(place, feed[:50], feed[50:100])
     latest = tmp_path / "landing-latest"
-    shutil.copytree(place.zone.root, latest)
-    _put_back(place.zone.root, snapshot)
+    shutil.copytree(place.zone.catalog.root, latest)
+    _put_back(place.zone.catalog.root, snapshot)
     place.put(feed[100:])
 
     halted = _error_logged("beyond the landing zone")
@@ -462,7 +468,7 @@ def test_a_landing_rolled_back_under_the_store_halts_intake_loudly_until_put_rig
         store.close()
     assert status.halt is not None and status.halt.reason == "store-beyond-landing"
 
-    _put_back(place.zone.root, latest)
+    _put_back(place.zone.catalog.root, latest)
     with running(place) as service:
         assert service.wait_until(drained, BOUND_SECONDS)
     store = open_store(place.url)
@@ -479,8 +485,8 @@ def _applied_past_a_snapshot(place: Place, before: list[Any], after: list[Any]) 
     place.put(before)
     with running(place) as service:
         assert service.wait_until(drained, BOUND_SECONDS)
-    snapshot = place.zone.root.parent / "landing-snapshot"
-    shutil.copytree(place.zone.root, snapshot)
+    snapshot = place.zone.catalog.root.parent / "landing-snapshot"
+    shutil.copytree(place.zone.catalog.root, snapshot)
     place.put(after)
     with running(place) as service:
         assert service.wait_until(drained, BOUND_SECONDS)
@@ -531,9 +537,9 @@ def test_a_full_landing_disk_pauses_intake_without_counting_a_delivery(tmp_path)
         retry_last_seconds=0.2,
     )
     lease = ConsumerLease(tmp_path / "lease", "test@localhost:1", 60.0)  # off the full disk
-    with mounted_tmpfs(place.zone.root, 4 * 1024 * 1024):
-        place.zone.ensure()
-        ballast = fill(place.zone.root)
+    with mounted_tmpfs(place.zone.catalog.root, 4 * 1024 * 1024):
+        place.zone.catalog.ensure()
+        ballast = fill(place.zone.catalog.root)
         place.put(feed)
         paused = _error_logged("landing zone")
         try:
@@ -545,8 +551,8 @@ def test_a_full_landing_disk_pauses_intake_without_counting_a_delivery(tmp_path)
                 )
         finally:
             logging.getLogger().removeHandler(paused)
-        assert list(place.zone.tmp_dir.iterdir()) == []  # no partial file left
-        logged = [m.message for m in place.zone.landed_after(START_POSITION, limits)]
+        assert list(place.zone.catalog.tmp_dir.iterdir()) == []  # no partial file left
+        logged = [m.message for m in place.zone.catalog.landed_after(START_POSITION, limits)]
         assert [m.delivery_count for m in logged] == [1] * len(feed)
         assert_live_equals_reference(place, feed)
 
@@ -571,8 +577,10 @@ def test_an_idle_open_batch_is_sealed_by_its_age_when_the_wall_clock_steps_back(
     place.put(feed)
     config = LiveConfig(group_max_messages=20, batch_max_seconds=0.5, idle_wait_seconds=0.2)
     with running(place, config) as service:
-        assert service.wait_until(lambda s: drained(s) and s.zone.keys() != [], BOUND_SECONDS)
-    assert len(place.zone.keys()) == 1
+        assert service.wait_until(
+            lambda s: drained(s) and s.zone.catalog.keys() != [], BOUND_SECONDS
+        )
+    assert len(place.zone.catalog.keys()) == 1
     assert_live_equals_reference(place, feed)
 
 
@@ -584,8 +592,8 @@ def test_a_landing_rolled_back_and_landed_past_the_store_again_halts_too(tmp_pat
     place = Place(tmp_path)
     feed = _feed(32, 110)
     snapshot = _applied_past_a_snapshot(place, feed[:30], feed[30:60])
-    _put_back(place.zone.root, snapshot)
-    writer = GroupWriter(place.zone)
+    _put_back(place.zone.catalog.root, snapshot)
+    writer = GroupWriter(place.zone.writer)
     writer.recover()
     for start in range(60, 110, 10):  # 50 more than the copy holds: past the store again
         writer.land(

@@ -35,7 +35,7 @@ def sealed_zone(data_dir: Path) -> LandingZone:
 def land_in_groups(zone: LandingZone, batches: int, groups: int, *, leave_open: bool) -> None:
     """`batches` sealed batches of `groups` one- or two-message groups each (a group per part,
     each landed a second later), then an open batch of two groups when `leave_open`."""
-    writer = GroupWriter(zone)
+    writer = GroupWriter(zone.writer)
     n = 0
     for b in range(batches + (1 if leave_open else 0)):
         for g in range(groups if b < batches else 2):
@@ -52,7 +52,7 @@ def land_in_groups(zone: LandingZone, batches: int, groups: int, *, leave_open: 
 
 def log_rows(zone: LandingZone) -> dict[str, pa.Table]:
     """Every landed batch's rows, by key."""
-    return {key: zone.read(key) for key in zone.keys()}
+    return {key: zone.catalog.read(key) for key in zone.catalog.keys()}
 
 
 def read_back(
@@ -61,7 +61,7 @@ def read_back(
     """The log as sis-live's catch-up reads it from `after` (position, id, body, count)."""
     return [
         (m.position, m.message.message_id, m.message.body, m.message.delivery_count)
-        for m in zone.landed_after(after, DEFAULT_LIMITS)
+        for m in zone.catalog.landed_after(after, DEFAULT_LIMITS)
     ]
 
 
@@ -72,11 +72,11 @@ def chain_problems(zone: LandingZone) -> list[Problem]:
 
     problems: list[Problem] = []
     prev = GENESIS_LINK.hex()
-    for seq in range(1, len(zone.keys()) + 1):
+    for seq in range(1, len(zone.catalog.keys()) + 1):
         key = batch_key(seq)
-        anchor = zone.anchors.read(key)
+        anchor = zone.catalog.anchors.read(key)
         assert anchor is not None and anchor.first_prev == prev
-        problems += signature_problems(zone, key, anchor)
+        problems += signature_problems(zone.catalog, key, anchor)
         problems += verify_landing_file(zone, key, prev, anchor)
         prev = anchor.head
     return problems

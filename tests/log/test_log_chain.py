@@ -77,45 +77,50 @@ def test_the_encoding_keeps_fields_apart_and_null_apart_from_empty():
 
 def test_each_batch_is_anchored_in_its_file_and_in_an_append_only_anchor_file(tmp_path):
     zone = LandingZone(tmp_path)
-    first = zone.land(_messages(2))
-    second = zone.land(_messages(3, 2))
-    a1, a2 = zone.anchors.read(first.key), zone.anchors.read(second.key)
+    first = zone.writer.land(_messages(2))
+    second = zone.writer.land(_messages(3, 2))
+    a1, a2 = zone.catalog.anchors.read(first.key), zone.catalog.anchors.read(second.key)
     assert a1 == Anchor(first.key, 2, GENESIS_LINK.hex(), first.last_link)
     assert a2 == Anchor(second.key, 3, first.last_link, second.last_link)
-    assert zone.anchor_from_file(first.key) == a1 and zone.anchor_from_file(second.key) == a2
-    assert stat.S_IMODE(os.stat(zone.anchors.path(first.key)).st_mode) == 0o600
+    assert (
+        zone.catalog.anchor_from_file(first.key) == a1
+        and zone.catalog.anchor_from_file(second.key) == a2
+    )
+    assert stat.S_IMODE(os.stat(zone.catalog.anchors.path(first.key)).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(first.path).st_mode) == 0o600
     with pytest.raises(FileExistsError):
-        zone.anchors.write(dataclasses.replace(a1, head=GENESIS_LINK.hex()))
-    assert zone.anchors.read(first.key) == a1
+        zone.catalog.anchors.write(dataclasses.replace(a1, head=GENESIS_LINK.hex()))
+    assert zone.catalog.anchors.read(first.key) == a1
 
 
 def test_a_batch_whose_file_was_removed_keeps_its_number_and_head(tmp_path):
     zone = LandingZone(tmp_path)
-    zone.land(_messages(1))
-    removed = zone.land(_messages(2, 1))
+    zone.writer.land(_messages(1))
+    removed = zone.writer.land(_messages(2, 1))
     removed.path.unlink()
-    after = zone.land(_messages(1, 3))
+    after = zone.writer.land(_messages(1, 3))
     assert after.seq == 3
-    assert zone.anchors.read(after.key).first_prev == removed.last_link
+    assert zone.catalog.anchors.read(after.key).first_prev == removed.last_link
 
 
 def test_a_missing_anchor_is_restored_from_the_landing_files_metadata(tmp_path):
     zone = LandingZone(tmp_path)
-    batch = zone.land(_messages(2))
-    anchor = zone.anchors.read(batch.key)
-    zone.anchors.path(batch.key).unlink()  # a crash between the claim and the anchor
-    assert zone.ensure_anchor(batch.key) == anchor
-    assert zone.anchors.read(batch.key) == anchor
+    batch = zone.writer.land(_messages(2))
+    anchor = zone.catalog.anchors.read(batch.key)
+    zone.catalog.anchors.path(batch.key).unlink()  # a crash between the claim and the anchor
+    assert zone.writer.ensure_anchor(batch.key) == anchor
+    assert zone.catalog.anchors.read(batch.key) == anchor
 
 
 def test_a_moved_aside_body_is_logged_by_size_digest_and_location(tmp_path):
     zone = LandingZone(tmp_path)
     big = b"<m>" + b"x" * 5000 + b"</m>"
     message = _messages(1)[0]
-    aside = zone.move_aside(big)
-    batch = zone.land([MovedAside(dataclasses.replace(message, body=b""), aside), *_messages(1)])
-    row = zone.read(batch.key).to_pylist()[0]
+    aside = zone.writer.move_aside(big)
+    batch = zone.writer.land(
+        [MovedAside(dataclasses.replace(message, body=b""), aside), *_messages(1)]
+    )
+    row = zone.catalog.read(batch.key).to_pylist()[0]
     assert (row["body"], row["body_size"], row["body_sha256"], row["body_location"]) == (
         b"",
         len(big),
@@ -124,34 +129,34 @@ def test_a_moved_aside_body_is_logged_by_size_digest_and_location(tmp_path):
     )
     overflow = tmp_path / aside.location
     assert overflow.read_bytes() == big
-    assert overflow.parent == zone.overflow_dir
+    assert overflow.parent == zone.catalog.overflow_dir
     assert stat.S_IMODE(os.stat(overflow).st_mode) == 0o600
     assert batch.bytes == len(_messages(1)[0].body)  # the moved-aside body is not in the batch
     report = verify_messages(
         batch.key,
-        zone.stored_messages(batch.key),
+        zone.catalog.stored_messages(batch.key),
         first_prev=GENESIS_LINK.hex(),
         source="landing file",
-        anchor=zone.anchors.read(batch.key),
+        anchor=zone.catalog.anchors.read(batch.key),
     )
     assert report.intact, report.problems
 
     overflow.write_bytes(big + b"!")
     report = verify_messages(
         batch.key,
-        zone.stored_messages(batch.key),
+        zone.catalog.stored_messages(batch.key),
         first_prev=GENESIS_LINK.hex(),
         source="landing file",
-        anchor=zone.anchors.read(batch.key),
+        anchor=zone.catalog.anchors.read(batch.key),
     )
     assert [p.message_id for p in report.problems] == [message.message_id]
 
 
 def test_verifying_a_landing_file_names_each_kind_of_damage(tmp_path):
     zone = LandingZone(tmp_path)
-    batch = zone.land(_messages(4))
-    anchor = zone.anchors.read(batch.key)
-    stored = list(zone.stored_messages(batch.key))
+    batch = zone.writer.land(_messages(4))
+    anchor = zone.catalog.anchors.read(batch.key)
+    stored = list(zone.catalog.stored_messages(batch.key))
 
     def problems(messages):
         report = verify_messages(
@@ -203,23 +208,23 @@ def test_sealing_names_an_open_batch_edited_before_sealing_and_anchors_nothing(t
     from sis_platform.log.landing import ClosedBy, GroupWriter
 
     zone = _sealed_zone(tmp_path)
-    writer = GroupWriter(zone)
+    writer = GroupWriter(zone.writer)
     first = writer.land(_messages(2))
     writer.land(_messages(2, 2))
     _edit_part(first.path, 7)
     with pytest.raises(Exception, match=r"batch 0000000001: not sealed: .*edited before sealing"):
         writer.seal(ClosedBy.MESSAGES)
-    assert zone.anchors.read("0000000001") is None
+    assert zone.catalog.anchors.read("0000000001") is None
     with pytest.raises(Exception, match=r"batch 0000000001: not sealed"):
-        GroupWriter(zone).recover()  # nor after a restart
-    assert zone.keys() == []
+        GroupWriter(zone.writer).recover()  # nor after a restart
+    assert zone.catalog.keys() == []
 
 
 def test_sealing_names_a_removed_last_part_of_the_open_batch(tmp_path):
     from sis_platform.log.landing import ClosedBy, GroupWriter
 
     zone = _sealed_zone(tmp_path)
-    writer = GroupWriter(zone)
+    writer = GroupWriter(zone.writer)
     writer.land(_messages(2))
     last = writer.land(_messages(2, 2))
     last.path.unlink()
@@ -234,19 +239,22 @@ def test_anchors_and_parts_are_signed_with_a_default_key_file_outside_the_data_f
     from sis_platform.log.landing.signed import signature_problems, tail_problems
 
     zone = _sealed_zone(tmp_path)
-    batch = zone.land(_messages(2))
-    writer = GroupWriter(zone)
+    batch = zone.writer.land(_messages(2))
+    writer = GroupWriter(zone.writer)
     writer.land(_messages(1, 2))
     sealed = writer.seal(ClosedBy.DRAINED)
     key_file = private_config_home / "sis-platform" / "log.key"
     assert stat.S_IMODE(os.stat(key_file).st_mode) == 0o600
     assert not key_file.is_relative_to(tmp_path / "data")
     for key in (batch.key, sealed.key):
-        anchor = zone.anchors.read(key)
-        assert anchor.signature and anchor.key_id == zone.log_key().key_id
-        assert signature_problems(zone, key, anchor) == []
-    assert zone.seal.witness.read().unsigned() == zone.anchors.read(sealed.key).unsigned()
-    assert tail_problems(zone) == []
+        anchor = zone.catalog.anchors.read(key)
+        assert anchor.signature and anchor.key_id == zone.catalog.signer.log_key().key_id
+        assert signature_problems(zone.catalog, key, anchor) == []
+    assert (
+        zone.catalog.signer.seal.witness.read().unsigned()
+        == zone.catalog.anchors.read(sealed.key).unsigned()
+    )
+    assert tail_problems(zone.catalog) == []
 
 
 def test_a_signed_batch_landed_in_groups_verifies_against_its_landing_files(tmp_path):
@@ -257,11 +265,11 @@ def test_a_signed_batch_landed_in_groups_verifies_against_its_landing_files(tmp_
     from sis_platform.log.landing import ClosedBy, GroupWriter
 
     zone = _sealed_zone(tmp_path)
-    writer = GroupWriter(zone)
+    writer = GroupWriter(zone.writer)
     writer.land(_messages(2))
     writer.land(_messages(1, 2))
     sealed = writer.seal(ClosedBy.DRAINED)
-    anchor = zone.anchors.read(sealed.key)
+    anchor = zone.catalog.anchors.read(sealed.key)
     assert verify_landing_file(zone, sealed.key, GENESIS_LINK.hex(), anchor) == []
     changed = dataclasses.replace(anchor, head="ab" * 32)
     assert [p.text for p in verify_landing_file(zone, sealed.key, anchor.first_prev, changed)][
@@ -273,14 +281,14 @@ def test_a_consistent_rewrite_of_an_anchor_without_the_key_is_named(tmp_path):
     from sis_platform.log.landing.signed import signature_problems
 
     zone = _sealed_zone(tmp_path)
-    batch = zone.land(_messages(2))
-    forged = dataclasses.replace(zone.anchors.read(batch.key), head="ab" * 32)
-    zone.anchors.path(batch.key).unlink()
-    zone.anchors.write(forged)
-    (problem,) = signature_problems(zone, batch.key, zone.anchors.read(batch.key))
+    batch = zone.writer.land(_messages(2))
+    forged = dataclasses.replace(zone.catalog.anchors.read(batch.key), head="ab" * 32)
+    zone.catalog.anchors.path(batch.key).unlink()
+    zone.catalog.anchors.write(forged)
+    (problem,) = signature_problems(zone.catalog, batch.key, zone.catalog.anchors.read(batch.key))
     assert "consistent rewrite without the log key" in problem.text
     unsigned = dataclasses.replace(forged, signature=None, key_id=None)
-    (problem,) = signature_problems(zone, batch.key, unsigned)
+    (problem,) = signature_problems(zone.catalog, batch.key, unsigned)
     assert "unsigned" in problem.text
 
 
@@ -288,11 +296,11 @@ def test_deleting_the_last_batches_with_their_anchors_is_named_by_the_witness(tm
     from sis_platform.log.landing.signed import tail_problems
 
     zone = _sealed_zone(tmp_path)
-    zone.land(_messages(1))
-    for batch in (zone.land(_messages(1, 1)), zone.land(_messages(1, 2))):
+    zone.writer.land(_messages(1))
+    for batch in (zone.writer.land(_messages(1, 1)), zone.writer.land(_messages(1, 2))):
         batch.path.unlink()
-        zone.anchors.path(batch.key).unlink()
-    (problem,) = tail_problems(zone)
+        zone.catalog.anchors.path(batch.key).unlink()
+    (problem,) = tail_problems(zone.catalog)
     assert problem.batch_key == "0000000003"
     assert "truncated or rolled back" in problem.text
     assert "its last anchored batch: 0000000001" in problem.text
@@ -304,16 +312,16 @@ def test_a_folder_restored_from_an_earlier_copy_is_named_and_never_sealed_over(t
     from sis_platform.log.landing.signed import tail_problems
 
     zone = _sealed_zone(tmp_path)
-    zone.land(_messages(1))
+    zone.writer.land(_messages(1))
     copy = tmp_path / "copy"
-    shutil.copytree(zone.root, copy)
-    zone.land(_messages(2, 1))
-    shutil.rmtree(zone.root)
-    shutil.copytree(copy, zone.root)  # the whole folder rolled back
-    assert "truncated or rolled back" in tail_problems(zone)[0].text
+    shutil.copytree(zone.catalog.root, copy)
+    zone.writer.land(_messages(2, 1))
+    shutil.rmtree(zone.catalog.root)
+    shutil.copytree(copy, zone.catalog.root)  # the whole folder rolled back
+    assert "truncated or rolled back" in tail_problems(zone.catalog)[0].text
     with pytest.raises(Exception, match=r"batch 0000000002: not sealed: .*rolled back"):
-        zone.land(_messages(1, 9))
-    assert zone.keys() == ["0000000001"]
+        zone.writer.land(_messages(1, 9))
+    assert zone.catalog.keys() == ["0000000001"]
 
 
 def test_a_missing_or_wrong_key_is_an_error_not_a_pass(tmp_path):
@@ -325,31 +333,33 @@ def test_a_missing_or_wrong_key_is_an_error_not_a_pass(tmp_path):
     key_file.write_text("k" * 40)
     key_file.chmod(0o600)
     zone = _sealed_zone(tmp_path, SIS_LOG_KEY_FILE=str(key_file))
-    batch = zone.land(_messages(1))
-    anchor = zone.anchors.read(batch.key)
+    batch = zone.writer.land(_messages(1))
+    anchor = zone.catalog.anchors.read(batch.key)
 
     key_file.unlink()
     (problem,) = signature_problems(
-        _sealed_zone(tmp_path, SIS_LOG_KEY_FILE=str(key_file)), batch.key, anchor
+        _sealed_zone(tmp_path, SIS_LOG_KEY_FILE=str(key_file)).catalog, batch.key, anchor
     )
     assert "the log key cannot be loaded" in problem.text and "does not exist" in problem.text
     with pytest.raises(LogKeyError, match="does not exist"):  # an explicit key file is never made
-        _sealed_zone(tmp_path, SIS_LOG_KEY_FILE=str(key_file)).land(_messages(1, 1))
+        _sealed_zone(tmp_path, SIS_LOG_KEY_FILE=str(key_file)).writer.land(_messages(1, 1))
 
     key_file.write_text("w" * 40)
     key_file.chmod(0o600)
     (problem,) = signature_problems(
-        _sealed_zone(tmp_path, SIS_LOG_KEY_FILE=str(key_file)), batch.key, anchor
+        _sealed_zone(tmp_path, SIS_LOG_KEY_FILE=str(key_file)).catalog, batch.key, anchor
     )
     assert "not with the log key" in problem.text
     key_file.chmod(0o644)
     (problem,) = signature_problems(
-        _sealed_zone(tmp_path, SIS_LOG_KEY_FILE=str(key_file)), batch.key, anchor
+        _sealed_zone(tmp_path, SIS_LOG_KEY_FILE=str(key_file)).catalog, batch.key, anchor
     )
     assert "readable by other users" in problem.text
-    (problem,) = signature_problems(_sealed_zone(tmp_path, SIS_LOG_KEY="short"), batch.key, anchor)
+    (problem,) = signature_problems(
+        _sealed_zone(tmp_path, SIS_LOG_KEY="short").catalog, batch.key, anchor
+    )
     assert "needs 32 or more" in problem.text
-    (problem,) = signature_problems(LandingZone(zone.root), batch.key, anchor)
+    (problem,) = signature_problems(LandingZone(zone.catalog.root).catalog, batch.key, anchor)
     assert "no log key configured" in problem.text
 
 

@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from sis_platform.log.landing.merge import merge_zone
 from tests.log.grouped import sealed_zone
-merge_zone(sealed_zone(Path(sys.argv[1])), None, grace_seconds=0.0)
+merge_zone(sealed_zone(Path(sys.argv[1])).upkeep, None, grace_seconds=0.0)
 """
 
 
@@ -45,18 +45,18 @@ def test_a_merge_killed_at_a_crash_point_loses_nothing_and_finishes_when_run_aga
     proc = subprocess.run([sys.executable, "-c", MERGE, str(data)], env=env, timeout=240)
     assert proc.returncode == SIGKILLED
 
-    merged = zone.batch_path(B1).is_file()
+    merged = zone.catalog.batch_path(B1).is_file()
     assert merged == (point != "merge.before_claim")
     if point == "merge.mid_removal":
-        assert 0 < len(zone.parts(B1)) < 4
+        assert 0 < len(zone.catalog.parts(B1)) < 4
     elif point == "merge.after_claim":
-        assert len(zone.parts(B1)) == 4
+        assert len(zone.catalog.parts(B1)) == 4
     for state in ("killed", "merged again"):
         assert log_rows(zone) == before, state
         assert read_back(zone) == logged, state
         assert chain_problems(zone) == [], state
         # The lease holder's restart removes a partial merged file; then the merge runs again.
-        zone.clean_partials()
-        merge_zone(zone, None, grace_seconds=0.0)
-    assert folder_keys(zone) == [batch_key(4)]  # the open batch only
-    assert list(zone.tmp_dir.iterdir()) == []
+        zone.writer.clean_partials()
+        merge_zone(zone.upkeep, None, grace_seconds=0.0)
+    assert folder_keys(zone.upkeep) == [batch_key(4)]  # the open batch only
+    assert list(zone.catalog.tmp_dir.iterdir()) == []

@@ -63,7 +63,7 @@ class Ticker:
 def test_registers_sealed_batches_only_and_requests_their_runs_with_their_anchor(tmp_path):
     resources = _resources(tmp_path)
     zone = _zone(resources)
-    writer = GroupWriter(zone)
+    writer = GroupWriter(zone.writer)
     _land(writer, 2, 3)
     first = writer.seal(ClosedBy.MESSAGES)
     assert first is not None
@@ -73,7 +73,7 @@ def test_registers_sealed_batches_only_and_requests_their_runs_with_their_anchor
     result = ticker.tick()
     assert isinstance(result, dg.SensorResult)
     (request,) = result.run_requests or []
-    anchor = zone.anchors.read(first.key)
+    anchor = zone.catalog.anchors.read(first.key)
     assert anchor is not None and anchor.messages == 5
     assert request.partition_key == first.key == "0000000001"
     assert request.run_key == "batch-0000000001"
@@ -106,7 +106,7 @@ def test_never_touches_the_queue(tmp_path):
     with queue.producer() as producer:
         for i in range(3):
             producer.put(f"<m n='{i}'/>".encode())
-    writer = GroupWriter(_zone(resources))
+    writer = GroupWriter(_zone(resources).writer)
     _land(writer, 1)
     writer.seal(ClosedBy.DRAINED)
 
@@ -121,7 +121,7 @@ def test_never_touches_the_queue(tmp_path):
 
 def test_a_bounded_number_of_batches_per_tick(tmp_path):
     resources = _resources(tmp_path, SIS_MAX_RUNS_IN_FLIGHT="1000")
-    writer = GroupWriter(_zone(resources))
+    writer = GroupWriter(_zone(resources).writer)
     for _ in range(MAX_BATCHES_PER_TICK + 3):
         _land(writer, 1)
         writer.seal(ClosedBy.MESSAGES)
@@ -136,7 +136,7 @@ def test_a_bounded_number_of_batches_per_tick(tmp_path):
 
 def test_backpressure_leaves_sealed_batches_in_the_landing_zone(tmp_path):
     resources = _resources(tmp_path, SIS_MAX_RUNS_IN_FLIGHT="0")
-    writer = GroupWriter(_zone(resources))
+    writer = GroupWriter(_zone(resources).writer)
     _land(writer, 1)
     writer.seal(ClosedBy.MESSAGES)
     ticker = Ticker(resources)
@@ -151,8 +151,8 @@ def test_without_a_cursor_it_starts_after_the_partitions_already_registered(tmp_
     requested) batch 1; the landed-batches sensor requests only what follows."""
     resources = _resources(tmp_path)
     zone = _zone(resources)
-    zone.land([received(b"<m/>")], closed_by=ClosedBy.DRAINED)  # as the queue sensor did
-    writer = GroupWriter(zone)
+    zone.writer.land([received(b"<m/>")], closed_by=ClosedBy.DRAINED)  # as the queue sensor did
+    writer = GroupWriter(zone.writer)
     _land(writer, 2)
     writer.seal(ClosedBy.MESSAGES)
     ticker = Ticker(resources)
@@ -167,19 +167,19 @@ def _registered_then_rolled_back(tmp_path: Path) -> tuple[Ticker, GroupWriter]:
     only (a volume snapshot restored under the lake); a writer on the zone as it is now."""
     resources = _resources(tmp_path)
     zone = _zone(resources)
-    writer = GroupWriter(zone)
+    writer = GroupWriter(zone.writer)
     _land(writer, 2)
     writer.seal(ClosedBy.MESSAGES)
     snapshot = tmp_path / "landing-snapshot"
-    shutil.copytree(zone.root, snapshot)
+    shutil.copytree(zone.catalog.root, snapshot)
     _land(writer, 3)
     writer.seal(ClosedBy.MESSAGES)
     ticker = Ticker(resources)
     result = ticker.tick()
     assert isinstance(result, dg.SensorResult) and len(result.run_requests or []) == 2
-    shutil.rmtree(zone.root)
-    shutil.copytree(snapshot, zone.root)
-    return ticker, GroupWriter(zone)
+    shutil.rmtree(zone.catalog.root)
+    shutil.copytree(snapshot, zone.catalog.root)
+    return ticker, GroupWriter(zone.writer)
 
 
 def test_a_landing_rolled_back_behind_the_cursor_fails_the_tick(tmp_path):
@@ -194,7 +194,7 @@ def test_a_registered_batch_landed_again_with_other_content_fails_the_tick(tmp_p
     ticker, writer = _registered_then_rolled_back(tmp_path)
     # The log's witness refuses to seal over a rollback (sis_platform/log/seal.py); a site whose
     # witness went back with the folder (or was lost) lands over it, which the sensor must see.
-    writer.zone.seal.witness.path.unlink()
+    writer.zone.signer.seal.witness.path.unlink()
     _land(writer, 4)
     writer.seal(ClosedBy.MESSAGES)
     _land(writer, 1)

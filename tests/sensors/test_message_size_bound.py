@@ -52,7 +52,7 @@ def test_a_message_over_the_bound_is_dead_lettered_too_large_and_later_batches_f
         b"</sportsdata>", b" " * 5 * BOUND + b"</sportsdata>"
     )
     ids, request = _tick(h, master(event(ASCOT_1430)), oversized, update(ASCOT_1430, GO_SOFT))
-    anchor = h.zone.anchors.read(request.partition_key)
+    anchor = h.zone.catalog.anchors.read(request.partition_key)
     assert request.tags[CHAIN_HEAD_TAG] == anchor.head
     assert request.tags[MESSAGES_TAG] == "3"
     _run(h, request)
@@ -60,7 +60,7 @@ def test_a_message_over_the_bound_is_dead_lettered_too_large_and_later_batches_f
     lake = h.lake(spark)
     logged = lake.read(RAW_MESSAGES).where(f"message_id = '{ids[1]}'").first()
     assert (len(logged["body"]), logged["body_size"]) == (0, len(oversized))
-    assert (h.zone.root / logged["body_location"]).read_bytes() == oversized
+    assert (h.zone.catalog.root / logged["body_location"]).read_bytes() == oversized
     (letter,) = lake.read(DEAD_LETTERS).collect()
     assert (letter["message_id"], letter["reason"]) == (ids[1], "too-large")
     assert logged["body_location"] in letter["detail"]

@@ -115,7 +115,7 @@ def test_broker_outage_fails_ticks_visibly_and_the_sensor_recovers_losing_nothin
     published = _publish(h, 120, seed=54)
     for _ in range(2):
         assert isinstance(h.tick(), dg.SensorResult)
-    assert h.zone.keys() == ["0000000001", "0000000002"]
+    assert h.zone.catalog.keys() == ["0000000001", "0000000002"]
     source = h.resources["queue"].open()
     where = f"stomp://{broker.host}:{broker.stomp_port}/queue/"
     assert source.description.startswith(where)
@@ -138,8 +138,8 @@ def test_broker_outage_fails_ticks_visibly_and_the_sensor_recovers_losing_nothin
     described = down.value.description or ""
     assert described.startswith(f"queue unavailable ({source.description}): ")
     assert "unavailable after 3 attempt(s)" in described
-    assert h.zone.keys() == ["0000000001", "0000000002"]
-    assert list(h.zone.tmp_dir.iterdir()) == []
+    assert h.zone.catalog.keys() == ["0000000001", "0000000002"]
+    assert list(h.zone.catalog.tmp_dir.iterdir()) == []
 
     broker.start()
     _tick_until_drained(h, published)
@@ -153,7 +153,7 @@ def test_broker_outage_fails_ticks_visibly_and_the_sensor_recovers_losing_nothin
     ref = ReferencePipeline()
     ref.process(h.logged_messages())
     assert ref.outcome_counts()[Outcome.DUPLICATE] == 0
-    assert h.requested == h.zone.keys()
+    assert h.requested == h.zone.catalog.keys()
 
 
 def _outage_between_landing_and_commit(
@@ -174,9 +174,9 @@ def _outage_between_landing_and_commit(
     with h.resources["queue"].open().connect() as session:
         with pytest.raises(SourceUnavailable, match="not confirmed"):
             consume_batch(
-                session, h.zone, limits, before_commit=lambda _: broker.stop(), fence=fence
+                session, h.zone.writer, limits, before_commit=lambda _: broker.stop(), fence=fence
             )
-    in_doubt = [r["message_id"] for r in h.zone.read("0000000002").to_pylist()]
+    in_doubt = [r["message_id"] for r in h.zone.catalog.read("0000000002").to_pylist()]
     assert in_doubt == published[BATCH : 2 * BATCH]
 
     broker.start()
@@ -215,7 +215,7 @@ def test_broker_lost_between_landing_and_commit_redelivers_and_the_copies_are_du
     assert duplicates == in_doubt
     # After dedupe by message id the log is exactly what was published, once each.
     assert sorted(set(landed)) == sorted(published)
-    assert h.requested == h.zone.keys()
+    assert h.requested == h.zone.catalog.keys()
 
 
 class _CommitLost(QueueSource):
@@ -311,7 +311,7 @@ def test_after_a_broker_outage_the_lake_equals_the_reference(
     assert sorted(set(landed)) == sorted(published)  # nothing lost
     assert {i for i, n in landed.items() if n > 1} == set(in_doubt)
     assert len(h.requested) == 3
-    assert h.requested == h.zone.keys()
+    assert h.requested == h.zone.catalog.keys()
     h.run_requested()
     lake = h.lake(spark)
     ref = reference_for(h.logged_messages())

@@ -29,7 +29,7 @@ DAY = 86_400.0
 
 
 def _seal(zone: LandingZone, count: int) -> list[str]:
-    writer = GroupWriter(zone)
+    writer = GroupWriter(zone.writer)
     keys = []
     for i in range(count):
         writer.land([received(f"<m n='{i}'/>".encode())])
@@ -42,7 +42,7 @@ def _seal(zone: LandingZone, count: int) -> list[str]:
 def _date(zone: LandingZone, key: str, days_ago: float, now: float) -> None:
     """Batch `key` sealed `days_ago` before `now` (its anchor file's time is its seal time)."""
     at = now - days_ago * DAY
-    os.utime(zone.anchors.path(key), (at, at))
+    os.utime(zone.catalog.anchors.path(key), (at, at))
 
 
 class Site:
@@ -61,7 +61,7 @@ class Site:
         self.resources = config.resources(env)
         self.zone: LandingZone = self.resources["landing"].zone()  # type: ignore[attr-defined]
         self.keys = _seal(self.zone, len(ages))
-        now = self.zone.anchors.path(self.keys[-1]).stat().st_mtime
+        now = self.zone.catalog.anchors.path(self.keys[-1]).stat().st_mtime
         for key, age in zip(self.keys, ages, strict=True):
             _date(self.zone, key, age, now)
         self.instance = instance or dg.DagsterInstance.ephemeral()
@@ -118,8 +118,8 @@ def test_retires_exactly_the_batches_past_the_window_and_checked(tmp_path):
     assert site.cursor == "4"
     assert site.registered() == site.keys[4:]
     # The data stays: every batch's file and anchor are where they were.
-    assert all(site.zone.anchors.read(k) is not None for k in site.keys)
-    assert all(site.zone.landed_files(k) for k in site.keys)
+    assert all(site.zone.catalog.anchors.read(k) is not None for k in site.keys)
+    assert all(site.zone.catalog.landed_files(k) for k in site.keys)
     again = site.tick()
     assert "retired through 4" in _skipped(again)
     assert site.registered() == site.keys[4:]
@@ -225,9 +225,9 @@ def test_batches_expired_from_the_landing_zone_are_retired_whatever_their_age(tm
     sensor dates batches by: an expired batch was checked and is past the landing retention,
     and can no longer be materialized, so its key goes instead of stopping retirement."""
     site = Site(tmp_path, [3, 2, 1, 0])
-    merge_zone(site.zone, None, grace_seconds=0.0)
-    assert advance_record(site.zone, checked_batch=2, retain_seconds=0.0).through_seq == 2
-    assert remove_expired(site.zone)
+    merge_zone(site.zone.upkeep, None, grace_seconds=0.0)
+    assert advance_record(site.zone.upkeep, checked_batch=2, retain_seconds=0.0).through_seq == 2
+    assert remove_expired(site.zone.upkeep)
     site.check(3)
     result = site.tick()
     assert result.skip_reason is None

@@ -39,7 +39,7 @@ def test_tick_lands_a_batch_commits_the_queue_and_requests_its_run(tmp_path):
     assert request.partition_key == "0000000001"
     assert request.tags["dagster/priority"] == "10"  # ahead of backfills in the run queue
     assert h.instance.get_dynamic_partitions("batches") == ["0000000001"]
-    assert [r["message_id"] for r in h.zone.iter_messages()] == ids
+    assert [r["message_id"] for r in h.zone.catalog.iter_messages()] == ids
     assert _queue(h).depth() == 0
 
 
@@ -48,16 +48,16 @@ def test_empty_queue_skips_and_says_why(tmp_path):
     result = h.tick()
     assert isinstance(result, dg.SkipReason)
     assert "queue empty" in (result.skip_message or "")
-    assert h.zone.keys() == []
+    assert h.zone.catalog.keys() == []
 
 
 def test_batches_respect_the_message_bound(tmp_path):
     h = Harness(tmp_path, {"SIS_BATCH_MAX_MESSAGES": "10"})
     _put(h, 25)
     assert h.drain() == 3
-    sizes = [h.zone.read(k).num_rows for k in h.zone.keys()]
+    sizes = [h.zone.catalog.read(k).num_rows for k in h.zone.catalog.keys()]
     assert sizes == [10, 10, 5]
-    assert h.requested == h.zone.keys()
+    assert h.requested == h.zone.catalog.keys()
 
 
 def test_a_batch_landed_but_not_registered_is_registered_before_consuming_more(tmp_path):
@@ -65,7 +65,7 @@ def test_a_batch_landed_but_not_registered_is_registered_before_consuming_more(t
     _put(h, 3)
     # A tick that crashed after landing and committing, before its result reached the daemon.
     with _queue(h).connect() as session:
-        consume_batch(session, h.zone, BatchLimits(get_wait_seconds=0.05))
+        consume_batch(session, h.zone.writer, BatchLimits(get_wait_seconds=0.05))
     _put(h, 2)
     result = h.tick()
     assert isinstance(result, dg.SensorResult)
@@ -83,14 +83,16 @@ def test_failure_between_landing_and_commit_backs_out_and_redelivers(tmp_path):
         raise RuntimeError("simulated crash before commit")
 
     with _queue(h).connect() as session, pytest.raises(RuntimeError):
-        consume_batch(session, h.zone, BatchLimits(get_wait_seconds=0.05), before_commit=crash)
+        consume_batch(
+            session, h.zone.writer, BatchLimits(get_wait_seconds=0.05), before_commit=crash
+        )
     redelivered = _queue(h).browse()
     assert [m.message_id for m in redelivered] == ids
     assert all(m.delivery_count == 2 for m in redelivered)
     # The landed copies stay: the message log holds both deliveries, and the fold records the
     # second as a duplicate by message id.
     h.drain()
-    logged = [(r["message_id"], r["delivery_count"]) for r in h.zone.iter_messages()]
+    logged = [(r["message_id"], r["delivery_count"]) for r in h.zone.catalog.iter_messages()]
     assert logged == [(i, 1) for i in ids] + [(i, 2) for i in ids]
 
 
@@ -139,7 +141,7 @@ def test_sensor_messages_keep_queue_metadata(tmp_path):
     with _queue(h).producer() as producer:
         producer.put(b"<m/>", message_id=mid)
     h.tick()
-    (row,) = list(h.zone.iter_messages())
+    (row,) = list(h.zone.catalog.iter_messages())
     assert row["message_id"] == mid
     assert row["delivery_count"] == 1
     assert row["put_time"] <= datetime.now(UTC)
@@ -176,10 +178,10 @@ def test_a_batch_records_why_it_ended(tmp_path, limits, messages, closed_by, lan
     h = Harness(tmp_path)
     _put(h, messages)  # 12 bytes each
     with _queue(h).connect() as session:
-        batch = consume_batch(session, h.zone, limits)
+        batch = consume_batch(session, h.zone.writer, limits)
     assert batch is not None
     assert (batch.messages, batch.closed_by) == (landed, closed_by)
-    assert h.zone.closed_by(batch.key) == closed_by
+    assert h.zone.catalog.closed_by(batch.key) == closed_by
 
 
 def test_a_batch_cut_by_its_deadline_is_not_taken_for_a_drained_queue(tmp_path):
@@ -191,7 +193,7 @@ def test_a_batch_cut_by_its_deadline_is_not_taken_for_a_drained_queue(tmp_path):
     with _queue(h).connect() as session:
         batch = consume_batch(
             session,
-            h.zone,
+            h.zone.writer,
             BatchLimits(max_seconds=10, get_wait_seconds=0.05),
             clock=lambda: next(ticks),
         )
@@ -214,8 +216,8 @@ def test_backpressure_leaves_messages_on_the_queue_while_runs_are_in_flight(tmp_
     first = h.tick()
     assert isinstance(first, dg.SensorResult)
     key = first.run_requests[0].partition_key
-    assert h.zone.closed_by(key) == ClosedBy.DRAINED
-    assert h.zone.fence_token(key) is not None  # kept beside the lease's fields
+    assert h.zone.catalog.closed_by(key) == ClosedBy.DRAINED
+    assert h.zone.catalog.fence_token(key) is not None  # kept beside the lease's fields
     run = _run_in_flight(h, key)
     _put(h, 3)
     held = h.tick()
@@ -253,7 +255,7 @@ def test_in_a_backlog_batches_are_landed_ahead_of_the_run_in_flight(tmp_path):
     _run_in_flight(h, first.run_requests[0].partition_key)
     second = h.tick()  # one run in flight, and the last batch was full: land the next
     assert isinstance(second, dg.SensorResult)
-    assert h.zone.closed_by(second.run_requests[0].partition_key) == ClosedBy.MESSAGES
+    assert h.zone.catalog.closed_by(second.run_requests[0].partition_key) == ClosedBy.MESSAGES
     _run_in_flight(h, second.run_requests[0].partition_key)
     held = h.tick()
     assert isinstance(held, dg.SkipReason)
@@ -264,7 +266,7 @@ def test_in_a_backlog_batches_are_landed_ahead_of_the_run_in_flight(tmp_path):
 def test_a_batch_ended_by_its_deadline_is_a_live_feed_too(tmp_path):
     h = Harness(tmp_path)  # SIS_MAX_RUNS_IN_FLIGHT: 2
     # Landed by a tick cut short before registering it: a live feed's batch, ended by time.
-    first = h.zone.land([received(b"<m/>")], closed_by=ClosedBy.SECONDS)
+    first = h.zone.writer.land([received(b"<m/>")], closed_by=ClosedBy.SECONDS)
     assert isinstance(h.tick(), dg.SensorResult)  # registered
     _run_in_flight(h, first.key)
     _put(h, 1)

@@ -66,7 +66,7 @@ def test_retirement_killed_mid_chunk_is_finished_by_the_next_tick(tmp_path):
     site.tick()  # the daemon's next tick: the cursor it last stored (none)
     assert site.registered() == site.keys[4:]
     assert site.cursor == "4"
-    assert all(site.zone.landed_files(k) for k in site.keys)
+    assert all(site.zone.catalog.landed_files(k) for k in site.keys)
 
 
 @pytest.mark.timeout(300)

@@ -71,7 +71,7 @@ class Reporter:
         self.url = f"sqlite:///{tmp_path / 'serving' / 'serving.db'}"
         self.zone = LandingZone(tmp_path / "landing")
         self.resources = {
-            "landing": LandingZoneResource(root=str(self.zone.root)),
+            "landing": LandingZoneResource(root=str(self.zone.catalog.root)),
             "serving": ServingStoreResource(url=self.url),
         }
         self.instance = dg.DagsterInstance.ephemeral()
@@ -125,7 +125,7 @@ def _land(writer: GroupWriter, n: int) -> None:
 
 
 def test_reports_only_when_the_store_moved_and_at_most_once_per_interval(reporter):
-    writer = GroupWriter(reporter.zone)
+    writer = GroupWriter(reporter.zone.writer)
     _land(writer, 3)
     with reporter.store() as store:
         _commit(store, LogPosition(1, 2), 0)
@@ -156,7 +156,7 @@ def test_reports_only_when_the_store_moved_and_at_most_once_per_interval(reporte
 
 
 def test_the_lag_counts_landed_messages_the_store_has_not_applied(reporter):
-    writer = GroupWriter(reporter.zone)
+    writer = GroupWriter(reporter.zone.writer)
     _land(writer, 3)
     writer.seal(ClosedBy.MESSAGES)  # batch 1: 3 messages
     _land(writer, 4)
@@ -169,16 +169,16 @@ def test_the_lag_counts_landed_messages_the_store_has_not_applied(reporter):
     assert reported["lag_messages"] == 2 + 4 + 2
     assert (reported["landed_batch_seq"], reported["landed_msg_seq"]) == (3, 1)
     zone = reporter.zone
-    assert lag_behind(zone, LogPosition(0, -1), LogPosition(3, 1)).messages == 9
-    assert lag_behind(zone, LogPosition(2, 3), LogPosition(3, 1)).messages == 2
-    assert lag_behind(zone, LogPosition(3, 1), LogPosition(3, 1)).messages == 0
+    assert lag_behind(zone.catalog, LogPosition(0, -1), LogPosition(3, 1)).messages == 9
+    assert lag_behind(zone.catalog, LogPosition(2, 3), LogPosition(3, 1)).messages == 2
+    assert lag_behind(zone.catalog, LogPosition(3, 1), LogPosition(3, 1)).messages == 0
 
 
 def test_freshness_fails_on_a_lag_or_a_stall_and_is_reported_when_it_changes(reporter):
     # The store stamps its commits with the real time; the sensor's clock runs 100 s behind it
     # here, so a commit looks recent however far the test moves the clock (up to 100 s).
     reporter.start -= timedelta(seconds=100)
-    writer = GroupWriter(reporter.zone)
+    writer = GroupWriter(reporter.zone.writer)
     _land(writer, 2)
     with reporter.store() as store:
         _commit(store, LogPosition(1, 1), 0)
@@ -206,7 +206,7 @@ def test_freshness_fails_on_a_lag_or_a_stall_and_is_reported_when_it_changes(rep
 def test_the_cursor_round_trips(reporter):
     state = ReporterState.load(None)
     assert state == ReporterState()
-    _land(GroupWriter(reporter.zone), 1)
+    _land(GroupWriter(reporter.zone.writer), 1)
     reporter.tick(0)
     loaded = ReporterState.load(reporter.cursor)
     assert loaded.ticked_at == reporter.now
@@ -218,7 +218,7 @@ def test_an_unreachable_store_is_a_freshness_error_and_no_materialization(tmp_pa
     reporter = Reporter(tmp_path)
     # Nothing listens on port 1 of the loopback: the connection is refused.
     reporter.resources["serving"] = ServingStoreResource(url="postgresql://sis@127.0.0.1:1/sis")
-    _land(GroupWriter(reporter.zone), 1)
+    _land(GroupWriter(reporter.zone.writer), 1)
     summary = reporter.tick(0)
     assert "the serving store is unavailable" in summary
     assert reporter.freshness() == [(False, "ERROR")]

@@ -49,7 +49,7 @@ def _put(h: Harness, n: int) -> list[str]:
 
 
 def _landed(zone: LandingZone) -> list[str]:
-    return [str(r["message_id"]) for r in zone.iter_messages()]
+    return [str(r["message_id"]) for r in zone.catalog.iter_messages()]
 
 
 def test_only_the_lease_holder_lands_and_the_standby_says_who_holds_it(tmp_path, clock):
@@ -66,7 +66,7 @@ def test_only_the_lease_holder_lands_and_the_standby_says_who_holds_it(tmp_path,
     assert isinstance(dr.tick(), dg.SkipReason)
     assert _landed(prod.zone) == ids
     prod_holder = prod.resources["landing"].lease().holder
-    assert {prod.zone.lease_holder(k) for k in prod.zone.keys()} == {prod_holder}
+    assert {prod.zone.catalog.lease_holder(k) for k in prod.zone.catalog.keys()} == {prod_holder}
     assert dr.requested == [] and dr.instance.get_dynamic_partitions("batches") == []
 
 
@@ -84,7 +84,7 @@ def test_standby_takes_over_after_the_holder_stops_renewing_with_the_next_token(
     assert [r.partition_key for r in first.run_requests] == ["0000000001"]
     assert dr.drain() == 1
     assert _landed(dr.zone) == ids
-    assert [dr.zone.fence_token(k) for k in dr.zone.keys()] == [1, 2]
+    assert [dr.zone.catalog.fence_token(k) for k in dr.zone.catalog.keys()] == [1, 2]
     stood_down = prod.tick()
     assert isinstance(stood_down, dg.SkipReason)
     assert "held by dr@" in (stood_down.skip_message or "")
@@ -147,7 +147,7 @@ def test_a_holder_paused_mid_tick_past_its_lease_fails_the_tick_and_lands_nothin
     dr.drain()
     assert sorted(_landed(dr.zone)) == sorted(ids)
     assert Counter(_landed(dr.zone)).most_common(1)[0][1] == 1
-    assert {dr.zone.fence_token(k) for k in dr.zone.keys()} == {2}
+    assert {dr.zone.catalog.fence_token(k) for k in dr.zone.catalog.keys()} == {2}
     assert isinstance(prod.tick(), dg.SkipReason)
 
 
@@ -233,7 +233,7 @@ def _entries(control: Path, name: str) -> list[dict[str, Any]]:
 
 
 def _batches_by(zone: LandingZone, token: int) -> list[str]:
-    return [k for k in zone.keys() if zone.fence_token(k) == token]
+    return [k for k in zone.catalog.keys() if zone.catalog.fence_token(k) == token]
 
 
 @pytest.fixture
@@ -271,9 +271,9 @@ def test_two_deployment_processes_never_land_the_same_batch_and_lose_nothing(tmp
     # Prod and DR start together; one of them takes the lease, the other stands by. (On a
     # loaded machine a slow tick can lose a 3 s lease on its own: the test follows the lease
     # file instead of assuming token numbers, and any extra handover must be just as clean.)
-    lease = ConsumerLease(zone.root, "test-observer")
+    lease = ConsumerLease(zone.catalog.root, "test-observer")
     feed(40)
-    _await(lambda: zone.keys(), "a first batch")
+    _await(lambda: zone.catalog.keys(), "a first batch")
     current = _await(lease.read, "a lease")
     holder = current.holder.split("@")[0]
     standby = "dr" if holder == "prod" else "prod"
@@ -284,8 +284,9 @@ def test_two_deployment_processes_never_land_the_same_batch_and_lose_nothing(tmp
 
     def landed_by(name: str, after_token: int) -> bool:
         return any(
-            zone.fence_token(k) > after_token and zone.lease_holder(k).startswith(name)
-            for k in zone.keys()
+            zone.catalog.fence_token(k) > after_token
+            and zone.catalog.lease_holder(k).startswith(name)
+            for k in zone.catalog.keys()
         )
 
     # The holder freezes mid-tick with messages in its unit of work, past its lease: the
@@ -319,15 +320,15 @@ def test_two_deployment_processes_never_land_the_same_batch_and_lose_nothing(tmp
 
     landed = _landed(zone)
     assert sorted(landed) == sorted(published)  # every message exactly once, no duplicate
-    keys = zone.keys()
+    keys = zone.catalog.keys()
     assert [int(k) for k in keys] == list(range(1, len(keys) + 1))
-    tokens = [zone.fence_token(k) for k in keys]
+    tokens = [zone.catalog.fence_token(k) for k in keys]
     assert tokens == sorted(tokens) and len(set(tokens)) >= 3  # fencing tokens only grow
-    holders = {(zone.fence_token(k), zone.lease_holder(k)) for k in keys}
+    holders = {(zone.catalog.fence_token(k), zone.catalog.lease_holder(k)) for k in keys}
     assert len(holders) == len(set(tokens))  # one holder per token
     assert {h.split("@")[0] for _, h in holders} == {"prod", "dr"}
     # One unbroken hash chain: no batch was claimed twice or built on a stale predecessor.
-    rows = list(zone.iter_messages())
+    rows = list(zone.catalog.iter_messages())
     assert all(b["prev_link"] == a["chain_link"] for a, b in zip(rows, rows[1:], strict=False))
     for name in procs:
         entries = _entries(control, name)

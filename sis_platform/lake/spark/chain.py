@@ -101,12 +101,14 @@ def verify_batch(
     problems: list[Problem] = []
     anchor = _read_anchor(zone, key, problems)
     previous = _read_anchor(zone, batch_key(seq - 1), problems) if seq > 1 else None
-    unanchored = zone.unanchored_head(batch_key(seq - 1)) if seq > 1 and previous is None else None
+    unanchored = (
+        zone.catalog.unanchored_head(batch_key(seq - 1)) if seq > 1 and previous is None else None
+    )
     first_prev, found = anchor_problems(
         key, anchor, previous, first=seq == 1, unanchored_head=unanchored
     )
     problems += found
-    problems += signature_problems(zone, key, anchor)
+    problems += signature_problems(zone.catalog, key, anchor)
     if (
         run_anchor is not None
         and anchor is not None
@@ -139,7 +141,7 @@ def verify_batch(
 
 def _expiry(zone: LandingZone, key: str) -> Expiry | None:
     """The zone's expiry record when it covers batch `key`."""
-    expiry = zone.expiry()
+    expiry = zone.catalog.expiry()
     return expiry if expiry is not None and expiry.covers(key) else None
 
 
@@ -151,7 +153,7 @@ def _verify_expired(
     first batch; its own first link when not given); the last expired batch's rows also
     against the expiry record's signed anchor, which the first kept batch's anchor follows."""
     last = expiry.anchor if expiry.anchor.batch_key == key else None
-    problems = signature_problems(zone, key, last) if last is not None else []
+    problems = signature_problems(zone.catalog, key, last) if last is not None else []
     if not lake.exists(RAW_MESSAGES):
         problems.append(Problem(key, f"the table {RAW_MESSAGES.name} does not exist"))
         return BatchVerdict(key, 0, tuple(problems))
@@ -173,7 +175,7 @@ def _verify_expired(
 
 def _read_anchor(zone: LandingZone, key: str, problems: list[Problem]) -> Anchor | None:
     try:
-        return zone.anchor(key)
+        return zone.catalog.anchor(key)
     except ValueError as exc:
         problems.append(Problem(key, str(exc)))
         return None
@@ -184,10 +186,10 @@ def verify_landing_file(
 ) -> list[Problem]:
     """What is wrong with batch `key`'s landing file (or parts) against `anchor` and the
     previous batch's head `first_prev`; empty when intact. Needs no Spark session."""
-    if not zone.batch_files(key):
+    if not zone.catalog.batch_files(key):
         return [Problem(key, "its landing file is missing")]
     try:
-        claimed = zone.anchor_from_file(key)
+        claimed = zone.catalog.anchor_from_file(key)
         if claimed is None:
             return [
                 Problem(
@@ -205,7 +207,7 @@ def verify_landing_file(
             )
         report = verify_messages(
             key,
-            zone.stored_messages(key),
+            zone.catalog.stored_messages(key),
             first_prev=first_prev,
             source=LANDING_SOURCE,
             anchor=anchor or claimed,

@@ -124,7 +124,9 @@ def _classify_rows(
             base = (key, batch_seq, msg_seq, message_id, delivery_count)
             message = LoggedMessage(message_id, body, delivery_count, size, location)
             if location is not None and zone is not None:
-                restored = zone.restored_body(location, size, sha256, limits.max_message_bytes)
+                restored = zone.catalog.restored_body(
+                    location, size, sha256, limits.max_message_bytes
+                )
                 if restored is not None:
                     message = LoggedMessage(message_id, restored, delivery_count)
             outcome = held.get(message_id) or classify_watched(
@@ -219,7 +221,7 @@ def write_items(
     """Classify one batch's raw_messages into its message_items (replacing them), holding back
     the messages earlier attempts of this run failed on (see the module docstring). With
     `landing_root`, a body moved aside at intake that fits `limits` now is read back from its
-    overflow file and classified (LandingZone.restored_body)."""
+    overflow file and classified (Catalog.restored_body)."""
     where = batch_condition(key)
     raw = lake.read(RAW_MESSAGES).where(where)
     held = _held_messages(lake, key, run_id=run_id, quarantine_after=quarantine_after)

@@ -9,10 +9,10 @@ of these files, which is what makes partitions re-materializable without touchin
 Batches are numbered 1, 2, 3, ... with no gaps; the batch key is that number zero-padded to ten
 digits, so that keys sort in landing order (they are Dagster partition keys). A batch has one of
 two forms:
-- one file `batches/<key>.parquet`, landed whole by `LandingZone.land` (the sensor's intake);
+- one file `batches/<key>.parquet`, landed whole by `ZoneWriter.land` (the sensor's intake);
 - a folder `batches/<key>/` of parts `part-<nnnnn>.parquet`, one per group a resident consumer
   lands (`GroupWriter`), sealed when the batch reaches a bound; until sealed it is open and not
-  yet a landed batch (`LandingZone.keys`).
+  yet a landed batch (`Catalog.keys`).
 Both hold the same rows: the same LANDING_SCHEMA, `msg_seq` running across a batch's parts.
 
 With a consumer lease (`sis_platform.intake.lease`), landing takes a `Fence`: every claim happens
@@ -31,19 +31,23 @@ A body over the per-message bound (SIS_MAX_MESSAGE_BYTES) never enters a batch: 
 writes it durably to `overflow/<sha256>.body` (content-addressed, mode 0600) and the batch holds
 a row with an empty body, the real size and digest, and that file's path (`body_location`).
 
-`LogPosition` names a message's place in the log; `LandingZone.landed_after` reads the log back
+`LogPosition` names a message's place in the log; `Catalog.landed_after` reads the log back
 from one, for a fold that resumes where it stopped.
 
 Once sealed, a batch in parts is merged into the one-file form (`merge`: the same rows, links
 and signed anchor), and its parts folder removed after a grace.
 
-Modules: `rows` (records, schema, building and writing linked rows), `zone` (`LandingZone`),
-`groups` (`GroupWriter`, sealing), `reading` (`landed_after`), `merge` (`Merger`,
-`merge_zone`). No Dagster or Spark import:
+Modules: `rows` (records, schema, building and writing linked rows), `layout` (`ZoneLayout`:
+where things are), `signing` (`AnchorSigner`), `catalog` (`Catalog`: what is landed, read
+back), `writer` (`ZoneWriter`: landing a batch as one file, overflow, recovery), `groups`
+(`GroupWriter`, sealing), `upkeep` (`Upkeep`: merge and expiry), `reading` (`landed_after`),
+`merge` (`Merger`, `merge_zone`), `expiry` (`Expirer`), `zone` (`LandingZone`: the parts
+wired over one root). No Dagster or Spark import:
 intake uses this in the sensor's process and `sis-live` in its own.
 """
 
 from sis_platform.log.chain import GENESIS_LINK, chain_link
+from sis_platform.log.landing.catalog import Catalog, Tail
 from sis_platform.log.landing.groups import GroupWriter
 from sis_platform.log.landing.reading import LandedMessage
 from sis_platform.log.landing.rows import (
@@ -68,7 +72,9 @@ from sis_platform.log.landing.rows import (
     batch_seq_of,
     landing_bytes_bound,
 )
-from sis_platform.log.landing.zone import LandingFull, LandingZone, Tail
+from sis_platform.log.landing.upkeep import Upkeep
+from sis_platform.log.landing.writer import LandingFull, ZoneWriter
+from sis_platform.log.landing.zone import LandingZone
 
 __all__ = [
     "BATCH_KEY_RE",
@@ -82,6 +88,7 @@ __all__ = [
     "LEASE_HOLDER_KEY",
     "MESSAGES_KEY",
     "START_POSITION",
+    "Catalog",
     "ClosedBy",
     "GroupWriter",
     "LandedBatch",
@@ -94,6 +101,8 @@ __all__ = [
     "OpenBatch",
     "OverflowBody",
     "Tail",
+    "Upkeep",
+    "ZoneWriter",
     "batch_key",
     "batch_seq_of",
     "chain_link",

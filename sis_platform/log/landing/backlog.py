@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from sis_platform.log.landing.catalog import Catalog
 from sis_platform.log.landing.rows import batch_key
-from sis_platform.log.landing.zone import LandingZone
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class Backlog:
         return max(0.0, (now - self.oldest_landed_at).total_seconds())
 
 
-def backlog_after(zone: LandingZone, folded_through: int) -> Backlog:
+def backlog_after(zone: Catalog, folded_through: int) -> Backlog:
     """The messages landed in `zone` after batch `folded_through`, open batch included."""
     waiting = zone.keys_after(folded_through)
     messages = sum(_messages(zone, key) for key in waiting)
@@ -52,7 +52,7 @@ def backlog_after(zone: LandingZone, folded_through: int) -> Backlog:
     return Backlog(folded_through, len(waiting), messages, oldest, in_open)
 
 
-def landed_messages(zone: LandingZone, seq: int) -> int | None:
+def landed_messages(zone: Catalog, seq: int) -> int | None:
     """How many messages batch `seq` holds (None: no such batch landed). The dead-letter rate's
     denominator: a batch logs exactly the messages it landed."""
     key = batch_key(seq)
@@ -61,7 +61,7 @@ def landed_messages(zone: LandingZone, seq: int) -> int | None:
     return _messages(zone, key)
 
 
-def _messages(zone: LandingZone, key: str) -> int:
+def _messages(zone: Catalog, key: str) -> int:
     """A sealed batch's message count: its anchor's, else its files' row counts (a one-file
     batch whose anchor a crash has not yet let it write)."""
     anchor = zone.anchors.read(key)
@@ -70,7 +70,7 @@ def _messages(zone: LandingZone, key: str) -> int:
     return sum(pq.ParquetFile(path).metadata.num_rows for path in zone.batch_files(key))
 
 
-def _first_landed_at(zone: LandingZone, key: str) -> datetime | None:
+def _first_landed_at(zone: Catalog, key: str) -> datetime | None:
     """When the first message of batch `key` landed: the earliest `received_at` of its first
     file (a batch's files are in landing order)."""
     files = zone.batch_files(key)

@@ -52,7 +52,7 @@ from sis_platform.runtime.faults import crash_point
 
 if TYPE_CHECKING:
     from sis_platform.intake.lease import Fence
-    from sis_platform.log.landing.zone import LandingZone
+    from sis_platform.log.landing.layout import ZoneLayout
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ def read_expiry(root: Path) -> Expiry | None:
         raise ValueError(f"the expiry record {path} is not an expiry record: {exc}") from exc
 
 
-def reading_from(zone: LandingZone, position: LogPosition) -> LogPosition:
+def reading_from(zone: ZoneLayout, position: LogPosition) -> LogPosition:
     """Where a reader of `zone` after `position` starts: `position` itself, or, at the end of
     the expired batches, before the first kept batch. LogExpired when messages after
     `position` were expired: a reader there would skip them."""
@@ -128,7 +128,7 @@ def reading_from(zone: LandingZone, position: LogPosition) -> LogPosition:
     return position
 
 
-def _write_record(zone: LandingZone, anchor: Anchor) -> None:
+def _write_record(zone: ZoneLayout, anchor: Anchor) -> None:
     """Replace the expiry record durably with one naming `anchor`."""
     zone.ensure()
     record = b'{"anchor": ' + anchor_json(anchor).rstrip() + b"}\n"
@@ -144,7 +144,7 @@ class Advance(NamedTuple):
 
 
 def advance_record(
-    zone: LandingZone,
+    zone: ZoneLayout,
     checked_batch: int,
     retain_seconds: float,
     fence: Fence | None = None,
@@ -180,7 +180,7 @@ def advance_record(
     return Advance(through, through == start + look)
 
 
-def remove_expired(zone: LandingZone, deadline: float | None = None) -> bool:
+def remove_expired(zone: ZoneLayout, deadline: float | None = None) -> bool:
     """Step 2: remove what the record covers and the zone still holds, oldest first (file,
     then anchor), stopping once `time.monotonic()` passes `deadline` (after one batch at
     least). True when nothing covered is left."""
@@ -202,7 +202,7 @@ def remove_expired(zone: LandingZone, deadline: float | None = None) -> bool:
     return True
 
 
-def _covered(zone: LandingZone, expiry: Expiry) -> list[str]:
+def _covered(zone: ZoneLayout, expiry: Expiry) -> list[str]:
     """The batches the record covers that still have a file or an anchor, in order, found by
     probing down from the record's batch: removal goes oldest first, so what is left of the
     covered batches is the run just below the record (the cost is the batches left, never the
@@ -218,7 +218,7 @@ def _covered(zone: LandingZone, expiry: Expiry) -> list[str]:
     return left[::-1]
 
 
-def _newest_sealed(zone: LandingZone) -> tuple[int, datetime] | None:
+def _newest_sealed(zone: ZoneLayout) -> tuple[int, datetime] | None:
     """The newest sealed batch's number and its last message's receipt time."""
     keys = zone.anchors.keys()
     for key in reversed(keys):
@@ -228,7 +228,7 @@ def _newest_sealed(zone: LandingZone) -> tuple[int, datetime] | None:
     return None
 
 
-def _last_received(zone: LandingZone, key: str) -> datetime | None:
+def _last_received(zone: ZoneLayout, key: str) -> datetime | None:
     """When batch `key`'s last message was received (from its file footer's statistics when it
     has them), None unless it is one file with no parts folder left: a batch in parts is
     neither merged nor ever expired."""
@@ -255,7 +255,7 @@ class Expirer:
 
     def __init__(
         self,
-        zone: LandingZone,
+        zone: ZoneLayout,
         fence: Fence | None,
         retain_seconds: float,
         *,

@@ -18,7 +18,7 @@ never changes.
 Crash consistency: a part not claimed is a partial file in `tmp/` (`clean_partials`); a part
 claimed whose group the queue did not commit is redelivered and landed again in a later part
 (duplicates by message id, as with batches); a batch left open is sealed by `recover()` (or by
-`LandingZone.land` in sensor mode) from its last part.
+`ZoneWriter.land` in sensor mode) from its last part.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ from sis_platform.runtime.faults import crash_point
 
 if TYPE_CHECKING:
     from sis_platform.intake.lease import Fence
-    from sis_platform.log.landing.zone import LandingZone
+    from sis_platform.log.landing.writer import ZoneWriter
 
 
 class GroupWriter:
@@ -80,13 +80,13 @@ class GroupWriter:
     the messages of that part stay in the log (their redelivered copies land again later, as
     duplicates by message id), and `landed_after` reads them back."""
 
-    def __init__(self, zone: LandingZone, fence: Fence | None = None) -> None:
+    def __init__(self, zone: ZoneWriter, fence: Fence | None = None) -> None:
         self.zone = zone
         self.fence = fence
         self._load()
 
     def _load(self) -> None:
-        tail = self.zone.tail()
+        tail = self.zone.catalog.tail()
         self._last_seq = tail.seq
         self._head = tail.head
         self._open = tail.open
@@ -155,7 +155,7 @@ class GroupWriter:
             head=rows.head.hex(),
         )
         running = Anchor(after.key, after.messages, after.first_prev, after.head)
-        metadata = anchor_metadata(self.zone.sign(running, part=current.parts))
+        metadata = anchor_metadata(self.zone.signer.sign(running, part=current.parts))
         metadata[PART_KEY] = str(current.parts).encode()
         metadata[BYTES_KEY] = str(after.bytes).encode()
         metadata[OPENED_AT_KEY] = after.opened_at.astimezone(UTC).isoformat().encode()
@@ -237,7 +237,7 @@ def open_batch_of(key: str, parts: list[Path]) -> OpenBatch:
 
 
 def seal_batch(
-    zone: LandingZone,
+    zone: ZoneWriter,
     batch: OpenBatch,
     closed_by: ClosedBy | None,
     fence: Fence | None,
@@ -252,16 +252,16 @@ def seal_batch(
     it, which makes the check of the parts a hash of each file (see `verify_open_batch`)."""
     folder = zone.batch_dir(batch.key)
     reason = closed_by or _recorded_reason(folder) or ClosedBy.RECOVERED
-    anchor = zone.sign(Anchor(batch.key, batch.messages, batch.first_prev, batch.head))
+    anchor = zone.signer.sign(Anchor(batch.key, batch.messages, batch.first_prev, batch.head))
     existing = zone.anchors.read(batch.key)
     if existing is None:
         verify_open_batch(zone, batch, part_digests)
-        zone.check_witness(anchor)
+        zone.signer.check_witness(anchor)
         existing = _write_seal(zone, batch, reason, anchor, fence)
     if existing is not None:
         anchor = existing
         reason = _recorded_reason(folder) or reason
-    zone.advance_witness(anchor)
+    zone.signer.advance_witness(anchor)
     token = fence.token if fence is not None else None
     return LandedBatch(
         batch.key, batch.seq, folder, anchor.messages, batch.bytes, anchor.head, token, reason
@@ -269,7 +269,7 @@ def seal_batch(
 
 
 def _write_seal(
-    zone: LandingZone, batch: OpenBatch, reason: ClosedBy, anchor: Anchor, fence: Fence | None
+    zone: ZoneWriter, batch: OpenBatch, reason: ClosedBy, anchor: Anchor, fence: Fence | None
 ) -> Anchor | None:
     """Write the seal record, then the anchor, under `fence`; the anchor found instead when
     the batch was sealed meanwhile (else None)."""
@@ -307,7 +307,7 @@ def _write_seal(
 
 
 def verify_open_batch(
-    zone: LandingZone, batch: OpenBatch, part_digests: list[str] | None = None
+    zone: ZoneWriter, batch: OpenBatch, part_digests: list[str] | None = None
 ) -> None:
     """Check an open batch's parts before its anchor pins them; LogTampered naming the batch,
     the part or message, and what was found otherwise. Its cost is the batch's, never the log's.
@@ -344,7 +344,7 @@ def _tampered(batch: OpenBatch, problems: list[str]) -> NoReturn:
     )
 
 
-def _verify_open_rows(zone: LandingZone, batch: OpenBatch, parts: list[Path]) -> None:
+def _verify_open_rows(zone: ZoneWriter, batch: OpenBatch, parts: list[Path]) -> None:
     """Every row of the open batch against its links and the last part's signed running
     anchor (see `verify_open_batch`)."""
     expected = Anchor(batch.key, batch.messages, batch.first_prev, batch.head)
@@ -354,7 +354,7 @@ def _verify_open_rows(zone: LandingZone, batch: OpenBatch, parts: list[Path]) ->
         problems.append("its last part carries no running anchor")
     else:
         last_part = len(parts) - 1
-        key = zone.log_key()
+        key = zone.signer.log_key()
         if key is not None and (problem := key.problem(claimed, part=last_part)) is not None:
             problems.append(f"part {last_part}: {problem}")
         if claimed.unsigned() != expected:
@@ -365,7 +365,7 @@ def _verify_open_rows(zone: LandingZone, batch: OpenBatch, parts: list[Path]) ->
             )
     report = verify_messages(
         batch.key,
-        zone.stored_messages(batch.key, files=parts),
+        zone.catalog.stored_messages(batch.key, files=parts),
         first_prev=batch.first_prev,
         source="open batch",
         anchor=expected,

@@ -1,5 +1,5 @@
 """Merging a sealed batch's parts into one file: `batches/<key>/part-*.parquet` (one part per
-group sis-live landed) becomes `batches/<key>.parquet`, the form `LandingZone.land` writes, so a
+group sis-live landed) becomes `batches/<key>.parquet`, the form `ZoneWriter.land` writes, so a
 sealed batch is one file whatever its intake. Run by sis-live in idle turns (`Merger`) and by
 `sis-live merge` over an existing zone (`merge_zone`).
 
@@ -63,7 +63,7 @@ from sis_platform.runtime.faults import crash_point
 
 if TYPE_CHECKING:
     from sis_platform.intake.lease import Fence
-    from sis_platform.log.landing.zone import LandingZone
+    from sis_platform.log.landing.upkeep import Upkeep
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class MergeReport(NamedTuple):
     refused: list[str]
 
 
-def mergeable(zone: LandingZone, key: str) -> bool:
+def mergeable(zone: Upkeep, key: str) -> bool:
     """Whether batch `key` is sealed (anchored), in parts, and not merged yet."""
     return (
         not zone.batch_path(key).is_file()
@@ -106,7 +106,7 @@ def mergeable(zone: LandingZone, key: str) -> bool:
     )
 
 
-def merge_batch(zone: LandingZone, key: str, fence: Fence | None = None) -> MergedBatch | None:
+def merge_batch(zone: Upkeep, key: str, fence: Fence | None = None) -> MergedBatch | None:
     """Merge sealed batch `key`'s parts into `batches/<key>.parquet` (module docstring); None
     when there is nothing to merge (open, not in parts, or merged already). LogTampered, and
     nothing claimed, when the parts do not verify against the anchor; FencedOff when the lease
@@ -130,7 +130,7 @@ def read_part(path: Path) -> pa.Table:
 
 
 def claim_merged(
-    zone: LandingZone, key: str, parts: list[Path], tables: list[pa.Table], fence: Fence | None
+    zone: Upkeep, key: str, parts: list[Path], tables: list[pa.Table], fence: Fence | None
 ) -> MergedBatch | None:
     """Steps 1 to 3 of the module docstring for sealed batch `key`, whose `parts` (in order)
     hold `tables`; None when it was merged meanwhile."""
@@ -161,14 +161,14 @@ def claim_merged(
 
 
 def _merged_metadata(
-    zone: LandingZone, key: str, anchor: Anchor, last: dict[bytes, bytes], parts: int
+    zone: Upkeep, key: str, anchor: Anchor, last: dict[bytes, bytes], parts: int
 ) -> dict[bytes, bytes]:
     """A one-file batch's metadata: the signed anchor, who landed it, why it ended."""
     metadata = anchor_metadata(anchor)
     for name in (FENCE_TOKEN_KEY, LEASE_HOLDER_KEY):
         if name in last:
             metadata[name] = last[name]
-    closed_by = zone.closed_by(key)
+    closed_by = zone.catalog.closed_by(key)
     if closed_by is not None:
         metadata[CLOSED_BY_KEY] = closed_by.value.encode()
     metadata[MERGED_PARTS_KEY] = str(parts).encode()
@@ -176,7 +176,7 @@ def _merged_metadata(
 
 
 def _problems(
-    zone: LandingZone,
+    zone: Upkeep,
     key: str,
     anchor: Anchor,
     last: dict[bytes, bytes],
@@ -187,7 +187,7 @@ def _problems(
     part's running anchor (empty: it may be claimed)."""
     problems: list[str] = []
     running = anchor_of(key, last)
-    log_key = zone.log_key()
+    log_key = zone.catalog.signer.log_key()
     if log_key is not None:
         if (text := log_key.problem(anchor)) is not None:
             problems.append(f"its anchor: {text}")
@@ -197,7 +197,7 @@ def _problems(
         problems.append(f"part {last_part}'s running anchor differs from the batch's anchor")
     report = verify_messages(
         key,
-        zone.stored_messages(key, check_overflow=False, files=[merged]),
+        zone.catalog.stored_messages(key, check_overflow=False, files=[merged]),
         first_prev=anchor.first_prev,
         source=MERGED_SOURCE,
         anchor=anchor,
@@ -205,7 +205,7 @@ def _problems(
     return problems + [str(p) for p in report.problems]
 
 
-def remove_parts(zone: LandingZone, key: str, deadline: float | None = None) -> bool:
+def remove_parts(zone: Upkeep, key: str, deadline: float | None = None) -> bool:
     """Remove merged batch `key`'s parts folder (its parts, then its seal record, then the
     folder, fsync'd), never the parts of a batch whose merged file is missing. Stops once
     `time.monotonic()` passes `deadline` (after one file at least): True when the folder is
@@ -229,13 +229,13 @@ def remove_parts(zone: LandingZone, key: str, deadline: float | None = None) -> 
     return True
 
 
-def merged_at(zone: LandingZone, key: str) -> float:
+def merged_at(zone: Upkeep, key: str) -> float:
     """When batch `key`'s merged file was written (epoch seconds, its mtime; a hard link keeps
     it): the start of its parts' grace."""
     return zone.batch_path(key).stat().st_mtime
 
 
-def folder_keys(zone: LandingZone) -> list[str]:
+def folder_keys(zone: Upkeep) -> list[str]:
     """The keys of every batch folder (open, sealed, or merged with parts left), in order: one
     listing of `batches/`."""
     if not zone.batches_dir.is_dir():
@@ -245,7 +245,7 @@ def folder_keys(zone: LandingZone) -> list[str]:
 
 
 def merge_zone(
-    zone: LandingZone,
+    zone: Upkeep,
     fence: Fence | None,
     grace_seconds: float,
     *,
@@ -308,7 +308,7 @@ class Merger:
 
     def __init__(
         self,
-        zone: LandingZone,
+        zone: Upkeep,
         fence: Fence | None,
         grace_seconds: float,
         *,

@@ -9,7 +9,7 @@ Reading stops at the first batch number with no file and no part: the end of the
 batch removed from it (which `sis-verify-log` reports).
 
 A body moved aside at intake stays aside unless it fits the limits now (then it is read back
-from its overflow file, `LandingZone.restored_body`), as message_items reads it.
+from its overflow file, `Catalog.restored_body`), as message_items reads it.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from sis_platform.domain.pipeline import LoggedMessage
 from sis_platform.log.landing.rows import MESSAGES_KEY, READ_ROWS, LogPosition, batch_key
 
 if TYPE_CHECKING:
-    from sis_platform.log.landing.zone import LandingZone
+    from sis_platform.log.landing.catalog import Catalog
 
 _COLUMNS = [
     "batch_seq",
@@ -53,9 +53,7 @@ class LandedMessage:
     put_time: datetime | None
 
 
-def landed_after(
-    zone: LandingZone, position: LogPosition, limits: Limits
-) -> Iterator[LandedMessage]:
+def landed_after(zone: Catalog, position: LogPosition, limits: Limits) -> Iterator[LandedMessage]:
     """Every landed message after `position` (open batch included), in log order."""
     seq = max(position.batch_seq, 1)
     after = position.msg_seq if position.batch_seq >= 1 else -1
@@ -93,9 +91,7 @@ def _running_count(path: Path, default: int | None) -> int:
     return default
 
 
-def _read_file(
-    zone: LandingZone, path: Path, after: int, limits: Limits
-) -> Iterator[LandedMessage]:
+def _read_file(zone: Catalog, path: Path, after: int, limits: Limits) -> Iterator[LandedMessage]:
     for batch in pq.ParquetFile(path).iter_batches(batch_size=READ_ROWS, columns=_COLUMNS):
         rows = batch.to_pydict()
         for i, msg_seq in enumerate(rows["msg_seq"]):
@@ -119,7 +115,7 @@ def _read_file(
 
 
 def _logged(
-    zone: LandingZone,
+    zone: Catalog,
     message_id: str,
     delivery_count: int,
     body: bytes | None,

@@ -1,7 +1,7 @@
 """The landing zone's records and rows: batch keys, log positions, the landing schema, and the one
 implementation that turns received messages into linked rows and writes them durably.
 
-`LandingZone.land` (one file per batch) and `GroupWriter.land` (a batch in parts) both build
+`ZoneWriter.land` (one file per batch) and `GroupWriter.land` (a batch in parts) both build
 their rows with `linked_rows` and write them with `write_partial`, so a batch landed in groups
 holds exactly the rows (all but `received_at`, which is per group) and links of the same
 messages landed as one file.

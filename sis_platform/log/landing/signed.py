@@ -12,12 +12,12 @@ from sis_platform.log.chain import Anchor, Problem
 from sis_platform.log.seal import LogKey, LogKeyError
 
 if TYPE_CHECKING:
-    from sis_platform.log.landing.zone import LandingZone
+    from sis_platform.log.landing.catalog import Catalog
 
 WITNESS = "witness"  # the batch key of a problem with the witness file itself
 
 
-def signature_problems(zone: LandingZone, key: str, anchor: Anchor | None) -> list[Problem]:
+def signature_problems(zone: Catalog, key: str, anchor: Anchor | None) -> list[Problem]:
     """What is wrong with batch `key`'s anchor's signature (nothing to say without an anchor:
     the chain's verification reports that). A zone without a seal, or a key that cannot be
     loaded, is a problem: the anchors cannot be trusted without it."""
@@ -29,14 +29,14 @@ def signature_problems(zone: LandingZone, key: str, anchor: Anchor | None) -> li
     return problems
 
 
-def tail_problems(zone: LandingZone) -> list[Problem]:
+def tail_problems(zone: Catalog) -> list[Problem]:
     """The log's tail against the witness: the witnessed batch must have an anchor, the same
     one, signed with the log key. A witness missing while the folder holds anchors, or one the
     key did not sign, is a problem too. Later batches than the witness's are allowed (a crash
     between an anchor and the witness's update)."""
-    if zone.seal is None:
+    if zone.signer.seal is None:
         return []
-    witness = zone.seal.witness
+    witness = zone.signer.seal.witness
     try:
         seen = witness.read()
     except ValueError as exc:
@@ -76,26 +76,26 @@ def tail_problems(zone: LandingZone) -> list[Problem]:
     return problems
 
 
-def _start_witness(zone: LandingZone) -> None:
+def _start_witness(zone: Catalog) -> None:
     """Start the witness from the folder's last anchor when that anchor is signed with the log
     key: the first verification of a log older than its witness, or of a data folder copied or
     moved to a new path (the default witness is named after the folder). The witness is out of
     the folder writer's reach, so a missing one is never a tamper; from here on it only moves
     forward. Lists the anchors: this happens once per witness."""
     keys = zone.anchors.keys()
-    if not keys or zone.seal is None:
+    if not keys or zone.signer.seal is None:
         return
     try:
         anchor = zone.anchors.read(keys[-1])
-        log_key = zone.log_key()
+        log_key = zone.signer.log_key()
     except (ValueError, LogKeyError):  # reported by the batch's own verification
         return
     if anchor is not None and log_key is not None and log_key.problem(anchor) is None:
-        zone.seal.witness.advance(anchor)
+        zone.signer.seal.witness.advance(anchor)
 
 
-def _key(zone: LandingZone, key: str) -> tuple[LogKey | None, list[Problem]]:
-    if zone.seal is None:
+def _key(zone: Catalog, key: str) -> tuple[LogKey | None, list[Problem]]:
+    if zone.signer.seal is None:
         return None, [
             Problem(
                 key,
@@ -104,6 +104,6 @@ def _key(zone: LandingZone, key: str) -> tuple[LogKey | None, list[Problem]]:
             )
         ]
     try:
-        return zone.log_key(), []
+        return zone.signer.log_key(), []
     except LogKeyError as exc:
         return None, [Problem(key, f"the log key cannot be loaded: {exc}")]
