@@ -189,7 +189,7 @@ class Intake:
         the caller has taken on (the sensor's cursor); later ones are handed on first."""
         zone = self.zone
         try:
-            zone.catalog.ensure()
+            zone.writer.ensure()
         except OSError as exc:
             return self._landing_unavailable(exc, None)
         try:

@@ -118,7 +118,7 @@ def test_a_run_shows_the_view_and_the_row_counts_and_check_lake_passes(tmp_path,
 
     logged = metadata("raw_messages", "raw_messages")
     assert (logged["dagster/row_count"], logged["redelivered"], logged["moved_aside"]) == (2, 0, 0)
-    landed = h.resources["landing"].zone().iter_messages()
+    landed = h.resources["landing"].catalog().iter_messages()
     assert logged["bytes"] == sum(len(m["body"]) for m in landed)
     letters = metadata("fold_masters", "dead_letters")
     assert (letters["dead_letters_total"], letters["dead_letters_orphan_update"]) == (1, 1)

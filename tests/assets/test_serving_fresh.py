@@ -37,7 +37,7 @@ def test_fails_as_an_error_while_landed_messages_wait_for_a_store_that_never_com
 ):
     env = {"SIS_DATA_DIR": str(tmp_path)}
     resources = config.resources(env)
-    writer = GroupWriter(resources["landing"].zone())
+    writer = GroupWriter(resources["landing"].zone().writer)
     landed = writer.land([received(b"<m/>"), received(b"<m/>")])
 
     stalled = _execute(env)
@@ -60,7 +60,7 @@ def test_fails_as_an_error_when_the_store_is_beyond_the_landing(tmp_path: Path):
     # landed message" and more, which is no pass (sis-live halts: sis_platform/live/applier.py).
     env = {"SIS_DATA_DIR": str(tmp_path)}
     resources = config.resources(env)
-    writer = GroupWriter(resources["landing"].zone())
+    writer = GroupWriter(resources["landing"].zone().writer)
     writer.land([received(b"<m/>")])
     with open_store(resources["serving"].url) as store:
         outcomes = [
@@ -78,7 +78,7 @@ def test_fails_as_an_error_when_the_store_is_beyond_the_landing(tmp_path: Path):
 def test_a_halt_recorded_in_the_store_fails_as_an_error_naming_it(tmp_path: Path):
     env = {"SIS_DATA_DIR": str(tmp_path)}
     resources = config.resources(env)
-    GroupWriter(resources["landing"].zone()).land([received(b"<m/>")])
+    GroupWriter(resources["landing"].zone().writer).land([received(b"<m/>")])
     with open_store(resources["serving"].url) as store:
         store.halt("store-beyond-landing", "the serving store is at (1, 2), beyond (1, 0)")
     halted = _execute(env)

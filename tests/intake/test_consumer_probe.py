@@ -62,7 +62,7 @@ def test_a_full_landing_disk_gets_nothing_and_leaves_no_partial_file(tmp_path):
         for body in bodies:
             producer.put(body)
     with mounted_tmpfs(zone.catalog.root, 1024 * 1024):
-        zone.catalog.ensure()
+        zone.writer.ensure()
         ballast = fill(zone.catalog.root)
         ballast.write_bytes(b"\0" * (ballast.stat().st_size - 2 * BLOCK))  # 2 blocks free
         for _ in range(5):  # more failed ticks than the backout threshold

@@ -169,7 +169,7 @@ def test_a_standby_lands_nothing_says_who_holds_the_lease_and_leaves_partials_al
     dr = Platform(tmp_path, clock, holder=DR)
     prod.put(3)
     assert prod.intake.tick(0).status is TickStatus.BATCHES
-    prod.zone.catalog.ensure()
+    prod.zone.writer.ensure()
     partial = prod.zone.catalog.tmp_dir / "0000000002.parquet.abc.partial"
     partial.write_bytes(b"the holder's batch in progress")
     dr.put(2)
@@ -326,7 +326,7 @@ def test_an_unreadable_lease_is_an_outage(tmp_path, clock):
 
 def test_the_holder_removes_partial_files_a_crash_left(tmp_path, clock):
     p = Platform(tmp_path, clock)
-    p.zone.catalog.ensure()
+    p.zone.writer.ensure()
     for n in range(2):
         (p.zone.catalog.tmp_dir / f"0000000001.parquet.{n}.partial").write_bytes(b"half a file")
     p.put(1)

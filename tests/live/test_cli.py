@@ -51,7 +51,7 @@ def test_the_first_landings_one_off_import_is_paid_before_the_service_runs(tmp_p
         "print('before', 'pandas' in sys.modules)\n"
         "ns = types.SimpleNamespace\n"
         "service = ns(\n"
-        "    source=ns(description='a queue'), zone=ns(root='a zone'),\n"
+        "    source=ns(description='a queue'), zone=ns(catalog=ns(root='a zone')),\n"
         "    config=ns(fold=ns(priority=None)), request_stop=lambda: None,\n"
         "    run=lambda: print('running', 'pandas' in sys.modules),\n"
         ")\n"

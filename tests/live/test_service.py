@@ -538,7 +538,7 @@ def test_a_full_landing_disk_pauses_intake_without_counting_a_delivery(tmp_path)
     )
     lease = ConsumerLease(tmp_path / "lease", "test@localhost:1", 60.0)  # off the full disk
     with mounted_tmpfs(place.zone.catalog.root, 4 * 1024 * 1024):
-        place.zone.catalog.ensure()
+        place.zone.writer.ensure()
         ballast = fill(place.zone.catalog.root)
         place.put(feed)
         paused = _error_logged("landing zone")

@@ -104,7 +104,7 @@ def test_landing_never_overwrites_a_batch_landed_concurrently(tmp_path, monkeypa
 
 def test_partial_files_from_a_crash_are_not_batches_and_are_cleaned(tmp_path):
     zone = LandingZone(tmp_path)
-    zone.catalog.ensure()
+    zone.writer.ensure()
     (zone.catalog.tmp_dir / f"{batch_key(1)}.parquet.123.partial").write_bytes(b"half a file")
     assert zone.catalog.keys() == []
     assert zone.writer.clean_partials() == 1

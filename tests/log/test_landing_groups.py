@@ -243,7 +243,7 @@ def test_an_empty_folder_left_before_the_first_part_is_no_batch(tmp_path):
 
 def test_land_removes_an_empty_folder_of_the_number_it_takes(tmp_path):
     zone = LandingZone(tmp_path)
-    zone.catalog.ensure()
+    zone.writer.ensure()
     zone.catalog.batch_dir(batch_key(1)).mkdir()
     batch = zone.writer.land(_messages(1))
     assert batch.key == batch_key(1)

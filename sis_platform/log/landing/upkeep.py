@@ -1,7 +1,6 @@
 """`Upkeep`: a landing zone's maintenance by the consumer lease's holder: sealed batches in parts
-merged into one file and their parts folders removed after a grace (sis_platform/log/landing/
-merge.py), and batches past the retention expired once the lake has them (sis_platform/log/
-landing/expiry.py).
+merged into one file and their parts folders removed after a grace (`merge.py` beside it), and
+batches past the retention expired once the lake has them (`expiry.py`).
 
 sis-live runs both a bounded step per idle turn (`merger`, `expirer`); `sis-live merge` merges
 an existing zone in one go (`merge_all`). What is read to verify a merge comes from the

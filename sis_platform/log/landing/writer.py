@@ -1,8 +1,8 @@
 """`ZoneWriter`: what lands in a landing zone: a batch landed whole as one file (the sensor's
 intake), bodies too large for a batch moved aside to `overflow/`, a missing anchor restored
 after a crash, what a crash left half-written removed, and whether the zone has room for what
-is about to be got. A resident consumer lands groups through it (sis_platform/log/landing/
-groups.py: `GroupWriter`, sealing).
+is about to be got. A resident consumer lands groups through it (`GroupWriter` and sealing, in
+`groups.py` beside it).
 
 Every file is written to a temporary name in `tmp/`, fsync'd, claimed with a hard link (which
 never overwrites) and its folder fsync'd; a batch's anchor is signed (`AnchorSigner`) and
