@@ -8,8 +8,8 @@ sis-live writes.
 - lag in seconds: how long the oldest landed message the lake has not folded has waited (the
   first message of the first batch after the lake's last folded batch, or the open batch's
   opening when that is the batch waiting); 0 when nothing waits. The same measure as the
-  lake_lag check (sis_platform/log/landing/backlog.py, `Backlog.lag_seconds`), so one
-  threshold means the same on both.
+  lake_lag_within_bounds check (sis_platform/log/landing/backlog.py, `Backlog.lag_seconds`), so
+  one threshold means the same on both.
 
 `LakeWatch.turn` runs on sis-live's loop once per `seconds` at most: one single-row read of the
 store, and a listing of the landing zone plus one column of one file only when the lake's

@@ -154,7 +154,8 @@ def test_the_lakes_progress_lag_and_dead_letters_are_exported_from_its_record_in
         with open_store(place.url) as store:  # as the lake's fold records it
             store.record_lake_progress(LakeProgress(4, 2, committed, 3))
         assert service.wait_until(lambda s: exported(4), BOUND_SECONDS)
-        oldest = backlog_after(place.zone, 2).oldest_landed_at  # the lake_lag check's measure
+        # The measure of the lake_lag_within_bounds check.
+        oldest = backlog_after(place.zone, 2).oldest_landed_at
         assert oldest is not None
         before = datetime.now(UTC)
         samples, types = scraped(base)
