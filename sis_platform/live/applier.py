@@ -331,13 +331,14 @@ class Applier:
 
     def lake_progress(self) -> LakeProgress | None:
         """The lake's progress as the fold last recorded it in the store (None: never
-        recorded, or the store unavailable now, which is then retried like any outage)."""
+        recorded, or the store unavailable now). An outage seen here is left to the next
+        commit or idle turn to handle, so a pipelined group is never abandoned for it."""
         if self._retry.failing or self._store is None:
             return None
         try:
             return self._store.lake_progress()
         except ServingUnavailable as error:
-            self._unavailable(error)
+            log.debug("the lake's progress not read: %s", error)
             return None
 
     def _prune(self, now: float) -> None:
