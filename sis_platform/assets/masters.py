@@ -63,6 +63,7 @@ from sis_platform.resources.platform import (
     LandingZoneResource,
 )
 from sis_platform.resources.serving import ServingStoreResource
+from sis_platform.runtime.faults import LAKE_PROGRESS_POINTS, crash_point
 from sis_platform.serving import LakeProgress, ServingUnavailable
 
 FOLD_POOL = "sis_fold"
@@ -276,6 +277,7 @@ def record_lake_progress(
     record = LakeProgress(
         progress.fold_step, progress.last_batch_seq, progress.committed_at, progress.dead_letters
     )
+    crash_point(LAKE_PROGRESS_POINTS[0])
     try:
         with serving.open_store() as store:
             store.record_lake_progress(record)
