@@ -1,7 +1,7 @@
 """The two intake modes the end-to-end and broker tests run in (SIS_INTAKE), and what live mode
 adds to their checks: the serving store sis-live kept equals the reference over the landed log,
-and the live_matches_lake check passes where the lake has folded (the store on SQLite or
-PostgreSQL)."""
+and the live_matches_lake check passes where the lake has folded, whose progress is recorded in
+the store (the store on SQLite or PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -35,8 +35,8 @@ def serving_db(h: Harness) -> Path:
 
 def assert_live_path(h: Harness, ref: ReferencePipeline, *, lake_folded: bool = True) -> None:
     """In live mode: the serving store equals `ref` (the reference over the landed log) and,
-    when the lake has folded the log, live_matches_lake passes. Nothing in sensor mode, which
-    keeps no serving store."""
+    when the lake has folded the log, live_matches_lake passes and the lake has recorded its
+    progress there. Nothing in sensor mode, which keeps no serving store."""
     if h.intake != "live":
         return
     location = parse_location(h.serving_url)
@@ -52,3 +52,8 @@ def assert_live_path(h: Harness, ref: ReferencePipeline, *, lake_folded: bool = 
         metadata = {k: v.value for k, v in evaluation.metadata.items()}
         assert metadata["mismatches"] == 0
         assert metadata["masters_compared"] > 0
+        # The lake's fold recorded where it stands in the store, for sis-live's /metrics.
+        with h.open_store() as store:
+            progress = store.lake_progress()
+        assert progress is not None
+        assert progress.last_batch_seq == metadata["lake_batch_seq"] > 0

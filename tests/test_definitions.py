@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any
 
 import dagster as dg
 import pytest
@@ -42,6 +43,12 @@ def _checks(repo: dg.RepositoryDefinition) -> set[str]:
     return {k.name for k in repo.asset_graph.asset_check_keys}
 
 
+def _serving(tmp_path, intake: str) -> Any:
+    """The serving store's resource as the definitions of `intake` hold it."""
+    env = {"SIS_DATA_DIR": str(tmp_path), "SIS_INTAKE": intake}
+    return (build_definitions(env).resources or {})["serving"]
+
+
 def test_live_intake_is_the_default_the_lake_registers_what_sis_live_lands(tmp_path):
     repo = _loaded(build_definitions({"SIS_DATA_DIR": str(tmp_path)}))
     assert {s.name for s in repo.sensor_defs} == LIVE_SENSORS
@@ -52,6 +59,8 @@ def test_live_intake_is_the_default_the_lake_registers_what_sis_live_lands(tmp_p
     }
     assert dg.AssetKey("serving_store") in repo.asset_graph.get_all_asset_keys()
     assert _checks(repo) == {*LAKE_CHECKS, *SERVING_CHECKS}
+    # The fold records the lake's progress in the store sis-live keeps, for its /metrics.
+    assert _serving(tmp_path, "live").records_lake_progress
 
 
 def test_sensor_intake_consumes_with_the_queue_sensor_and_has_no_serving_store(tmp_path):
@@ -61,6 +70,8 @@ def test_sensor_intake_consumes_with_the_queue_sensor_and_has_no_serving_store(t
     assert "check_live_matches_lake" not in {j.name for j in repo.get_all_jobs()}
     assert dg.AssetKey("serving_store") not in repo.asset_graph.get_all_asset_keys()
     assert _checks(repo) == LAKE_CHECKS
+    # No sis-live keeps or reads a store: the fold records nothing in one.
+    assert not _serving(tmp_path, "sensor").records_lake_progress
 
 
 @pytest.mark.parametrize(

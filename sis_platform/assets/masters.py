@@ -5,7 +5,9 @@ The fold is global incremental state, not a function of one batch: each material
 fold step over every landed batch not yet folded, up to the first missing one, in feed order
 (lake/spark/fold/). It runs in every batch run the queue sensor requests (after that batch's
 message_items), in a dead-letter replay (with `replay` config), and whenever a user materializes
-it. Every writer of the fold's tables runs in the `sis_fold` pool, one at a time.
+it. Every writer of the fold's tables runs in the `sis_fold` pool, one at a time. With live
+intake each run records the fold's progress in the serving store (`record_lake_progress`), from
+which sis-live exports the lake's lag and dead letters.
 
 No `from __future__ import annotations` in asset and sensor modules: Dagster reads the
 `context` annotation at definition time.
@@ -32,7 +34,12 @@ from sis_platform.assets.table_specs import identifier, location, table_spec
 from sis_platform.lake.delta import Lake
 from sis_platform.lake.spark.checks import dead_letter_rate
 from sis_platform.lake.spark.dead_letter_summary import dead_letter_summary
-from sis_platform.lake.spark.fold import FoldStepResult, committed_step, fold_step
+from sis_platform.lake.spark.fold import (
+    FoldStepResult,
+    committed_step,
+    fold_progress,
+    fold_step,
+)
 from sis_platform.lake.spark.items import ItemsSummary
 from sis_platform.lake.spark.model import model_step
 from sis_platform.lake.spark.replay import ReplayResult, replay_dead_letters
@@ -55,6 +62,9 @@ from sis_platform.resources.platform import (
     FeedProcessingResource,
     LandingZoneResource,
 )
+from sis_platform.resources.serving import ServingStoreResource
+from sis_platform.runtime.faults import LAKE_PROGRESS_POINTS, crash_point
+from sis_platform.serving import LakeProgress, ServingUnavailable
 
 FOLD_POOL = "sis_fold"
 WHEN = (
@@ -152,6 +162,7 @@ def fold_masters(
     processing: FeedProcessingResource,
     landing: LandingZoneResource,
     feed_checks: FeedChecksResource,
+    serving: ServingStoreResource,
 ) -> Iterator[dg.MaterializeResult | dg.AssetObservation | dg.AssetCheckResult]:
     processing.compiled_selector()  # a bad selector fails here, loudly, before any write
     processing.compiled_priority()
@@ -170,6 +181,8 @@ def fold_masters(
         replayed = replay(context, config.replay, lk, processing, landing.root)
         result = replayed.step
     log_step(context, result)
+    if serving.records_lake_progress:
+        record_lake_progress(context, lk, serving)
     # Where the fold stands: the step just committed, or the last one before it.
     if result.fold_step is not None and result.last_batch_seq is not None:
         step, folded_through = result.fold_step, result.last_batch_seq
@@ -248,6 +261,28 @@ def replay(
         f"{result.step.rewound_masters} master(s) rewound and refolded"
     )
     return result
+
+
+def record_lake_progress(
+    context: dg.AssetExecutionContext, lake: Lake, serving: ServingStoreResource
+) -> None:
+    """Record the fold's progress in the serving store, where sis-live exports it (its
+    /metrics: docs/operations.md, "Monitoring"). Every run records it, a run that folded nothing
+    too: the record is read from fold_steps, so a run that ended between its step's commit and
+    this record is made good by the next run. The store unavailable does not fail the fold (the
+    lake's tables are committed); the next run records it."""
+    progress = fold_progress(lake)
+    if progress is None:
+        return  # nothing folded yet: no record, and sis-live exports no lake metrics
+    record = LakeProgress(
+        progress.fold_step, progress.last_batch_seq, progress.committed_at, progress.dead_letters
+    )
+    crash_point(LAKE_PROGRESS_POINTS[0])
+    try:
+        with serving.open_store() as store:
+            store.record_lake_progress(record)
+    except ServingUnavailable as error:
+        context.log.warning(f"the lake's progress is not recorded in the serving store: {error}")
 
 
 def log_step(context: dg.AssetExecutionContext, result: FoldStepResult) -> None:

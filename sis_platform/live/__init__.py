@@ -4,6 +4,7 @@ messages durably, folds them in memory with the domain's code (`fold.py`, in wor
 then commits the queue (`service.py`, the loop); `budget.py` bounds
 an item's time, `config.py` its bounds, `process.py` one process built from the settings;
 `metrics.py` its Prometheus metrics and `endpoint.py` the HTTP endpoint that serves them with
-its health (/metrics, /healthz, /readyz).
+its health (/metrics, /healthz, /readyz); `lakelag.py` the lake's progress and lag it exports
+too, from the row the lake's fold records in the serving store.
 
 No Dagster or Spark import anywhere in this package."""

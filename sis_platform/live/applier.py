@@ -59,7 +59,12 @@ from sis_platform.log.landing import (
 )
 from sis_platform.log.landing.expiry import LogExpired, reading_from
 from sis_platform.runtime.faults import LIVE_BETWEEN_PARTS, crash_point
-from sis_platform.serving.records import STORE_BEYOND_LANDING, GroupCommit, ServingUnavailable
+from sis_platform.serving.records import (
+    STORE_BEYOND_LANDING,
+    GroupCommit,
+    LakeProgress,
+    ServingUnavailable,
+)
 
 if TYPE_CHECKING:
     from sis_platform.serving import ServingStore
@@ -323,6 +328,18 @@ class Applier:
                 self.checked_batch = self._store.retention().checked_batch
         except ServingUnavailable as error:
             self._unavailable(error)
+
+    def lake_progress(self) -> LakeProgress | None:
+        """The lake's progress as the fold last recorded it in the store (None: never
+        recorded, or the store unavailable now). An outage seen here is left to the next
+        commit or idle turn to handle, so a pipelined group is never abandoned for it."""
+        if self._retry.failing or self._store is None:
+            return None
+        try:
+            return self._store.lake_progress()
+        except ServingUnavailable as error:
+            log.debug("the lake's progress not read: %s", error)
+            return None
 
     def _prune(self, now: float) -> None:
         """One bounded prune step (ServingStore.prune): again at the next idle turn while

@@ -8,7 +8,9 @@ sizes, put -> visible latency) is counted on the loop's thread, a few dictionary
 lock-protected additions per group plus one histogram observation per applied message. What is
 state (positions, lease, source and store, how long the store has been behind, the heartbeat's
 age) is read from the service only when a scrape asks (`LiveState`), so it costs the loop
-nothing. Labels take values from fixed sets only: a reason the platform does not define is
+nothing. The lake's progress, lag and dead letters (`sis_lake_*`) are exported by the lease
+holder from the lake's record in the serving store (lakelag.py). Labels take values from fixed
+sets only: a reason the platform does not define is
 counted as `other`, so no message can add a series.
 """
 
@@ -18,18 +20,22 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client import Counter as CounterMetric
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
 from sis_platform.domain.reasons import Outcome, Reason
+from sis_platform.live.lakelag import LakeLag
 from sis_platform.log.landing import LandedMessage
 from sis_platform.serving.records import GroupCommit
 
 NAMESPACE = "sis_live"
+# The lake's metrics, exported by the lease holder from the lake's own record (lakelag.py).
+LAKE_NAMESPACE = "sis_lake"
 # The stages of a group whose durations are observed (`sis_live_stage_seconds{stage}`).
 STAGES = ("get", "land", "fold", "commit", "queue_commit")
 # `sis_live_messages_total{stage}`: got off the queue, landed durably, applied to the store.
@@ -244,6 +250,7 @@ class LiveState:
     heartbeat_age_seconds: float | None  # since the loop last went round (None: no heartbeat)
     alive: bool
     ready: bool
+    lake: LakeLag | None = None  # the lake's progress and lag (None: not recorded, or standby)
 
 
 class _StateCollector(Collector):
@@ -300,3 +307,39 @@ class _StateCollector(Collector):
             )
         yield gauge("alive", "1 while /healthz answers 200", s.alive)
         yield gauge("ready", "1 while /readyz answers 200", s.ready)
+        if s.lake is not None:
+            yield from _lake_metrics(s.lake, datetime.now(UTC))
+
+
+def _lake_metrics(lake: LakeLag, now: datetime) -> Iterator[Metric]:
+    """The lake's progress and lag (sis_platform/live/lakelag.py defines each)."""
+    progress = lake.progress
+
+    def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+        return GaugeMetricFamily(f"{LAKE_NAMESPACE}_{name}", doc, value=value)
+
+    yield gauge("last_fold_step", "The lake's last committed fold step", progress.fold_step)
+    yield gauge(
+        "last_folded_batch", "The last batch of the lake's last committed fold step",
+        progress.last_batch_seq,
+    )  # fmt: skip
+    yield gauge(
+        "last_fold_step_timestamp_seconds",
+        "When the lake's last fold step committed (Unix time)",
+        progress.committed_at.timestamp(),
+    )
+    yield gauge(
+        "lag_batches",
+        "Sealed batches landed after the lake's last folded batch",
+        lake.batches,
+    )
+    yield gauge(
+        "lag_seconds",
+        "How long the oldest landed message the lake has not folded has waited (0: none)",
+        lake.seconds(now),
+    )
+    yield CounterMetricFamily(
+        f"{LAKE_NAMESPACE}_dead_letters",
+        "Dead letters written by the lake's committed fold steps",
+        value=progress.dead_letters,
+    )

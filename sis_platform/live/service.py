@@ -58,6 +58,7 @@ from sis_platform.intake.lease import ConsumerLease, Lease, LeaseError
 from sis_platform.live.applier import Applier
 from sis_platform.live.budget import BudgetConfig
 from sis_platform.live.config import LiveConfig, Retry
+from sis_platform.live.lakelag import LakeWatch
 from sis_platform.live.metrics import LiveRecorder, LiveState
 from sis_platform.log.landing import (
     ClosedBy,
@@ -138,6 +139,9 @@ class LiveService:
         self.landed_messages = 0  # messages this process has landed
         self.holding = False  # consuming under the lease now (False: standing by)
         self._behind_since: float | None = None  # monotonic: since when the store is behind
+        # The lake's progress and lag (sis_platform/live/lakelag.py), read by the lease holder
+        # at the store heartbeat's pace.
+        self._lake = LakeWatch(zone.catalog, config.heartbeat_seconds, clock)
 
     def request_stop(self) -> None:
         """End `run` after the group in hand (safe from a signal handler)."""
@@ -208,6 +212,8 @@ class LiveService:
             heartbeat_age_seconds=None if beat is None else max(0.0, now - beat.at),
             alive=verdict.alive,
             ready=verdict.ready,
+            # The lease holder's only: a standby's would be stale, and counted twice.
+            lake=self._lake.current if self.holding else None,
         )
 
     def run(self) -> None:
@@ -338,6 +344,7 @@ class LiveService:
 
     def _step(self, writer: GroupWriter) -> None:
         """One group, or one wait for one."""
+        self._lake.turn(self.applier.lake_progress, self._landed_to, writer.open_batch)
         if self.applier.behind(self._landed_to):
             self.applier.catch_up(self._landed_to, self._keep_catching_up)
             if self.applier.halted is not None:

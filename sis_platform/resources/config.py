@@ -104,9 +104,12 @@ def resources(settings_or_env: Settings | Mapping[str, str] | None = None) -> di
             lake_lag_fail_seconds=settings.checks.lake_lag_fail_seconds,
             dead_letter_rate_warn=settings.checks.dead_letter_rate_warn,
         ),
-        # Read by the serving store's reporter and checks (live intake); the URL only.
+        # Read by the serving store's reporter and checks (live intake); the URL only. The fold
+        # records the lake's progress in it only where a sis-live keeps it.
         "serving": ServingStoreResource(
-            url=settings.serving.url, max_lag_seconds=settings.live.max_lag_seconds
+            url=settings.serving.url,
+            max_lag_seconds=settings.live.max_lag_seconds,
+            records_lake_progress=settings.intake == "live",
         ),
     }
 

@@ -3,7 +3,8 @@
 The resource holds the store's URL only (`sqlite:///<path>` or `postgresql://user@host/db`);
 the PostgreSQL password is never part of it: `sis_platform.serving.open_store` takes it from
 SIS_SERVING_PASSWORD when it connects. The reporter sensor and the live == lake check open the
-store through it; sis-live itself never imports Dagster.
+store through it, and the fold records the lake's progress in it (live intake only); sis-live
+itself never imports Dagster.
 """
 
 from __future__ import annotations
@@ -30,6 +31,13 @@ class ServingStoreResource(dg.ConfigurableResource):
         gt=0,
         description="How long a landed message may wait for the store before live_store_fresh "
         "fails (SIS_LIVE_MAX_LAG_SECONDS).",
+    )
+
+    records_lake_progress: bool = Field(
+        default=False,
+        description="Whether the fold records the lake's progress in the store after each run "
+        "(ServingStore.record_lake_progress), for sis-live's /metrics: on with live intake, "
+        "off with sensor intake, where no sis-live keeps or reads a store.",
     )
 
     def open_store(self) -> ServingStore:

@@ -107,9 +107,13 @@ RETENTION_POINTS = (
     "retention.partition_retired",  # a key of the chunk deleted; the rest and the cursor not
     "retention.run_events_deleted",  # a run's event log deleted, its run record not
 )
+# The fold's progress recorded in the serving store (assets/masters.py, live intake): the step
+# committed to the lake, its record not written.
+LAKE_PROGRESS_POINTS = ("fold.before_lake_progress",)
 CRASH_POINTS = (
     CONSUMER_POINTS
     + MATERIALIZER_POINTS
+    + LAKE_PROGRESS_POINTS
     + REWIND_POINTS
     + LIVE_POINTS
     + PRIORITY_POINTS

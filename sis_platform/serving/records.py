@@ -95,6 +95,17 @@ class Retention(NamedTuple):
     dead_letters_pruned_seq: int
 
 
+class LakeProgress(NamedTuple):
+    """The `lake_progress` row: the lake's last committed fold step (fold_steps), recorded in
+    the store by the fold asset (sis_platform/serving/schema.py, LAKE_PROGRESS)."""
+
+    fold_step: int
+    last_batch_seq: int  # the last batch that step folded
+    committed_at: datetime  # when that step committed (UTC)
+    dead_letters: int  # dead letters written by every committed step, summed
+    recorded_at: datetime | None = None  # when the store got the record (set by the store)
+
+
 class Pruned(NamedTuple):
     """One prune step: rows removed from each table, and whether more is prunable now."""
 

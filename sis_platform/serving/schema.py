@@ -16,8 +16,9 @@ from sis_platform.domain.model import MODEL_COLUMNS, ModelKind
 
 # Bumped when a table changes; a store of another version is refused rather than misread,
 # except an older one `UPGRADES` brings up to date (tables are only ever added).
-SCHEMA_VERSION = 4
-UPGRADES = (1, 2, 3)  # version 2 added `ahead`, version 3 `halt`, version 4 `retention`
+SCHEMA_VERSION = 5
+# Version 2 added `ahead`, version 3 `halt`, version 4 `retention`, version 5 `lake_progress`.
+UPGRADES = (1, 2, 3, 4)
 
 Kind = Literal["text", "bytes", "int", "bool", "timestamp", "decimal"]
 
@@ -232,6 +233,24 @@ RETENTION = TableDef(
     primary_key=("id",),
 )
 
+# At most one row (id 1): the lake's last committed fold step as the lake last recorded it
+# (ServingStore.record_lake_progress, from fold_steps: written by the fold asset after each
+# run, live intake only), so sis-live exports the lake's progress without Spark or Delta.
+# `dead_letters`: the dead letters every committed step wrote, summed (a counter: it restarts
+# only when the lake is rebuilt). Absent until the lake first records.
+LAKE_PROGRESS = TableDef(
+    "lake_progress",
+    (
+        _c("id", "int", False),
+        _c("fold_step", "int", False),
+        _c("last_batch_seq", "int", False),
+        _c("committed_at", "timestamp", False),
+        _c("dead_letters", "int", False),
+        _c("recorded_at", "timestamp", False),
+    ),
+    primary_key=("id",),
+)
+
 TABLES = (
     MASTERS,
     EVENTS,
@@ -244,6 +263,7 @@ TABLES = (
     AHEAD,
     HALT,
     RETENTION,
+    LAKE_PROGRESS,
 )
 MODEL_TABLES = (EVENTS, MARKETS, SELECTIONS)
 

@@ -30,6 +30,7 @@ from sis_platform.serving.records import (
     DeadLetter,
     DeadLettersPruned,
     GroupCommit,
+    LakeProgress,
     MasterRow,
     PositionConflict,
     Pruned,
@@ -44,6 +45,7 @@ from sis_platform.serving.schema import (
     CHANGES,
     DEAD_LETTERS,
     HALT,
+    LAKE_PROGRESS,
     MASTERS,
     MESSAGE_OUTCOMES,
     MODEL_TABLES,
@@ -68,6 +70,11 @@ _UPSERT_MASTER = (
     MASTERS.insert() + " ON CONFLICT (master_id) DO UPDATE SET version = excluded.version, "
     "document = excluded.document, message_id = excluded.message_id, "
     "updated_at = excluded.updated_at, stale = excluded.stale, filtered = excluded.filtered"
+)
+_UPSERT_LAKE_PROGRESS = (
+    LAKE_PROGRESS.insert() + " ON CONFLICT (id) DO UPDATE SET fold_step = excluded.fold_step, "
+    "last_batch_seq = excluded.last_batch_seq, committed_at = excluded.committed_at, "
+    "dead_letters = excluded.dead_letters, recorded_at = excluded.recorded_at"
 )
 _CHANGE_COLUMNS = (
     "seq, master_id, version, message_id, put_time, committed_at, batch_seq, msg_seq, "
@@ -377,6 +384,44 @@ class ServingStore(ABC):
                 )
 
         self._run(work)
+
+    # -- the lake's progress --------------------------------------------------------------------
+
+    def record_lake_progress(self, progress: LakeProgress) -> None:
+        """Record the lake's last committed fold step (one row, replaced): written by the fold's
+        single writer, so the newest record is the lake's state, also after a rebuilt lake
+        starts its steps again."""
+
+        def work(conn: Any) -> None:
+            with self._transaction(conn, write=True):
+                conn.execute(self._sql(_UPSERT_LAKE_PROGRESS), self._lake_progress_row(progress))
+
+        self._run(work)
+
+    def _lake_progress_row(self, progress: LakeProgress) -> tuple[Any, ...]:
+        return (
+            1,
+            progress.fold_step,
+            progress.last_batch_seq,
+            self._timestamp_in(progress.committed_at),
+            progress.dead_letters,
+            self._timestamp_in(utc_now()),
+        )
+
+    def lake_progress(self) -> LakeProgress | None:
+        """The lake's progress as last recorded (None: never recorded); one row by key."""
+        row = self._run(
+            lambda c: self._one(
+                c,
+                "SELECT fold_step, last_batch_seq, committed_at, dead_letters, recorded_at "
+                "FROM lake_progress WHERE id = 1",
+            )
+        )
+        if row is None:
+            return None
+        return LakeProgress(
+            int(row[0]), int(row[1]), self._stamp(row[2]), int(row[3]), self._stamp(row[4])
+        )
 
     def prune(self, window: timedelta, chunk: int = PRUNE_CHUNK) -> Pruned:
         """One bounded step of removing history: the change log and the dead letters, oldest

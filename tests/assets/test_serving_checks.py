@@ -1,11 +1,13 @@
 """live_matches_lake on a real lake (Spark, Delta) and a real SQLite serving store, both built
 from the same log landed in groups: the lake by the runs the landed-batches sensor requests, the
 store by sis-live's fold. The check runs in its own job, as live_matches_lake_sensor requests
-it."""
+it. The lake's runs record its progress in the store sis-live keeps (live intake), from which
+sis-live exports the lake's lag and dead letters."""
 
 from __future__ import annotations
 
 import sqlite3
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ import pytest
 
 from sis_platform.definitions import build_definitions
 from sis_platform.domain.limits import DEFAULT_LIMITS
+from sis_platform.lake.tables import DEAD_LETTERS, FOLD_STEPS
 from sis_platform.live.fold import FoldOptions, LiveFold
 from sis_platform.log.landing import START_POSITION, ClosedBy, GroupWriter
 from sis_platform.sensors.landed_sensor import build_landed_batches_sensor
@@ -39,7 +42,7 @@ def folded_lake(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Harness
     """Two batches landed in groups as sis-live lands them, registered by the landed-batches
     sensor and folded by the lake: two masters, one of them stale, a duplicate, an invalid
     message and an orphan update."""
-    h = Harness(tmp_path_factory.mktemp("live_lake") / "data")
+    h = Harness(tmp_path_factory.mktemp("live_lake") / "data", {"SIS_INTAKE": "live"})
     writer = GroupWriter(h.zone.writer)
     groups = [
         [
@@ -161,3 +164,28 @@ def test_the_check_is_requested_once_per_fold_position(folded_lake):
     assert request.run_key == "live-matches-lake-2"
     again = sensor(dg.build_sensor_context(instance=folded_lake.instance, cursor=result.cursor))
     assert isinstance(again, dg.SensorResult) and not again.run_requests
+
+
+def test_each_fold_run_records_the_lakes_progress_in_the_serving_store(folded_lake, spark):
+    """From fold_steps: the last committed step, its last batch and commit time, and the dead
+    letters of every step; a run that ended before recording it is made good by the next."""
+    lake = folded_lake.lake(spark)
+    steps = lake.read(FOLD_STEPS).collect()
+    last = max(steps, key=lambda r: r["fold_step"])
+    dead_letters = lake.read(DEAD_LETTERS).count()
+    assert dead_letters == sum(r["dead_lettered"] for r in steps) > 0
+    with folded_lake.open_store() as store:
+        recorded = store.lake_progress()
+        assert recorded is not None
+        assert recorded[:2] == (last["fold_step"], 2)
+        assert recorded.committed_at == last["committed_at"].replace(tzinfo=UTC)
+        assert recorded.dead_letters == dead_letters
+        # As if the last run had died between its step's commit and this record.
+        store._run(lambda conn: conn.execute("DELETE FROM lake_progress"))
+        assert store.lake_progress() is None
+    again = folded_lake.materialize("0000000002", "master_documents")  # nothing new to fold
+    assert not again.asset_materializations_for_node("fold_masters")
+    with folded_lake.open_store() as store:
+        assert store.lake_progress() == recorded._replace(
+            recorded_at=store.lake_progress().recorded_at  # type: ignore[union-attr]
+        )

@@ -1,19 +1,23 @@
 """The alert rules shipped for sis-live (deploy/prometheus/alerts.yml): valid for Prometheus
 (`promtool check rules`), behaving as their unit tests say (`promtool test rules`,
-tests/deploy/alerts_test.yml), and naming only metrics sis-live exports; and the Grafana
-dashboard (deploy/grafana/sis-live.json): valid PromQL naming only those metrics."""
+tests/deploy/alerts_test.yml), and naming only metrics sis-live exports (the lake's among them);
+and the Grafana dashboard (deploy/grafana/sis-live.json): valid PromQL naming only those
+metrics."""
 
 from __future__ import annotations
 
 import json
 import re
 import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import yaml
 
+from sis_platform.live.lakelag import LakeLag
 from sis_platform.live.metrics import LiveMetrics, LiveState
+from sis_platform.serving import LakeProgress
 from tests.prometheus import prometheus_binary
 
 pytestmark = pytest.mark.cost(5)
@@ -62,6 +66,7 @@ def exported_names() -> set[str]:
         heartbeat_age_seconds=0.5,
         alive=True,
         ready=True,
+        lake=LakeLag(LakeProgress(1, 1, datetime.now(UTC), 0), 1, None),
     )
     metrics.watch(lambda: state)
     return {s.name for family in metrics.registry.collect() for s in family.samples}
@@ -76,9 +81,10 @@ def test_every_alert_names_metrics_sis_live_exports() -> None:
         "SisLiveDeadLetterRate",
         "SisLiveLeaseLost",
         "SisLiveLeaseFlapping",
+        "SisLakeLagging",
     }
     for rule in rules:
-        named = set(re.findall(r"\b(sis_live_\w+)", rule["expr"]))
+        named = set(re.findall(r"\b(sis_(?:live|lake)_\w+)", rule["expr"]))
         assert named, rule["alert"]
         assert named <= exported, (rule["alert"], named - exported)
 
@@ -98,9 +104,9 @@ def test_the_dashboard_names_only_metrics_sis_live_exports() -> None:
         assert panel["targets"], panel["title"]
         for target in panel["targets"]:
             assert target["datasource"]["uid"] == "${datasource}", panel["title"]
-            named = set(re.findall(r"\b(sis_live_\w+|process_\w+)", target["expr"]))
+            named = set(re.findall(r"\b(sis_(?:live|lake)_\w+|process_\w+)", target["expr"]))
             assert named, (panel["title"], target["expr"])
-            own = {n for n in named if n.startswith("sis_live_")}
+            own = {n for n in named if n.startswith(("sis_live_", "sis_lake_"))}
             assert own <= exported, (panel["title"], own - exported)
             assert named - own <= {"process_resident_memory_bytes"}, panel["title"]
 

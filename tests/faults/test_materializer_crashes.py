@@ -19,6 +19,7 @@ from sis_platform.runtime.faults import (
     CONSUMER_POINTS,
     CRASH_POINTS,
     EXPIRE_POINTS,
+    LAKE_PROGRESS_POINTS,
     LIVE_POINTS,
     MERGE_POINTS,
     PRIORITY_POINTS,
@@ -45,8 +46,10 @@ def test_sequences_cover_every_declared_crash_point():
     # tests/live/test_crashes.py and tests/live/test_priority.py, the rewind's in
     # test_rewind_crashes.py, the serving store's prune in tests/serving/test_retention.py, the
     # landing merge's in tests/log/test_merge_crashes.py, the landing expiry's in
-    # tests/log/test_expiry.py, Dagster's retention's in tests/sensors/test_retention_crashes.py.
+    # tests/log/test_expiry.py, Dagster's retention's in tests/sensors/test_retention_crashes.py,
+    # the fold's progress record's in tests/faults/test_lake_progress_crash.py.
     others = set(CONSUMER_POINTS) | set(REWIND_POINTS) | set(LIVE_POINTS) | set(PRIORITY_POINTS)
+    others |= set(LAKE_PROGRESS_POINTS)
     others |= set(PRUNE_POINTS) | set(MERGE_POINTS) | set(EXPIRE_POINTS) | set(RETENTION_POINTS)
     assert sorted(covered | others) == sorted(CRASH_POINTS)
     assert len(covered) == len(sequences)

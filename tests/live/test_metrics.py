@@ -2,7 +2,8 @@
 message is counted through its stages and outcomes as the store records them, the latency
 histogram holds one observation per applied message, /healthz and /readyz follow the heartbeat
 and the lease, label values stay within fixed sets, and a hostile client cannot hold the
-endpoint."""
+endpoint; the lake's progress, lag and dead letters are exported from the lake's record in the
+store."""
 
 from __future__ import annotations
 
@@ -12,19 +13,23 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from sis_platform.intake.lease import ConsumerLease
 from sis_platform.live.endpoint import MetricsEndpoint
 from sis_platform.live.metrics import OUTCOMES, LiveMetrics, reason_label
 from sis_platform.live.service import LiveService
+from sis_platform.log.landing.backlog import backlog_after
 from sis_platform.runtime.heartbeat import Heartbeat
+from sis_platform.serving import LakeProgress, open_store
 from sis_platform.serving.records import GroupCommit, OutcomeRow
 from sis_platform.simulator.generator import generate_feed
-from tests.live.running import BOUND_SECONDS, Place, drained, running
+from tests.live.running import BOUND_SECONDS, CONFIG, Place, drained, running
 
 STALL = 60.0
 NOT_XML = b"<event id='1'"  # dead-lettered `not-well-formed`
@@ -114,6 +119,68 @@ def test_every_message_is_counted_through_its_stages_and_outcomes_as_the_store_r
             status, _, reason = get(f"{base}/readyz")
             assert (status, "consuming and caught up" in reason) == (200, True)
             assert get(f"{base}/nothing")[0] == 404
+
+
+def scraped(base: str) -> tuple[dict[str, float], dict[str, str]]:
+    """Every sample of /metrics by name (unlabelled ones), and each family's type."""
+    status, _, text = get(f"{base}/metrics")
+    assert status == 200
+    families = list(text_string_to_metric_families(text))
+    samples = {s.name: s.value for f in families for s in f.samples if not s.labels}
+    return samples, {f.name: f.type for f in families}
+
+
+@pytest.mark.timeout(300)
+def test_the_lakes_progress_lag_and_dead_letters_are_exported_from_its_record_in_the_store(
+    tmp_path: Path,
+) -> None:
+    place = Place(tmp_path)
+    place.put(list(generate_feed(7, 60)))
+    metrics = LiveMetrics(process=False)
+    config = replace(CONFIG, batch_max_messages=20, heartbeat_seconds=0.0)
+    with running(place, config, metrics=metrics) as service, serving(service, metrics) as base:
+        assert service.wait_until(drained, BOUND_SECONDS)
+        samples, _ = scraped(base)
+        assert not [n for n in samples if n.startswith("sis_lake_")]  # nothing recorded yet
+        landed, open_batch = service.landed_to, place.zone.catalog.tail().open
+        newest = landed.batch_seq - (1 if open_batch is not None else 0)
+        assert newest >= 3
+
+        def exported(step: int) -> bool:
+            lake = service.state(STALL).lake
+            return lake is not None and lake.progress.fold_step == step
+
+        committed = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
+        with open_store(place.url) as store:  # as the lake's fold records it
+            store.record_lake_progress(LakeProgress(4, 2, committed, 3))
+        assert service.wait_until(lambda s: exported(4), BOUND_SECONDS)
+        # The measure of the lake_lag_within_bounds check.
+        oldest = backlog_after(place.zone.catalog, 2).oldest_landed_at
+        assert oldest is not None
+        before = datetime.now(UTC)
+        samples, types = scraped(base)
+        after = datetime.now(UTC)
+        assert samples["sis_lake_last_fold_step"] == 4
+        assert samples["sis_lake_last_folded_batch"] == 2
+        assert samples["sis_lake_last_fold_step_timestamp_seconds"] == committed.timestamp()
+        assert samples["sis_lake_lag_batches"] == newest - 2
+        waited = samples["sis_lake_lag_seconds"]
+        assert (before - oldest).total_seconds() <= waited <= (after - oldest).total_seconds()
+        assert samples["sis_lake_dead_letters_total"] == 3
+        assert types["sis_lake_dead_letters"] == "counter"
+        assert types["sis_lake_lag_seconds"] == "gauge"
+
+        with open_store(place.url) as store:  # the lake has folded every sealed batch
+            store.record_lake_progress(LakeProgress(5, newest, committed, 7))
+        assert service.wait_until(lambda s: exported(5), BOUND_SECONDS)
+        samples, _ = scraped(base)
+        assert samples["sis_lake_lag_batches"] == 0
+        assert samples["sis_lake_dead_letters_total"] == 7
+        if open_batch is None:
+            assert samples["sis_lake_lag_seconds"] == 0
+        else:  # the open batch's messages wait for its seal
+            opened = (before - open_batch.opened_at).total_seconds()
+            assert samples["sis_lake_lag_seconds"] >= opened
 
 
 @pytest.mark.timeout(300)

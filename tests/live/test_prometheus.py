@@ -1,7 +1,8 @@
 """sis-live as Prometheus sees it: a real `sis-live` process on the embedded queue, serving
 /metrics on a loopback port, scraped by a real Prometheus server (tests/prometheus.py) while
 messages are fed; the server's API then shows every message counted, the latency histogram
-holding them, and the lease lost when another deployment takes it. /healthz turns 503 when the
+holding them, the lake's progress recorded in the store exported, and the lease lost when
+another deployment takes it. /healthz turns 503 when the
 loop stops going round (a hang injected in a classification, sis_platform/runtime/faults.py),
 while the endpoint's own thread goes on answering. The server loads the shipped alert rules
 (deploy/prometheus/alerts.yml), and each case sees its alert taken up."""
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from sis_platform.intake.lease import ConsumerLease
+from sis_platform.serving import LakeProgress, open_store
 from sis_platform.simulator.generator import generate_feed
 from tests.live.processes import start_live
 from tests.live.running import Place
@@ -76,6 +78,20 @@ def test_prometheus_scrapes_every_message_counted_and_the_lease_lost(tmp_path: P
             rss = server.value('process_resident_memory_bytes{job="sis-live"}')
             assert rss is not None and rss > 0
             server.wait_for(lambda: _equals(server, "sis_live_ready", 1), "ready")
+            # The lake records its progress in the store (as the fold does after a run): the
+            # lease holder exports it on its next turn, and the messages it has not folded wait.
+            assert server.value("sis_lake_last_fold_step") is None  # nothing recorded yet
+            committed = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
+            with open_store(place.url) as store:
+                store.record_lake_progress(LakeProgress(3, 0, committed, 5))
+            step = "sis_lake_last_fold_step"
+            server.wait_for(lambda: _equals(server, step, 3), "the lake's progress exported")
+            assert server.value("sis_lake_dead_letters_total") == 5
+            assert server.value("sis_lake_last_fold_step_timestamp_seconds") == (
+                committed.timestamp()
+            )
+            waited = server.value("sis_lake_lag_seconds")
+            assert waited is not None and waited > 0
 
             # Another deployment whose clock is past the lease's expiry takes it over.
             later = datetime.now(UTC) + timedelta(seconds=120)

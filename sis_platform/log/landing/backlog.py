@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from sis_platform.log.landing.catalog import Catalog
-from sis_platform.log.landing.rows import batch_key
+from sis_platform.log.landing.rows import OpenBatch, batch_key
 
 
 @dataclass(frozen=True)
@@ -42,14 +42,31 @@ def backlog_after(zone: Catalog, folded_through: int) -> Backlog:
     """The messages landed in `zone` after batch `folded_through`, open batch included."""
     waiting = zone.keys_after(folded_through)
     messages = sum(_messages(zone, key) for key in waiting)
-    oldest = _first_landed_at(zone, waiting[0]) if waiting else None
     open_batch = zone.tail().open
     in_open = open_batch is not None and open_batch.seq > folded_through
     if open_batch is not None and in_open:
         messages += open_batch.messages
-        if oldest is None:
-            oldest = open_batch.opened_at.astimezone(UTC)
+    oldest = _oldest(zone, waiting, open_batch, folded_through)
     return Backlog(folded_through, len(waiting), messages, oldest, in_open)
+
+
+def oldest_waiting(
+    zone: Catalog, folded_through: int, open_batch: OpenBatch | None
+) -> datetime | None:
+    """When the oldest message landed after batch `folded_through` landed (None: none), as
+    `backlog_after` finds it, with the open batch its writer holds (no tail read): one listing
+    of the zone and one column of one file, whatever the backlog."""
+    return _oldest(zone, zone.keys_after(folded_through), open_batch, folded_through)
+
+
+def _oldest(
+    zone: Catalog, waiting: list[str], open_batch: OpenBatch | None, folded_through: int
+) -> datetime | None:
+    """The first message of the first sealed batch waiting, else the open batch's opening."""
+    oldest = _first_landed_at(zone, waiting[0]) if waiting else None
+    if oldest is None and open_batch is not None and open_batch.seq > folded_through:
+        oldest = open_batch.opened_at.astimezone(UTC)
+    return oldest
 
 
 def landed_messages(zone: Catalog, seq: int) -> int | None:

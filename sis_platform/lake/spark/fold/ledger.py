@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from sis_platform.lake.tables import (
@@ -102,6 +102,40 @@ def committed_step(lake: Lake, rows: list[StepRow] | None = None) -> CommittedSt
         int(last["last_batch_seq"]),
         int(last["master_documents_version"]),
         {k: int(v) for k, v in json.loads(last["table_versions"]).items()},
+    )
+
+
+@dataclass(frozen=True)
+class FoldProgress:
+    """Where the fold stands, as monitoring reads it: the last committed step, the last batch
+    it folded, when it committed, and the dead letters every committed step wrote, summed."""
+
+    fold_step: int
+    last_batch_seq: int
+    committed_at: datetime
+    dead_letters: int
+
+
+def fold_progress(lake: Lake) -> FoldProgress | None:
+    """The fold's progress from fold_steps (None before the first step): four columns of one
+    small row per step, through Arrow, as `fold_step_rows` reads them. Only committed steps
+    have a row, so an interrupted step counts nothing."""
+    lake.ensure(FOLD_STEPS)
+    rows = (
+        lake.read(FOLD_STEPS)
+        .select("fold_step", "last_batch_seq", "committed_at", "dead_lettered")
+        .toArrow()
+        .to_pylist()
+    )
+    if not rows:
+        return None
+    last = max(rows, key=lambda r: int(r["fold_step"]))
+    committed_at: datetime = last["committed_at"]
+    return FoldProgress(
+        int(last["fold_step"]),
+        int(last["last_batch_seq"]),
+        committed_at.replace(tzinfo=UTC) if committed_at.tzinfo is None else committed_at,
+        sum(int(r["dead_lettered"]) for r in rows),
     )
 
 
