@@ -107,9 +107,19 @@ RETENTION_POINTS = (
     "retention.partition_retired",  # a key of the chunk deleted; the rest and the cursor not
     "retention.run_events_deleted",  # a run's event log deleted, its run record not
 )
+# Delta upkeep inside a fold step and a model refresh (sis_platform/lake/upkeep.py), before their
+# commit points.
+UPKEEP_POINTS = (
+    "fold.mid_optimize",  # the first of the fold's tables compacted, the others not
+    "fold.after_optimize",  # the fold's tables compacted, not vacuumed, the step not committed
+    "fold.after_vacuum",  # the fold's tables vacuumed, the step's fold_steps row not written
+    "model.after_optimize",  # the model's tables written and compacted, model_steps not
+    "model.after_vacuum",  # ... and vacuumed
+)
 CRASH_POINTS = (
     CONSUMER_POINTS
     + MATERIALIZER_POINTS
+    + UPKEEP_POINTS
     + REWIND_POINTS
     + LIVE_POINTS
     + PRIORITY_POINTS
