@@ -209,3 +209,20 @@ def table_files(lake: Lake, table: Table) -> TableFiles:
 def _local_folder(path: str) -> Path | None:
     local = path.removeprefix("file:")
     return None if "://" in local else Path(local)
+
+
+@dataclass(frozen=True)
+class FilesFinding:
+    """`files_within_bound` for one table: its files against the bound."""
+
+    passed: bool
+    files: TableFiles | None  # None: the table does not exist yet
+    bound: int
+
+
+def files_within_bound(lake: Lake, table: Table, bound: int) -> FilesFinding:
+    """The table lists at most `bound` data files (a table not yet written passes)."""
+    if not lake.exists(table):
+        return FilesFinding(True, None, bound)
+    files = table_files(lake, table)
+    return FilesFinding(files.active_files <= bound, files, bound)

@@ -25,6 +25,7 @@ from sis_platform.lake.upkeep import (
     FOLD_UPKEEP_TABLES,
     RETENTION_PROPERTIES,
     due,
+    files_within_bound,
     retention_value,
     table_files,
 )
@@ -74,6 +75,13 @@ def test_a_due_step_compacts_before_its_commit_and_the_next_step_keeps_it(spark,
     for seq, batch in enumerate(batches[:3], start=1):
         log_batch(lake, seq, batch)
         assert fold_step(lake, max_batches=1).fold_step == seq
+        if seq == 2:  # two steps, not compacted: a file each
+            over = files_within_bound(lake, MASTER_VERSIONS, 1)
+            assert not over.passed and over.files is not None and over.files.active_files == 2
+            assert over.files.log_entries is not None and over.files.log_entries > 2
+            assert files_within_bound(lake, MASTER_VERSIONS, 2).passed
+    assert files_within_bound(lake, MASTER_VERSIONS, 1).passed
+    assert files_within_bound(lake, EVENTS, 1).files is None  # no model yet: passes
     # Step 3 compacted each table it writes into one file, deletion vectors purged.
     for table in (MASTER_VERSIONS, MASTER_DOCUMENTS, MESSAGE_OUTCOMES, FOLD_STEPS):
         assert _operations(lake, table)[-1 if table is not FOLD_STEPS else -2] == "OPTIMIZE"
