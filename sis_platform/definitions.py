@@ -22,6 +22,7 @@ from sis_platform.assets.jobs import (
     replay_dead_letters_job,
 )
 from sis_platform.assets.lake_checks import lake_integrity
+from sis_platform.assets.lake_files import lake_files
 from sis_platform.assets.masters import fold_masters
 from sis_platform.assets.message_log import hash_chain_intact, message_items, raw_messages
 from sis_platform.assets.model import interpreted_model
@@ -91,7 +92,7 @@ def build_definitions(
             *with_freshness([fold_masters, interpreted_model], fresh),
             *intake.assets,
         ],
-        asset_checks=[hash_chain_intact, lake_integrity, *intake.asset_checks],
+        asset_checks=[hash_chain_intact, lake_integrity, lake_files, *intake.asset_checks],
         jobs=[process_batch_job, replay_dead_letters_job, check_lake_job, *intake.jobs],
         schedules=[check_lake_schedule],
         sensors=[

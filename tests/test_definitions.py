@@ -31,6 +31,7 @@ LAKE_CHECKS = {
     "model_references_hold",
     "lake_lag_within_bounds",
     "dead_letter_rate_below_threshold",
+    "files_within_bound",
 }
 
 

@@ -643,3 +643,24 @@ def test_the_metrics_endpoint_listens_on_loopback_unless_configured(tmp_path: Pa
     assert pod == ("10.1.2.3", 9100)
     v6 = load_settings({**base, "SIS_METRICS_ADDRESS": "[::1]:9464"}).live.metrics_address
     assert v6 == ("::1", 9464)
+
+
+def test_lake_upkeep_is_read_and_a_retention_under_the_replay_window_is_refused(
+    tmp_path: Path,
+) -> None:
+    base = {"SIS_DATA_DIR": str(tmp_path)}
+    assert load_settings(base).upkeep == settings.LakeUpkeepSettings(30, 720, 168.0, 1000)
+    chosen = load_settings(
+        {
+            **base,
+            "SIS_LAKE_OPTIMIZE_EVERY": "1",
+            "SIS_LAKE_VACUUM_EVERY": "0",
+            "SIS_LAKE_RETAIN_HOURS": "24",
+            "SIS_LAKE_MAX_FILES": "50",
+        }
+    ).upkeep
+    assert chosen == settings.LakeUpkeepSettings(1, 0, 24.0, 50)
+    with pytest.raises(ConfigurationError, match="SIS_LAKE_RETAIN_HOURS=12 is under the lake's"):
+        load_settings({**base, "SIS_LAKE_RETAIN_HOURS": "12"})
+    with pytest.raises(ConfigurationError, match="SIS_LAKE_OPTIMIZE_EVERY=-1 must be at least 0"):
+        load_settings({**base, "SIS_LAKE_OPTIMIZE_EVERY": "-1"})

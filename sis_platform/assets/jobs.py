@@ -11,6 +11,7 @@ from typing import Any
 import dagster as dg
 
 from sis_platform.assets.lake_checks import lake_integrity
+from sis_platform.assets.lake_files import lake_files
 from sis_platform.assets.masters import fold_masters
 from sis_platform.assets.message_log import message_items, raw_messages
 from sis_platform.assets.model import interpreted_model
@@ -23,7 +24,7 @@ REPLAY_KIND_TAG = {"sis/kind": "replay"}
 # materializes raw_messages[P] and message_items[P] (partitioned), then the fold and the model
 # (unpartitioned: they fold every classified batch not yet folded, P among them).
 # The lake's integrity checks target these assets too, but run in a job of their own (below).
-WITHOUT_LAKE_CHECKS = dg.AssetSelection.checks(lake_integrity)
+WITHOUT_LAKE_CHECKS = dg.AssetSelection.checks(lake_integrity, lake_files)
 
 process_batch_job = dg.define_asset_job(
     "process_batch",
@@ -113,11 +114,11 @@ live_matches_lake_job = dg.define_asset_job(
 # launched from the UI or by its schedule rather than a part of every feed run.
 check_lake_job = dg.define_asset_job(
     "check_lake",
-    selection=dg.AssetSelection.checks(lake_integrity),
+    selection=dg.AssetSelection.checks(lake_integrity, lake_files),
     executor_def=dg.in_process_executor,
     description="Check the lake's integrity: one row per master, gap-free versions and "
     "nothing applied twice, one end state per message (the last fold step), the model's "
-    "references.",
+    "references; and each upkept table's data files against SIS_LAKE_MAX_FILES.",
 )
 check_lake_schedule = dg.ScheduleDefinition(
     job=check_lake_job,

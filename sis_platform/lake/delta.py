@@ -31,6 +31,7 @@ from pyspark.errors import AnalysisException
 from sis_platform.lake.tables import Table
 from sis_platform.runtime.backoff import AROUND, Backoff
 from sis_platform.runtime.faults import kill_during_write
+from sis_platform.settings import LakeUpkeepSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -98,8 +99,11 @@ class Lake:
         *,
         conflict_attempts: int = CONFLICT_ATTEMPTS,
         conflict_backoff_seconds: float = CONFLICT_BACKOFF_SECONDS,
+        upkeep: LakeUpkeepSettings | None = None,
     ) -> None:
         self.spark = spark
+        # When the fold and the model compact and vacuum their tables (sis_platform/lake/upkeep.py).
+        self.upkeep = upkeep if upkeep is not None else LakeUpkeepSettings()
         self.base_path = base_path.rstrip("/")
         self.conflict_attempts = conflict_attempts
         self.conflict_backoff_seconds = conflict_backoff_seconds

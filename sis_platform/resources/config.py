@@ -87,7 +87,13 @@ def resources(settings_or_env: Settings | Mapping[str, str] | None = None) -> di
             lease_seconds=batch.lease_seconds,
             **_log_fields(settings),
         ),
-        "lake": DeltaLakeResource(base_path=settings.lake_path),
+        "lake": DeltaLakeResource(
+            base_path=settings.lake_path,
+            optimize_every=settings.upkeep.optimize_every,
+            vacuum_every=settings.upkeep.vacuum_every,
+            retain_hours=settings.upkeep.retain_hours,
+            max_files=settings.upkeep.max_files,
+        ),
         "processing": FeedProcessingResource(
             **asdict(settings.limits),
             redelivery_limit=processing.redelivery_limit,

@@ -21,10 +21,16 @@ from sis_platform.settings import (
     DEFAULT_GET_WAIT_SECONDS,
     DEFAULT_LAKE_LAG_FAIL_SECONDS,
     DEFAULT_LAKE_LAG_WARN_SECONDS,
+    DEFAULT_LAKE_MAX_FILES,
+    DEFAULT_LAKE_OPTIMIZE_EVERY,
+    DEFAULT_LAKE_RETAIN_HOURS,
+    DEFAULT_LAKE_VACUUM_EVERY,
     DEFAULT_LEASE_SECONDS,
     DEFAULT_MAX_RUNS_IN_FLIGHT,
     DEFAULT_QUARANTINE_AFTER,
     DEFAULT_REDELIVERY_LIMIT,
+    LAKE_REPLAY_WINDOW_HOURS,
+    LakeUpkeepSettings,
 )
 from sis_platform.standards.selector import Selector
 
@@ -120,13 +126,42 @@ class DeltaLakeResource(dg.ConfigurableResource):
     """Where the Delta tables live: a local folder, or s3a://, abfss://, gs:// on a cluster."""
 
     base_path: str
+    optimize_every: int = Field(
+        default=DEFAULT_LAKE_OPTIMIZE_EVERY,
+        ge=0,
+        description="The fold and the model compact their tables every this many fold steps "
+        "(0: never).",
+    )
+    vacuum_every: int = Field(
+        default=DEFAULT_LAKE_VACUUM_EVERY,
+        ge=0,
+        description="... and vacuum them every this many fold steps (0: never).",
+    )
+    retain_hours: float = Field(
+        default=DEFAULT_LAKE_RETAIN_HOURS,
+        ge=LAKE_REPLAY_WINDOW_HOURS,
+        description="Hours a file removed from a table is kept before VACUUM deletes it.",
+    )
+    max_files: int = Field(
+        default=DEFAULT_LAKE_MAX_FILES,
+        ge=1,
+        description="`files_within_bound` fails when a table lists more data files.",
+    )
+
+    def upkeep(self) -> LakeUpkeepSettings:
+        return LakeUpkeepSettings(
+            optimize_every=self.optimize_every,
+            vacuum_every=self.vacuum_every,
+            retain_hours=self.retain_hours,
+            max_files=self.max_files,
+        )
 
     def lake(self, spark: SparkSession) -> Lake:
         # Imported here: sis_platform.lake.delta brings pyspark and delta (0.54 s measured),
         # which the sensor's process, holding this resource too, never needs.
         from sis_platform.lake.delta import Lake
 
-        return Lake(spark, self.base_path)
+        return Lake(spark, self.base_path, upkeep=self.upkeep())
 
 
 class FeedProcessingResource(dg.ConfigurableResource):

@@ -110,10 +110,20 @@ RETENTION_POINTS = (
 # The fold's progress recorded in the serving store (assets/masters.py, live intake): the step
 # committed to the lake, its record not written.
 LAKE_PROGRESS_POINTS = ("fold.before_lake_progress",)
+# Delta upkeep inside a fold step and a model refresh (sis_platform/lake/upkeep.py), before their
+# commit points.
+UPKEEP_POINTS = (
+    "fold.mid_optimize",  # the first of the fold's tables compacted, the others not
+    "fold.after_optimize",  # the fold's tables compacted, not vacuumed, the step not committed
+    "fold.after_vacuum",  # the fold's tables vacuumed, the step's fold_steps row not written
+    "model.after_optimize",  # the model's tables written and compacted, model_steps not
+    "model.after_vacuum",  # ... and vacuumed
+)
 CRASH_POINTS = (
     CONSUMER_POINTS
     + MATERIALIZER_POINTS
     + LAKE_PROGRESS_POINTS
+    + UPKEEP_POINTS
     + REWIND_POINTS
     + LIVE_POINTS
     + PRIORITY_POINTS

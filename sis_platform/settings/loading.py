@@ -24,6 +24,7 @@ from sis_platform.settings.records import (
     EmbeddedSourceSettings,
     FeedChecksSettings,
     IbmMqSourceSettings,
+    LakeUpkeepSettings,
     LiveSettings,
     LogSettings,
     NotifySettings,
@@ -55,6 +56,10 @@ from sis_platform.settings.variables import (
     DEFAULT_GET_WAIT_SECONDS,
     DEFAULT_LAKE_LAG_FAIL_SECONDS,
     DEFAULT_LAKE_LAG_WARN_SECONDS,
+    DEFAULT_LAKE_MAX_FILES,
+    DEFAULT_LAKE_OPTIMIZE_EVERY,
+    DEFAULT_LAKE_RETAIN_HOURS,
+    DEFAULT_LAKE_VACUUM_EVERY,
     DEFAULT_LANDING_MERGE_GRACE_SECONDS,
     DEFAULT_LANDING_RETAIN_DAYS,
     DEFAULT_LEASE_SECONDS,
@@ -91,6 +96,7 @@ from sis_platform.settings.variables import (
     IBMMQ_RECONNECT,
     IBMMQ_REQUIRED,
     INTAKE_MODES,
+    LAKE_REPLAY_WINDOW_HOURS,
     LIMIT_VARIABLES,
     LIVE_HEARTBEAT_FILE,
     LOG_FORMATS,
@@ -140,6 +146,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         intake=cast(IntakeMode, read.choice("SIS_INTAKE", INTAKE_MODES)),
         sensor_interval_seconds=_sensor_interval(read),
         checks=_checks(read),
+        upkeep=_upkeep(read),
         log=_log(read, data_dir, Path(landing_dir)),
         notify=_notify(read),
         log_format=cast(LogFormat, read.choice("SIS_LOG_FORMAT", LOG_FORMATS)),
@@ -644,6 +651,25 @@ def _notify(read: Reader) -> NotifySettings:
             "use https (http is accepted for a loopback address)"
         )
     return NotifySettings(url)
+
+
+def _upkeep(read: Reader) -> LakeUpkeepSettings:
+    """Delta upkeep of the fold's and the model's tables (docs/operations.md, "The lake's
+    files"). A retention under the replay window would let VACUUM remove files that an
+    interrupted step's recovery or a reader still needs."""
+    retain = read.number("SIS_LAKE_RETAIN_HOURS", DEFAULT_LAKE_RETAIN_HOURS)
+    if not retain >= LAKE_REPLAY_WINDOW_HOURS:
+        raise ConfigurationError(
+            f"SIS_LAKE_RETAIN_HOURS={retain:g} is under the lake's replay window of "
+            f"{LAKE_REPLAY_WINDOW_HOURS:g} hours: VACUUM would remove files that an "
+            "interrupted step's recovery or a reader of an older table version still needs"
+        )
+    return LakeUpkeepSettings(
+        optimize_every=read.at_least("SIS_LAKE_OPTIMIZE_EVERY", DEFAULT_LAKE_OPTIMIZE_EVERY, 0),
+        vacuum_every=read.at_least("SIS_LAKE_VACUUM_EVERY", DEFAULT_LAKE_VACUUM_EVERY, 0),
+        retain_hours=retain,
+        max_files=read.at_least("SIS_LAKE_MAX_FILES", DEFAULT_LAKE_MAX_FILES, 1),
+    )
 
 
 def _checks(read: Reader) -> FeedChecksSettings:

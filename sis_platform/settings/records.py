@@ -20,6 +20,10 @@ from sis_platform.settings.variables import (
     DEFAULT_IBMMQ_RECONNECT,
     DEFAULT_LAKE_LAG_FAIL_SECONDS,
     DEFAULT_LAKE_LAG_WARN_SECONDS,
+    DEFAULT_LAKE_MAX_FILES,
+    DEFAULT_LAKE_OPTIMIZE_EVERY,
+    DEFAULT_LAKE_RETAIN_HOURS,
+    DEFAULT_LAKE_VACUUM_EVERY,
     DEFAULT_LANDING_MERGE_GRACE_SECONDS,
     DEFAULT_LANDING_RETAIN_DAYS,
     DEFAULT_LEASE_SECONDS,
@@ -229,6 +233,18 @@ class RetentionSettings:
 
 
 @dataclass(frozen=True)
+class LakeUpkeepSettings:
+    """Delta upkeep of the fold's and the model's tables (sis_platform/lake/upkeep.py): how
+    often a step compacts and vacuums them, how long removed files are kept, and the file count
+    the `files_within_bound` check allows a table."""
+
+    optimize_every: int = DEFAULT_LAKE_OPTIMIZE_EVERY  # fold steps; 0: never
+    vacuum_every: int = DEFAULT_LAKE_VACUUM_EVERY  # fold steps; 0: never
+    retain_hours: float = DEFAULT_LAKE_RETAIN_HOURS
+    max_files: int = DEFAULT_LAKE_MAX_FILES
+
+
+@dataclass(frozen=True)
 class LogSettings:
     """Where the message log's anchors are signed and witnessed from (sis_platform/log/seal.py):
     the key file (unless SIS_LOG_KEY holds the key) and the witness file, both outside the data
@@ -256,6 +272,7 @@ class Settings:
     intake: IntakeMode = "live"
     sensor_interval_seconds: int = DEFAULT_SENSOR_INTERVAL_SECONDS
     checks: FeedChecksSettings = field(default_factory=FeedChecksSettings)
+    upkeep: LakeUpkeepSettings = field(default_factory=LakeUpkeepSettings)
     log: LogSettings | None = None  # None only in hand-built settings: anchors unsigned
     notify: NotifySettings = field(default_factory=NotifySettings)
     log_format: LogFormat = "text"  # SIS_LOG_FORMAT (sis_platform/runtime/logs.py)

@@ -140,6 +140,23 @@ LIVE_HEARTBEAT_FILE = Path("run") / "sis-live.heartbeat"
 # lag: how long the oldest landed message has waited for the fold. With live intake a batch is
 # sealed at SIS_LIVE_BATCH_SECONDS (120 s) and its run takes tens of seconds, so a healthy lake
 # is two to three minutes behind; warn at five (a run or two late), fail at fifteen.
+# Delta upkeep of the fold's and the model's tables (sis_platform/lake/upkeep.py), inside their
+# steps: bin-packing OPTIMIZE every this many fold steps (an hour at two-minute batches: a table
+# holds at most some 30 small files and deletion vectors between two compactions), VACUUM once a
+# day's worth of steps, files kept this long after they leave a table.
+DEFAULT_LAKE_OPTIMIZE_EVERY = 30
+DEFAULT_LAKE_VACUUM_EVERY = 720
+DEFAULT_LAKE_RETAIN_HOURS = 168.0
+# The least retention VACUUM may be given: a removed file must outlive every reader of a table
+# version that still lists it. Those are an interrupted step's recovery (it restores the last
+# committed version, whose files the step's own writes, compaction and vacuum removed), a fold
+# or model step reading a pinned version while the next compacts, a reader of the lake (sis-trace,
+# Opportunity Management's jobs) holding a snapshot, and a failed run re-executed the next working
+# day: a day covers them with room to spare. Delta's own guard
+# (spark.databricks.delta.retentionDurationCheck.enabled) stays on besides.
+LAKE_REPLAY_WINDOW_HOURS = 24.0
+# The asset check `files_within_bound` fails when a lake table holds more active data files.
+DEFAULT_LAKE_MAX_FILES = 1000
 DEFAULT_LAKE_LAG_WARN_SECONDS = 300.0
 DEFAULT_LAKE_LAG_FAIL_SECONDS = 900.0
 # A batch whose dead-lettered messages are more than this share of its messages is worth a look
@@ -237,6 +254,7 @@ VARIABLES = (
     SIS_LIVE_FOLD_WORKERS SIS_LIVE_HEARTBEAT_FILE SIS_LIVE_STALL_SECONDS SIS_METRICS_ADDRESS
     SIS_LANDING_MERGE_GRACE_SECONDS SIS_LANDING_RETAIN_DAYS
     SIS_LAKE_LAG_WARN_SECONDS SIS_LAKE_LAG_FAIL_SECONDS SIS_DEAD_LETTER_RATE_WARN
+    SIS_LAKE_OPTIMIZE_EVERY SIS_LAKE_VACUUM_EVERY SIS_LAKE_RETAIN_HOURS SIS_LAKE_MAX_FILES
     SIS_FRESHNESS_WARN_SECONDS SIS_FRESHNESS_FAIL_SECONDS
     SIS_LOG_KEY SIS_LOG_KEY_FILE SIS_LOG_WITNESS SIS_LOG_FORMAT
     SIS_NOTIFY_WEBHOOK_URL SIS_NOTIFY_WEBHOOK_TOKEN

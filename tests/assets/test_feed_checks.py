@@ -158,4 +158,5 @@ def test_each_job_evaluates_its_own_checks(tmp_path: Path) -> None:
         "applied_at_most_once",
         "one_end_state_per_message",
         "model_references_hold",
+        "files_within_bound",
     }

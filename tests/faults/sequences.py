@@ -72,10 +72,12 @@ def converge_after_kills(
     final: list[str],
     steps: list[int],
     outcomes: set[str] | None = None,
+    timeout: float = 900,
 ) -> None:
     """Land `messages` of the feed (40 per batch), run `clean_runs` in this process, then one
     process per point of `sequence`, each SIGKILLed there; finish with `final` in this process
-    and check the lake against the reference fold and the message log."""
+    and check the lake against the reference fold and the message log. `timeout`: seconds each
+    killed process may take to reach its point."""
     from sis_platform.resources import config
 
     data, home = tmp_path / "data", tmp_path / "dagster"
@@ -92,7 +94,14 @@ def converge_after_kills(
     for spec in clean_runs:
         run(home, env, spec)
     for point, runs in sequence:
-        code = drive(tmp_path, "run", *runs, crash_at=point, extra_env={"SIS_SELECTOR": SELECTOR})
+        code = drive(
+            tmp_path,
+            "run",
+            *runs,
+            crash_at=point,
+            extra_env={"SIS_SELECTOR": SELECTOR},
+            timeout=timeout,
+        )
         assert code == SIGKILLED, f"the run(s) {runs} finished without reaching {point}"
     for spec in final:  # the last restart
         run(home, env, spec)

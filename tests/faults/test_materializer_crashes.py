@@ -26,6 +26,7 @@ from sis_platform.runtime.faults import (
     PRUNE_POINTS,
     RETENTION_POINTS,
     REWIND_POINTS,
+    UPKEEP_POINTS,
 )
 from tests.faults.sequences import (
     B1,
@@ -47,10 +48,12 @@ def test_sequences_cover_every_declared_crash_point():
     # test_rewind_crashes.py, the serving store's prune in tests/serving/test_retention.py, the
     # landing merge's in tests/log/test_merge_crashes.py, the landing expiry's in
     # tests/log/test_expiry.py, Dagster's retention's in tests/sensors/test_retention_crashes.py,
-    # the fold's progress record's in tests/faults/test_lake_progress_crash.py.
+    # the fold's progress record's in tests/faults/test_lake_progress_crash.py, the lake's
+    # upkeep's in test_upkeep_crashes.py.
     others = set(CONSUMER_POINTS) | set(REWIND_POINTS) | set(LIVE_POINTS) | set(PRIORITY_POINTS)
     others |= set(LAKE_PROGRESS_POINTS)
     others |= set(PRUNE_POINTS) | set(MERGE_POINTS) | set(EXPIRE_POINTS) | set(RETENTION_POINTS)
+    others |= set(UPKEEP_POINTS)
     assert sorted(covered | others) == sorted(CRASH_POINTS)
     assert len(covered) == len(sequences)
     assert [point for point, _ in REWIND_SEQUENCE] == list(REWIND_POINTS)

@@ -280,6 +280,7 @@ def test_a_spark_connect_client_sets_only_its_sessions_sql_settings():
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.databricks.delta.snapshotPartitions": "2",
         "spark.sql.files.openCostInBytes": "1048576",
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
         "spark.sql.ansi.enabled": "false",
     }
 

@@ -103,6 +103,10 @@ def delta_spark_config(
         # hundred files that is pure scheduling overhead on every read and write.
         "spark.databricks.delta.snapshotPartitions": str(max(1, shuffle_partitions)),
         "spark.sql.files.openCostInBytes": str(FILE_OPEN_COST_BYTES),
+        # VACUUM lists a table's folder in a job of this many tasks. Spark's default (10,000)
+        # cost 24-47 s per VACUUM of a table of a few files on two cores, against 4-5 s at 4
+        # (scripts/bench_upkeep.py, BENCHMARKS.md "The lake's upkeep").
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism": str(max(1, shuffle_partitions)),
     }
     if master.startswith("sc://"):
         # Delta's extension, memory and jars are the server's (cli/spark_connect.py); setting

@@ -45,6 +45,7 @@ from sis_platform.lake.tables import (
     SELECTIONS,
     Table,
 )
+from sis_platform.lake.upkeep import MODEL_UPKEEP_TABLES, run_upkeep
 
 if TYPE_CHECKING:
     from sis_platform.lake.delta import Lake
@@ -317,6 +318,15 @@ def refresh_model(lake: Lake) -> ModelRefresh:
             for future in futures:
                 future.result()  # the first failure is raised; the others still finish
     changed.unpersist()
+    # Before the commit point (model_steps' row): a refresh that dies in it is redone whole.
+    run_upkeep(
+        lake,
+        MODEL_UPKEEP_TABLES,
+        role="model",
+        before=done,
+        after=target.fold_step,
+        settings=lake.upkeep,
+    )
     lake.append(
         MODEL_STEPS,
         lake.spark.createDataFrame(

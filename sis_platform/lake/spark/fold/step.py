@@ -63,6 +63,7 @@ from sis_platform.lake.tables import (
     MESSAGE_OUTCOMES,
     RAW_MESSAGES,
 )
+from sis_platform.lake.upkeep import FOLD_UPKEEP_TABLES, run_upkeep
 from sis_platform.runtime.faults import injected_fold_failure, kill_in_worker
 from sis_platform.runtime.guard import InFlightFolder
 from sis_platform.settings import DEFAULT_QUARANTINE_AFTER
@@ -180,6 +181,16 @@ def fold_step(
     )
     classes = len(Priority.compile(priority).selectors) if priority else 0
     write_outputs(lake, outputs, dead_lettered=result.dead_lettered, priority_classes=classes)
+    # Before the commit point: the step's row records each table's version after its upkeep,
+    # and a crash in it is undone by the next step's recovery with the step's writes.
+    run_upkeep(
+        lake,
+        FOLD_UPKEEP_TABLES,
+        role="fold",
+        before=committed.fold_step,
+        after=plan.step,
+        settings=lake.upkeep,
+    )
     commit_step(
         lake,
         result,

@@ -1,0 +1,228 @@
+"""Delta upkeep of the fold's and the model's tables: compaction (OPTIMIZE), removal of the files
+they no longer list (VACUUM) and the retention both go by, run inside their steps, and the count
+of a table's files that the `files_within_bound` check compares with its bound.
+
+Every fold step appends a file or two, and a deletion vector, to each of its tables, and so does
+every model refresh: without upkeep a table holds one file per step, and a step's reads and
+commits slow down with the number of files (docs/operations.md, "The lake's files").
+
+Upkeep runs inside the step that writes the tables, after its writes and before its commit point
+(the fold's fold_steps row, the model's model_steps row), so the step's recovery covers it as it
+covers the step's writes: an OPTIMIZE or a VACUUM is a commit like any other, the fold step's row
+records each table's version after it, and a step that dies before its row is undone whole by
+the next step's `recover` (it restores the tables to the last committed versions, whose files the
+retention keeps) and done again. The model's refresh rebuilds its rows and redoes its upkeep.
+The step number decides when: a step whose number passes a multiple of `optimize_every`
+compacts, one that passes a multiple of `vacuum_every` vacuums as well, so a step retried after
+a crash does the same upkeep again.
+
+OPTIMIZE bin-packs the files under `COMPACT_BELOW_BYTES` into files of at most that size, and so
+rewrites at most that much per table and compaction however old the table is; it purges the
+deletion vectors of the files it rewrites. It changes no row (`dataChange=false`). VACUUM goes by
+the tables' own `delta.deletedFileRetentionDuration` (set here from SIS_LAKE_RETAIN_HOURS:
+Delta 4 ignores a RETAIN shorter than it), and `delta.logRetentionDuration` (the same) bounds the
+transaction log: Delta writes a checkpoint every `delta.checkpointInterval` (10) commits and then
+drops log entries older than it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sis_platform.lake.tables import (
+    BATCH_LOG,
+    CLASSIFY_FAILURES,
+    DEAD_LETTERS,
+    EVENTS,
+    FOLD_FAILURES,
+    FOLD_STEPS,
+    MARKETS,
+    MASTER_DOCUMENTS,
+    MASTER_VERSIONS,
+    MESSAGE_OUTCOMES,
+    MODEL_FAILURES,
+    MODEL_STEPS,
+    SELECTIONS,
+    Table,
+)
+from sis_platform.runtime.faults import crash_point
+from sis_platform.settings import LakeUpkeepSettings
+
+if TYPE_CHECKING:
+    from sis_platform.lake.delta import Lake
+
+# What a fold step keeps compact: the tables it writes, its ledger's, and the batch log every
+# batch run appends a row to (its reader, the fold's plan, reads its latest version).
+FOLD_UPKEEP_TABLES = (
+    MASTER_VERSIONS,
+    MASTER_DOCUMENTS,
+    DEAD_LETTERS,
+    MESSAGE_OUTCOMES,
+    FOLD_FAILURES,
+    FOLD_STEPS,
+    BATCH_LOG,
+    CLASSIFY_FAILURES,
+)
+MODEL_UPKEEP_TABLES = (EVENTS, MARKETS, SELECTIONS, MODEL_FAILURES, MODEL_STEPS)
+# Every table `files_within_bound` watches.
+UPKEEP_TABLES = FOLD_UPKEEP_TABLES + MODEL_UPKEEP_TABLES
+
+# OPTIMIZE's bins: files under this size are compacted into files of at most this size. Delta's
+# default (1 GiB) would rewrite a growing append-only table (master_versions, message_outcomes)
+# whole at every compaction until it passes 1 GiB: a cost growing with the lake's age. At
+# 128 MiB a compaction rewrites at most that much per table, and a year's table stays at tens
+# of files.
+COMPACT_BELOW_BYTES = 128 * 1024 * 1024
+_BIN_CONF = (
+    "spark.databricks.delta.optimize.minFileSize",
+    "spark.databricks.delta.optimize.maxFileSize",
+)
+RETENTION_PROPERTIES = ("delta.deletedFileRetentionDuration", "delta.logRetentionDuration")
+
+
+@dataclass(frozen=True)
+class UpkeepDone:
+    """What one step's upkeep did."""
+
+    optimized: tuple[str, ...] = ()  # tables compacted (OPTIMIZE ran)
+    files_removed: int = 0  # files OPTIMIZE took out of the tables (now tombstones)
+    files_added: int = 0  # the files it wrote in their place
+    vacuumed: tuple[str, ...] = ()  # tables vacuumed
+
+
+def due(every: int, before: int, after: int) -> bool:
+    """A step that moves a table's steps from `before` to `after` passes a multiple of `every`
+    (0: never). The model may skip fold steps, so it is a crossing, not `after % every`."""
+    return every > 0 and after > before and after // every > before // every
+
+
+def run_upkeep(
+    lake: Lake,
+    tables: Sequence[Table],
+    *,
+    role: str,
+    before: int,
+    after: int,
+    settings: LakeUpkeepSettings,
+) -> UpkeepDone:
+    """The upkeep a step from `before` to `after` owes `tables` (see the module docstring).
+    `role` names its crash points: `<role>.mid_optimize` (the first table compacted, the others
+    not), `<role>.after_optimize`, `<role>.after_vacuum`."""
+    if not due(settings.optimize_every, before, after) and not due(
+        settings.vacuum_every, before, after
+    ):
+        return UpkeepDone()
+    present = [t for t in tables if lake.exists(t)]
+    for name in _BIN_CONF:
+        lake.spark.conf.set(name, str(COMPACT_BELOW_BYTES))
+    optimized: list[str] = []
+    removed = added = 0
+    for i, table in enumerate(present):
+        _retention(lake, table, settings.retain_hours)
+        files_removed, files_added = optimize(lake, table)
+        if files_removed:
+            optimized.append(table.name)
+        removed += files_removed
+        added += files_added
+        if i == 0:
+            crash_point(f"{role}.mid_optimize")
+    crash_point(f"{role}.after_optimize")
+    vacuumed: list[str] = []
+    if due(settings.vacuum_every, before, after):
+        for table in present:
+            vacuum(lake, table)
+            vacuumed.append(table.name)
+        crash_point(f"{role}.after_vacuum")
+    return UpkeepDone(tuple(optimized), removed, added, tuple(vacuumed))
+
+
+def optimize(lake: Lake, table: Table) -> tuple[int, int]:
+    """Bin-pack the table's small files (one commit, none when there is nothing to compact).
+    Returns the files removed and added."""
+    rows = lake.retrying_conflicts(
+        f"{table.name} optimize",
+        lambda: lake.spark.sql(f"OPTIMIZE {lake.sql_table(table)}").collect(),
+    )
+    metrics = rows[0]["metrics"] if rows else None
+    if metrics is None:
+        return 0, 0
+    return int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"])
+
+
+def vacuum(lake: Lake, table: Table) -> None:
+    """Remove the files the table stopped listing longer ago than its retention (and files no
+    commit ever listed, a killed write's, as old). Delta's retention check stays on."""
+    lake.retrying_conflicts(
+        f"{table.name} vacuum", lambda: lake.spark.sql(f"VACUUM {lake.sql_table(table)}").collect()
+    )
+
+
+def retention_value(hours: float) -> str:
+    """A Delta interval of `hours`, in whole seconds."""
+    return f"interval {round(hours * 3600)} seconds"
+
+
+def _retention(lake: Lake, table: Table, hours: float) -> None:
+    """Set the table's retention properties to `hours` where they differ (one commit)."""
+    wanted = retention_value(hours)
+    detail = lake.spark.sql(f"DESCRIBE DETAIL {lake.sql_table(table)}").first()
+    properties = dict(detail["properties"] or {}) if detail is not None else {}
+    if all(properties.get(p) == wanted for p in RETENTION_PROPERTIES):
+        return
+    assignments = ", ".join(f"'{p}' = '{wanted}'" for p in RETENTION_PROPERTIES)
+    lake.retrying_conflicts(
+        f"{table.name} retention",
+        lambda: lake.spark.sql(
+            f"ALTER TABLE {lake.sql_table(table)} SET TBLPROPERTIES ({assignments})"
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class TableFiles:
+    """A table's files: those its latest version lists, and on a local lake what its folder
+    holds besides (files a later VACUUM removes are counted until it does)."""
+
+    active_files: int
+    active_bytes: int
+    deletion_vector_files: int | None  # on the volume; None where the lake is not local
+    log_entries: int | None  # commits, checkpoints and their checksums; None: not local
+
+
+def table_files(lake: Lake, table: Table) -> TableFiles:
+    """The table's file counts: DESCRIBE DETAIL for what its latest version lists, the folder
+    for deletion vectors and log entries (a local lake only)."""
+    detail = lake.spark.sql(f"DESCRIBE DETAIL {lake.sql_table(table)}").first()
+    assert detail is not None
+    folder = _local_folder(lake.path(table))
+    dvs = logs = None
+    if folder is not None and folder.is_dir():
+        dvs = sum(1 for _ in folder.rglob("deletion_vector_*.bin"))
+        log = folder / "_delta_log"
+        logs = sum(1 for p in log.iterdir() if not p.name.startswith(".")) if log.is_dir() else 0
+    return TableFiles(int(detail["numFiles"]), int(detail["sizeInBytes"]), dvs, logs)
+
+
+def _local_folder(path: str) -> Path | None:
+    local = path.removeprefix("file:")
+    return None if "://" in local else Path(local)
+
+
+@dataclass(frozen=True)
+class FilesFinding:
+    """`files_within_bound` for one table: its files against the bound."""
+
+    passed: bool
+    files: TableFiles | None  # None: the table does not exist yet
+    bound: int
+
+
+def files_within_bound(lake: Lake, table: Table, bound: int) -> FilesFinding:
+    """The table lists at most `bound` data files (a table not yet written passes)."""
+    if not lake.exists(table):
+        return FilesFinding(True, None, bound)
+    files = table_files(lake, table)
+    return FilesFinding(files.active_files <= bound, files, bound)

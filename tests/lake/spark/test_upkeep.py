@@ -1,0 +1,142 @@
+"""Delta upkeep inside the fold's and the model's steps (sis_platform/lake/upkeep.py): a step
+that is due compacts its tables before its commit point, the next step's recovery keeps the
+compaction, VACUUM removes what is past the retention and nothing younger, and the lake still
+equals the reference fold."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from sis_platform.lake.delta import Lake
+from sis_platform.lake.spark.fold import fold_step
+from sis_platform.lake.spark.model import refresh_model
+from sis_platform.lake.tables import (
+    EVENTS,
+    FOLD_STEPS,
+    MASTER_DOCUMENTS,
+    MASTER_VERSIONS,
+    MESSAGE_OUTCOMES,
+)
+from sis_platform.lake.upkeep import (
+    FOLD_UPKEEP_TABLES,
+    RETENTION_PROPERTIES,
+    due,
+    files_within_bound,
+    retention_value,
+    table_files,
+)
+from sis_platform.settings import LakeUpkeepSettings
+from tests.domain.sportsdata_fixtures import (
+    ASCOT_1430,
+    ASCOT_1500,
+    GO_SOFT,
+    PRICE_7_TO_9,
+    event,
+    master,
+    update,
+)
+from tests.lake.spark.fold.lakes import log_batch, message
+from tests.reference import assert_lake_matches_reference, reference_for
+
+
+def test_due_when_a_step_passes_a_multiple():
+    assert [s for s in range(1, 10) if due(3, s - 1, s)] == [3, 6, 9]
+    assert due(3, 2, 7)  # a step over several batches passes 3 and 6
+    assert not due(3, 3, 5)
+    assert not due(0, 0, 100)  # 0: never
+    assert not due(3, 3, 3)  # nothing new
+
+
+def _operations(lake: Lake, table) -> list[str]:
+    history = lake.spark.sql(f"DESCRIBE HISTORY {lake.sql_table(table)}")
+    return [r["operation"] for r in history.orderBy("version").collect()]
+
+
+def _feed() -> list[list]:
+    first = [message(master(event(ASCOT_1430))), message(master(event(ASCOT_1500)))]
+    return [
+        first,
+        [message(update(ASCOT_1430, GO_SOFT))],
+        [message(update(ASCOT_1430, PRICE_7_TO_9)), message(b"<not-xml")],
+        [message(update(ASCOT_1500, GO_SOFT))],
+    ]
+
+
+@pytest.mark.spark
+@pytest.mark.cost(120)
+def test_a_due_step_compacts_before_its_commit_and_the_next_step_keeps_it(spark, tmp_path):
+    upkeep = LakeUpkeepSettings(optimize_every=3, vacuum_every=0)
+    lake = Lake(spark, str(tmp_path / "lake"), upkeep=upkeep)
+    batches = _feed()
+    for seq, batch in enumerate(batches[:3], start=1):
+        log_batch(lake, seq, batch)
+        assert fold_step(lake, max_batches=1).fold_step == seq
+        if seq == 2:  # two steps, not compacted: a file each
+            over = files_within_bound(lake, MASTER_VERSIONS, 1)
+            assert not over.passed and over.files is not None and over.files.active_files == 2
+            assert over.files.log_entries is not None and over.files.log_entries > 2
+            assert files_within_bound(lake, MASTER_VERSIONS, 2).passed
+    assert files_within_bound(lake, MASTER_VERSIONS, 1).passed
+    assert files_within_bound(lake, EVENTS, 1).files is None  # no model yet: passes
+    # Step 3 compacted each table it writes into one file, deletion vectors purged.
+    for table in (MASTER_VERSIONS, MASTER_DOCUMENTS, MESSAGE_OUTCOMES, FOLD_STEPS):
+        assert _operations(lake, table)[-1 if table is not FOLD_STEPS else -2] == "OPTIMIZE"
+    assert table_files(lake, MASTER_VERSIONS).active_files == 1
+    assert table_files(lake, MASTER_DOCUMENTS).active_files == 1
+    # Its fold_steps row records the versions after the compaction: recovery sees no
+    # interrupted step.
+    row = lake.read(FOLD_STEPS).where("fold_step = 3").first()
+    recorded = json.loads(row["table_versions"])
+    assert recorded[MASTER_DOCUMENTS.name] == lake.version(MASTER_DOCUMENTS)
+    assert recorded[MASTER_VERSIONS.name] == lake.version(MASTER_VERSIONS)
+
+    log_batch(lake, 4, batches[3])
+    assert fold_step(lake, max_batches=1).fold_step == 4
+    for table in (MASTER_VERSIONS, MASTER_DOCUMENTS, MESSAGE_OUTCOMES):
+        assert "RESTORE" not in _operations(lake, table)
+    assert table_files(lake, MASTER_DOCUMENTS).active_files == 2  # step 4's, not compacted
+    assert_lake_matches_reference(lake, reference_for([m for b in batches for m in b]))
+
+    # The model compacts its own tables at its refresh (4 fold steps: one multiple of 3).
+    refreshed = refresh_model(lake)
+    assert refreshed.fold_step == 4
+    assert table_files(lake, EVENTS).active_files == 1
+
+
+@pytest.mark.spark
+@pytest.mark.cost(120)
+def test_vacuum_removes_what_is_past_the_retention_and_keeps_the_rest(spark, tmp_path):
+    upkeep = LakeUpkeepSettings(optimize_every=1, vacuum_every=2, retain_hours=48)
+    lake = Lake(spark, str(tmp_path / "lake"), upkeep=upkeep)
+    batches = _feed()
+    log_batch(lake, 1, batches[0])
+    fold_step(lake)
+    # A file no commit lists, as a write killed mid-way leaves one, written three days ago;
+    # and one written now.
+    folder = tmp_path / "lake" / MASTER_VERSIONS.name
+    stale, fresh = folder / "part-killed-old.parquet", folder / "part-killed-new.parquet"
+    stale.write_bytes(b"x")
+    fresh.write_bytes(b"x")
+    old = time.time() - 72 * 3600
+    os.utime(stale, (old, old))
+    on_disk_before = {p.name for p in folder.glob("*.parquet")}
+
+    log_batch(lake, 2, batches[1])
+    assert fold_step(lake).fold_step == 2  # compacts and vacuums
+    on_disk = {p.name for p in folder.glob("*.parquet")}
+    assert stale.name not in on_disk
+    assert fresh.name in on_disk
+    # The files the compactions took out of the table are younger than the retention: kept.
+    assert on_disk_before - {stale.name} <= on_disk
+    assert "VACUUM END" in _operations(lake, MASTER_VERSIONS)
+    detail = spark.sql(f"DESCRIBE DETAIL {lake.sql_table(MASTER_VERSIONS)}").first()
+    for name in RETENTION_PROPERTIES:
+        assert detail["properties"][name] == retention_value(48)
+    for table in FOLD_UPKEEP_TABLES:
+        if lake.exists(table):
+            assert table_files(lake, table).active_files <= 2, table.name
+    assert_lake_matches_reference(lake, reference_for(batches[0] + batches[1]))
