@@ -55,6 +55,7 @@ from sis_platform.resources.platform import (
     FeedProcessingResource,
     LandingZoneResource,
 )
+from sis_platform.runtime.logs import concerning
 
 FOLD_POOL = "sis_fold"
 WHEN = (
@@ -252,7 +253,10 @@ def replay(
 
 def log_step(context: dg.AssetExecutionContext, result: FoldStepResult) -> None:
     if result.fold_step is None:
-        context.log.info(f"nothing to fold: waiting for batch {result.waiting_for}")
+        context.log.info(
+            f"nothing to fold: waiting for batch {result.waiting_for}",
+            extra=concerning(batch=result.waiting_for),
+        )
     if result.rewound_masters:
         context.log.warning(
             f"rewound and refolded {result.rewound_masters} master(s): the items of folded "
