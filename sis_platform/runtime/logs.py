@@ -10,12 +10,15 @@ A message id comes from a broker header, which any producer sets: any length, an
 A JSON line is therefore bounded (each identifier, the message and the traceback cut to a
 bound, saying how much was cut) and pure ASCII (control characters, line separators and lone
 surrogates escaped), so one record is always one line of bounded length a collector can read.
+The text format bounds and escapes the message the same way (a traceback, which the platform's
+own code writes, keeps its lines), so a hostile id cannot forge a line there either.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -50,6 +53,21 @@ def bounded(text: str, limit: int) -> str:
     return f"{text[:limit]}...[{len(text) - limit} more characters]"
 
 
+# What would end or garble a text line: C0 and C1 controls but the tab, DEL, the Unicode line
+# and paragraph separators, and lone surrogates (undecodable bytes kept by surrogateescape).
+_UNPRINTABLE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def printable(text: str) -> str:
+    """`text` bounded to MAX_MESSAGE_CHARS, with what would end or garble its line escaped
+    (`\\n`, `\\x1b`, `\\udcff`)."""
+    return _UNPRINTABLE.sub(_escaped, bounded(text, MAX_MESSAGE_CHARS))
+
+
+def _escaped(found: re.Match[str]) -> str:
+    return found.group().encode("unicode_escape", "backslashreplace").decode("ascii")
+
+
 def _field(value: object) -> object:
     """An identifier as a JSON value: a number as it is, anything else as bounded text."""
     if isinstance(value, int | float) and not isinstance(value, bool):
@@ -82,11 +100,22 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, ensure_ascii=True)
 
 
+class TextFormatter(logging.Formatter):
+    """The human-readable line (TEXT_FORMAT), its message `printable`."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)
+        record.message = printable(record.message)
+        return super().formatMessage(record)
+
+
 def configure_logging(level: str, log_format: str) -> None:
     """The root logger at `level`, writing to stderr in `log_format` (`text` or `json`)."""
     handler = logging.StreamHandler()
     if log_format == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter(TEXT_FORMAT))
+        handler.setFormatter(TextFormatter())
     logging.basicConfig(level=level, handlers=[handler], force=True)

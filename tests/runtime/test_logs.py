@@ -14,6 +14,7 @@ from sis_platform.runtime.logs import (
     MAX_IDENTIFIER_CHARS,
     MAX_MESSAGE_CHARS,
     JsonFormatter,
+    TextFormatter,
     concerning,
 )
 from tests.live.processes import finish, start_live
@@ -90,6 +91,22 @@ def test_a_hostile_message_id_yields_one_bounded_ascii_line_per_record(tmp_path)
         else:
             assert parsed["message_id"] == message_id  # escaped on the line, whole in the value
     assert b"\nforged" not in written and b'\n{"level": "INFO"' not in written
+
+
+def test_a_hostile_message_id_cannot_forge_or_stretch_a_text_line(tmp_path) -> None:
+    forged = "a\n2026-12-02 10:00:00,000 INFO sis_platform.live: forged\u2028\x1b[2J\udcff"
+    path = tmp_path / "out.log"
+    with path.open("w", encoding="utf-8") as stream:
+        handler = logging.StreamHandler(stream)
+        handler.setFormatter(TextFormatter())
+        for message_id in (forged, "y" * 1_000_000, "plain-id é"):
+            handler.emit(record("message %s reached backout count %d", message_id, 5))
+    lines = path.read_text(encoding="utf-8").split("\n")
+    assert len(lines) == 4 and lines[-1] == ""
+    assert " ERROR sis_platform.test: message a\\n2026-12-02 10:00:00,000 INFO" in lines[0]
+    assert lines[0].endswith("forged\\u2028\\x1b[2J\\udcff reached backout count 5")
+    assert len(lines[1]) < MAX_MESSAGE_CHARS + 100 and lines[1].endswith("more characters]")
+    assert lines[2].endswith(" ERROR sis_platform.test: message plain-id é reached backout count 5")
 
 
 def test_a_long_traceback_keeps_its_end(tmp_path) -> None:
