@@ -64,6 +64,7 @@ from sis_platform.resources.platform import (
 )
 from sis_platform.resources.serving import ServingStoreResource
 from sis_platform.runtime.faults import LAKE_PROGRESS_POINTS, crash_point
+from sis_platform.runtime.logs import concerning
 from sis_platform.serving import LakeProgress, ServingUnavailable
 
 FOLD_POOL = "sis_fold"
@@ -287,7 +288,10 @@ def record_lake_progress(
 
 def log_step(context: dg.AssetExecutionContext, result: FoldStepResult) -> None:
     if result.fold_step is None:
-        context.log.info(f"nothing to fold: waiting for batch {result.waiting_for}")
+        context.log.info(
+            f"nothing to fold: waiting for batch {result.waiting_for}",
+            extra=concerning(batch=result.waiting_for),
+        )
     if result.rewound_masters:
         context.log.warning(
             f"rewound and refolded {result.rewound_masters} master(s): the items of folded "

@@ -23,6 +23,7 @@ from sis_platform.resources.platform import (
     FeedProcessingResource,
     LandingZoneResource,
 )
+from sis_platform.runtime.logs import concerning
 
 CHAIN_CHECK = "hash_chain_intact"
 # Run tags the sensor requests a batch run with: the batch's anchored chain head and message
@@ -76,7 +77,9 @@ def raw_messages(
 
     # The rows just written are the landing files' rows: counted there, without a Spark job.
     figures = zone.catalog.figures(key)
-    context.log.info(f"batch {key}: {figures.messages} message(s) logged")
+    context.log.info(
+        f"batch {key}: {figures.messages} message(s) logged", extra=concerning(batch=key)
+    )
     return dg.MaterializeResult(
         metadata={
             "dagster/row_count": figures.messages,
@@ -123,7 +126,8 @@ def _hash_chain_intact(
     first = verdict.first_problem
     if first is not None:
         context.log.error(
-            f"message log batch {key}: {len(verdict.problems)} problem(s), first: {first}"
+            f"message log batch {key}: {len(verdict.problems)} problem(s), first: {first}",
+            extra=concerning(batch=key),
         )
     return dg.AssetCheckResult(
         passed=verdict.intact,

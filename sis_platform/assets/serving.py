@@ -40,6 +40,7 @@ from sis_platform.lake.tables import MASTER_DOCUMENTS
 from sis_platform.log.landing import Catalog, LogPosition, batch_key
 from sis_platform.resources.platform import DeltaLakeResource, LandingZoneResource
 from sis_platform.resources.serving import ServingStoreResource, store_kind
+from sis_platform.runtime.logs import concerning
 from sis_platform.serving import StoreStatus
 
 SERVING_STORE = "serving_store"
@@ -187,7 +188,8 @@ def live_matches_lake(
     }
     context.log.info(
         f"compared {comparison.compared} master(s) at batch {folded.batch_seq}: "
-        f"{len(comparison.mismatched)} differ"
+        f"{len(comparison.mismatched)} differ",
+        extra=concerning(batch=folded.batch_seq),
     )
     return dg.AssetCheckResult(
         passed=comparison.equal,

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import TracebackType
@@ -44,6 +44,7 @@ from sis_platform.intake.lease import ConsumerLease, Lease, LeaseError
 from sis_platform.log.chain import Anchor
 from sis_platform.log.landing import ClosedBy, LandedBatch, LandingZone, batch_seq_of
 from sis_platform.queues.base import FencedOff, QueueSession, QueueSource, SourceUnavailable
+from sis_platform.runtime.logs import concerning
 
 # How a batch that did not fill up ended, in an operator's words (a skip reason).
 _WHY_NOT_FULL: dict[ClosedBy | None, str] = {
@@ -56,11 +57,11 @@ class IntakeLog(Protocol):
     """Where a tick reports what it did besides its result (a `logging.Logger`, or a Dagster
     sensor's `context.log`)."""
 
-    def info(self, msg: str) -> None: ...
+    def info(self, msg: str, *, extra: Mapping[str, object] | None = None) -> None: ...
 
-    def warning(self, msg: str) -> None: ...
+    def warning(self, msg: str, *, extra: Mapping[str, object] | None = None) -> None: ...
 
-    def error(self, msg: str) -> None: ...
+    def error(self, msg: str, *, extra: Mapping[str, object] | None = None) -> None: ...
 
 
 class TickStatus(StrEnum):
@@ -150,12 +151,14 @@ def ready_batch(zone: LandingZone, key: str, log: IntakeLog) -> ReadyBatch:
     if anchor is None:
         log.error(
             f"batch {key} has no chain anchor and its landing file carries "
-            "none: its run's hash_chain_intact check will fail"
+            "none: its run's hash_chain_intact check will fail",
+            extra=concerning(batch=key),
         )
     elif not had_anchor:
         log.warning(
             f"batch {key} had no anchor file (a crash right after it "
-            "landed): written from its landing file's metadata"
+            "landed): written from its landing file's metadata",
+            extra=concerning(batch=key),
         )
     return ReadyBatch(key, anchor)
 
@@ -326,7 +329,8 @@ class Intake:
             )
         self.log.info(
             f"landed batch {batch.key}: {batch.messages} message(s), {batch.bytes} bytes "
-            f"from {where}"
+            f"from {where}",
+            extra=concerning(batch=batch.key),
         )
         return TickOutcome(TickStatus.BATCHES, landed=batch, lease=current)
 

@@ -59,6 +59,7 @@ from sis_platform.log.landing import (
 )
 from sis_platform.log.landing.expiry import LogExpired, reading_from
 from sis_platform.runtime.faults import LIVE_BETWEEN_PARTS, crash_point
+from sis_platform.runtime.logs import concerning
 from sis_platform.serving.records import (
     STORE_BEYOND_LANDING,
     GroupCommit,
@@ -469,6 +470,9 @@ class Applier:
                 error,
                 self.config.retry_last_seconds,
                 exc_info=not isinstance(error, WorkerFoldError),
+                extra=concerning(
+                    master_id=error.master_id if isinstance(error, WorkerFoldError) else None
+                ),
             )
         else:
             log.debug("applying to the serving store failed again: %s", error)

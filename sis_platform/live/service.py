@@ -81,6 +81,7 @@ from sis_platform.queues.base import (
 )
 from sis_platform.runtime.faults import crash_point
 from sis_platform.runtime.heartbeat import Health, Heartbeat
+from sis_platform.runtime.logs import concerning
 
 if TYPE_CHECKING:
     from sis_platform.serving import ServingStore
@@ -307,7 +308,12 @@ class LiveService:
         writer = GroupWriter(self.zone.writer, self.lease.fence(current))
         sealed = writer.recover()
         if sealed is not None:
-            log.warning("sealed batch %s left open (%d messages)", sealed.key, sealed.messages)
+            log.warning(
+                "sealed batch %s left open (%d messages)",
+                sealed.key,
+                sealed.messages,
+                extra=concerning(batch=sealed.key),
+            )
         self._merger = self.zone.upkeep.merger(writer.fence, self.config.merge_grace_seconds)
         self._expirer = self.zone.upkeep.expirer(
             writer.fence, self.config.landing_retain.total_seconds()
@@ -500,6 +506,7 @@ class LiveService:
                 batch.messages,
                 batch.bytes,
                 closed_by,
+                extra=concerning(batch=batch.key),
             )
 
     def _seal_deadline(self, writer: GroupWriter) -> float | None:

@@ -378,7 +378,10 @@ class SharedFold:
             return
         if isinstance(reply, FoldFailed):
             self._budget.fold_failed(reply.master_id, reply.detail)
-            raise WorkerFoldError(f"the fold of master {reply.master_id} failed: {reply.detail}")
+            raise WorkerFoldError(
+                f"the fold of master {reply.master_id} failed: {reply.detail}",
+                master_id=reply.master_id,
+            )
         self._budget.worker_died(reply.pid)
         raise WorkerFoldError(f"fold worker {reply.pid} died; the stretch is folded again")
 
@@ -396,4 +399,9 @@ class SharedFold:
 
 class WorkerFoldError(RuntimeError):
     """A worker's fold of the stretch failed or the worker died: the stretch is not committed
-    and is folded again (what the failure taught is already recorded)."""
+    and is folded again (what the failure taught is already recorded). `master_id`: the master
+    whose fold failed (None: a worker died), for the log line that reports it."""
+
+    def __init__(self, text: str, *, master_id: str | None = None) -> None:
+        super().__init__(text)
+        self.master_id = master_id

@@ -59,6 +59,7 @@ from sis_platform.queues.base import (
     new_message_id,
 )
 from sis_platform.runtime.doorbell import Doorbell, Waiter, ring
+from sis_platform.runtime.logs import concerning
 from sis_platform.runtime.walcheckpoint import WalCheckpointer
 from sis_platform.settings.variables import DEFAULT_BACKOUT_THRESHOLD
 
@@ -557,6 +558,7 @@ class EmbeddedSession(QueueSession):
                                 message_id,
                                 backout_count,
                                 self._backout_queue,
+                                extra=concerning(message_id=message_id),
                             )
                             continue
                         claims.append((self._token, seq))

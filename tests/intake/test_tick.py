@@ -7,7 +7,7 @@ import errno
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -39,15 +39,21 @@ class Log:
 
     def __init__(self) -> None:
         self.lines: list[tuple[str, str]] = []
+        # The identifiers each line was logged with (sis_platform/runtime/logs.py), by message.
+        self.concerning: dict[str, Mapping[str, object]] = {}
 
-    def info(self, msg: str) -> None:
-        self.lines.append(("info", msg))
+    def info(self, msg: str, *, extra: Mapping[str, object] | None = None) -> None:
+        self._add("info", msg, extra)
 
-    def warning(self, msg: str) -> None:
-        self.lines.append(("warning", msg))
+    def warning(self, msg: str, *, extra: Mapping[str, object] | None = None) -> None:
+        self._add("warning", msg, extra)
 
-    def error(self, msg: str) -> None:
-        self.lines.append(("error", msg))
+    def error(self, msg: str, *, extra: Mapping[str, object] | None = None) -> None:
+        self._add("error", msg, extra)
+
+    def _add(self, level: str, msg: str, extra: Mapping[str, object] | None) -> None:
+        self.lines.append((level, msg))
+        self.concerning[msg] = extra or {}
 
     def at(self, level: str) -> list[str]:
         return [msg for lvl, msg in self.lines if lvl == level]
@@ -152,9 +158,11 @@ def test_a_tick_lands_a_batch_commits_the_queue_and_hands_it_on_with_its_anchor(
     assert p.zone.catalog.fence_token("0000000001") == 1
     assert p.zone.catalog.closed_by("0000000001") == ClosedBy.DRAINED
     assert p.log.at("warning") == [f"{PROD} acquired the consumer lease with fencing token 1"]
-    assert p.log.at("info") == [
+    [landed_line] = p.log.at("info")
+    assert landed_line == (
         f"landed batch 0000000001: 5 message(s), {size} bytes from {p.queue.description}"
-    ]
+    )
+    assert p.log.concerning[landed_line] == {"batch": "0000000001"}
 
     empty = p.intake.tick(0, registered=1)
     assert empty.status is TickStatus.QUEUE_EMPTY and empty.batches == ()
@@ -354,6 +362,7 @@ def test_a_batch_left_without_its_anchor_gets_it_from_its_landing_file_first(tmp
         f"batch {landed.key} had no anchor file (a crash right after it landed): written from "
         "its landing file's metadata"
     )
+    assert p.log.concerning[p.log.at("warning")[-1]] == {"batch": landed.key}
     assert p.log.at("error") == []
 
 

@@ -136,7 +136,9 @@ def _poisoned(log: list[LandedMessage]) -> tuple[str, str, int]:
     raise AssertionError("no single-item message in the worker's share")
 
 
-def _fold_until_committed(place: Place, fold: LiveFold, workers: FoldWorkers, log) -> list[str]:
+def _fold_until_committed(
+    place: Place, fold: LiveFold, workers: FoldWorkers, log
+) -> list[WorkerFoldError]:
     """Fold the log as one stretch until it commits (the applier retries a failed stretch);
     the failures on the way."""
     failures = []
@@ -145,7 +147,7 @@ def _fold_until_committed(place: Place, fold: LiveFold, workers: FoldWorkers, lo
         try:
             commit = fold.fold(log)
         except WorkerFoldError as error:
-            failures.append(str(error))
+            failures.append(error)
             continue
         place.store.commit(commit)
         fold.committed(commit)
@@ -174,13 +176,17 @@ def test_a_workers_failure_ends_as_sis_lives_own(
     facts = place.budget.failures
     if how == "hang":
         # Killed by its watchdog once; the item is skipped from then on.
-        assert len(failures) == 1 and "died" in failures[0]
+        assert len(failures) == 1 and "died" in str(failures[0])
+        assert failures[0].master_id is None  # a death names no master: its marker does
         assert facts.timed_out_items == {(message_id, position): budget_detail(HANG_BUDGET_SECONDS)}
         expected = Expected(timed_out=facts.timed_out_items)
     else:
         # Two failures (SIS_QUARANTINE_AFTER here), then the master is held back.
         assert len(failures) == 2
         assert facts.fold[master_id].count == 2
+        # The applier's log line names the master (sis_platform/runtime/logs.py).
+        named = master_id if how == "raise" else None
+        assert [f.master_id for f in failures] == [named, named]
         if how == "crash":
             assert facts.fold[master_id].last_error == DIED_FOLDING
         else:

@@ -377,6 +377,8 @@ def test_a_timestamp_no_datetime_holds_is_the_time_of_receipt_with_a_warning(
         message = received_message(frame({"timestamp": timestamp}), redeliveries=0)
     assert before <= message.put_time <= datetime.now(UTC)
     assert "ID:m-1: unreadable timestamp header" in caplog.text
+    [warned] = caplog.records
+    assert warned.message_id == "ID:m-1"  # a field of a JSON line (sis_platform/runtime/logs.py)
 
 
 @settings(max_examples=300, deadline=None)

@@ -9,7 +9,14 @@ import logging
 import signal
 import subprocess
 
-from sis_platform.runtime.logs import JsonFormatter, concerning
+from sis_platform.runtime.logs import (
+    MAX_EXCEPTION_CHARS,
+    MAX_IDENTIFIER_CHARS,
+    MAX_MESSAGE_CHARS,
+    JsonFormatter,
+    TextFormatter,
+    concerning,
+)
 from tests.live.processes import finish, start_live
 from tests.live.running import BOUND_SECONDS, Place
 from tests.live.test_budget import ASCOT_1500, FEED, POISON, _put
@@ -36,6 +43,84 @@ def test_a_json_line_carries_the_identifiers_it_concerns_and_nothing_else_extra(
     assert (parsed["master_id"], parsed["message_id"], parsed["position"]) == ("m-1", "x\ny", 0)
     assert "free" not in parsed and "batch" not in parsed
     assert parsed["time"].endswith("+00:00")
+
+
+def _written(tmp_path, *records: logging.LogRecord) -> bytes:
+    """What a real stream handler with the JSON format writes for `records` to a UTF-8 file
+    (as sis-live's stderr would carry it)."""
+    path = tmp_path / "out.log"
+    with path.open("w", encoding="utf-8") as stream:
+        handler = logging.StreamHandler(stream)
+        handler.setFormatter(JsonFormatter())
+        for made in records:
+            handler.emit(made)
+    return path.read_bytes()
+
+
+def test_a_hostile_message_id_yields_one_bounded_ascii_line_per_record(tmp_path) -> None:
+    # A message id is whatever a producer put in a header: a megabyte, line breaks, a forged
+    # JSON line, Unicode line separators, a lone surrogate (an undecodable byte kept).
+    hostile = [
+        "x" * 1_000_000,
+        'a\n{"level": "INFO", "message": "forged"}\r\n',
+        "\u2028\u2029\x00\x1b[31m\x85",
+        "bad-\udcff-byte",
+    ]
+    records = [
+        record(
+            "embedded queue q: message %s reached backout count %d",
+            message_id,
+            5,
+            extra=concerning(message_id=message_id, master_id=message_id, batch=message_id),
+        )
+        for message_id in hostile
+    ]
+    written = _written(tmp_path, *records)
+    lines = written.split(b"\n")
+    assert lines[-1] == b"" and len(lines) == len(hostile) + 1  # one line per record
+    for message_id, raw in zip(hostile, lines, strict=False):
+        assert raw.isascii()
+        assert len(raw) < 2 * MAX_MESSAGE_CHARS + 6 * 3 * MAX_IDENTIFIER_CHARS
+        parsed = json.loads(raw)
+        for key in ("message_id", "master_id", "batch"):
+            assert message_id.startswith(parsed[key][:MAX_IDENTIFIER_CHARS])
+        if len(message_id) > MAX_IDENTIFIER_CHARS:
+            cut = len(message_id) - MAX_IDENTIFIER_CHARS
+            assert parsed["message_id"].endswith(f"...[{cut} more characters]")
+            assert parsed["message"].endswith("more characters]")
+        else:
+            assert parsed["message_id"] == message_id  # escaped on the line, whole in the value
+    assert b"\nforged" not in written and b'\n{"level": "INFO"' not in written
+
+
+def test_a_hostile_message_id_cannot_forge_or_stretch_a_text_line(tmp_path) -> None:
+    forged = "a\n2026-12-02 10:00:00,000 INFO sis_platform.live: forged\u2028\x1b[2J\udcff"
+    path = tmp_path / "out.log"
+    with path.open("w", encoding="utf-8") as stream:
+        handler = logging.StreamHandler(stream)
+        handler.setFormatter(TextFormatter())
+        for message_id in (forged, "y" * 1_000_000, "plain-id é"):
+            handler.emit(record("message %s reached backout count %d", message_id, 5))
+    lines = path.read_text(encoding="utf-8").split("\n")
+    assert len(lines) == 4 and lines[-1] == ""
+    assert " ERROR sis_platform.test: message a\\n2026-12-02 10:00:00,000 INFO" in lines[0]
+    assert lines[0].endswith("forged\\u2028\\x1b[2J\\udcff reached backout count 5")
+    assert len(lines[1]) < MAX_MESSAGE_CHARS + 100 and lines[1].endswith("more characters]")
+    assert lines[2].endswith(" ERROR sis_platform.test: message plain-id é reached backout count 5")
+
+
+def test_a_long_traceback_keeps_its_end(tmp_path) -> None:
+    try:
+        raise ValueError("y" * (3 * MAX_EXCEPTION_CHARS) + " the end")
+    except ValueError:
+        import sys
+
+        made = record("failed")
+        made.exc_info = sys.exc_info()
+    [raw, _] = _written(tmp_path, made).split(b"\n")
+    trace = json.loads(raw)["exception"]
+    assert len(trace) < MAX_EXCEPTION_CHARS + 100
+    assert trace.endswith(" the end") and "characters cut]" in trace
 
 
 def test_an_exception_stays_on_the_one_line() -> None:

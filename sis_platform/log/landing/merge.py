@@ -60,6 +60,7 @@ from sis_platform.log.landing.rows import (
 )
 from sis_platform.log.seal import LogTampered
 from sis_platform.runtime.faults import crash_point
+from sis_platform.runtime.logs import concerning
 
 if TYPE_CHECKING:
     from sis_platform.intake.lease import Fence
@@ -264,7 +265,7 @@ def merge_zone(
             if merge_batch(zone, key, fence) is not None:
                 merged += 1
         except LogTampered as error:
-            log.error("%s", error)
+            log.error("%s", error, extra=concerning(batch=key))
             refused.append(key)
             continue
         if not zone.batch_path(key).is_file():
@@ -394,7 +395,7 @@ class Merger:
     def _refuse(self, error: LogTampered) -> None:
         """The next batch's parts do not verify: they stay as they are for the chain check
         to report, and the batch is never tried again by this merger."""
-        log.error("%s", error)
+        log.error("%s", error, extra=concerning(batch=self._to_merge[0]))
         self._reading = None
         self._to_merge.popleft()
 
@@ -403,4 +404,9 @@ class Merger:
         if self.zone.batch_path(key).is_file():
             self._to_remove.append(_Removal(key, merged_at(self.zone, key) + self.grace_seconds))
         if merged is not None:
-            log.debug("merged batch %s: %d part(s) into one file", key, merged.parts)
+            log.debug(
+                "merged batch %s: %d part(s) into one file",
+                key,
+                merged.parts,
+                extra=concerning(batch=key),
+            )

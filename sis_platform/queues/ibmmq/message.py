@@ -9,6 +9,7 @@ from typing import Any
 
 from sis_platform.queues.base import ReceivedMessage
 from sis_platform.queues.ibmmq.rfh2 import parse_rfh2, rfh2_properties
+from sis_platform.runtime.logs import concerning
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,7 @@ def to_received_message(md: Any, raw: bytes, cmqc: Any) -> ReceivedMessage:
             message_id,
             type(exc).__name__,
             exc,
+            extra=concerning(message_id=message_id),
         )
         body, properties = raw, {}
     put_time = mqmd_put_time(md.PutDate, md.PutTime)
@@ -54,6 +56,7 @@ def to_received_message(md: Any, raw: bytes, cmqc: Any) -> ReceivedMessage:
             message_id,
             md.PutDate,
             md.PutTime,
+            extra=concerning(message_id=message_id),
         )
         put_time = datetime.now(UTC)
     return ReceivedMessage(

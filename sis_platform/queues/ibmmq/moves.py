@@ -39,6 +39,7 @@ from sis_platform.queues.ibmmq.mqi import (
     padded,
     reason_of,
 )
+from sis_platform.runtime.logs import concerning
 
 if TYPE_CHECKING:
     from sis_platform.queues.ibmmq.connection import Connection
@@ -114,9 +115,17 @@ def move_aside(conn: Connection, md: Any, raw: bytes, why: MoveReason) -> bool:
                 target.name,
                 source.reason_name(reason_of(exc)),
                 reason_of(exc),
+                extra=concerning(message_id=message_id),
             )
             continue
-        log.warning("%s: moved %s to %s: %s", source.description, message_id, target.name, why.text)
+        log.warning(
+            "%s: moved %s to %s: %s",
+            source.description,
+            message_id,
+            target.name,
+            why.text,
+            extra=concerning(message_id=message_id),
+        )
         return True
     log.error(
         "%s: delivering %s although %s: no backout or dead-letter queue took it; %s",
@@ -124,6 +133,7 @@ def move_aside(conn: Connection, md: Any, raw: bytes, why: MoveReason) -> bool:
         message_id,
         why.text,
         why.otherwise,
+        extra=concerning(message_id=message_id),
     )
     return False
 

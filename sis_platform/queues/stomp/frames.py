@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sis_platform.queues.base import ReceivedMessage
+from sis_platform.runtime.logs import concerning
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +138,7 @@ def _put_time(headers: Mapping[str, str], message_id: str) -> datetime:
             message_id,
             text[:40],
             exc,
+            extra=concerning(message_id=message_id),
         )
         return received
 

@@ -71,6 +71,7 @@ from sis_platform.queues.stomp.frames import (
     received_message,
 )
 from sis_platform.queues.stomp.link import BrokerError, Link, LinkLost
+from sis_platform.runtime.logs import concerning
 
 if TYPE_CHECKING:
     from sis_platform.queues.stomp.source import StompQueue
@@ -272,12 +273,14 @@ class StompSession(QueueSession):
     def _move_to_backout(self, frame: Any, redeliveries: int) -> None:
         source = self._source
         copy = backout_copy(frame, redeliveries, source.destination)
+        message_id = message_id_of(frame)
         log.warning(
             "%s: message %s reached backout count %d, moving it to %s",
             source.description,
-            message_id_of(frame),
+            message_id,
             redeliveries,
             source.backout_queue,
+            extra=concerning(message_id=message_id),
         )
         # In the unit like any other message (ACKed by commit() at the latest); the copy is
         # sent by commit().
