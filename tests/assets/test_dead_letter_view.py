@@ -153,6 +153,7 @@ def test_a_run_shows_the_view_and_the_row_counts_and_check_lake_passes(tmp_path,
         "applied_at_most_once",
         "one_end_state_per_message",
         "model_references_hold",
+        "files_within_bound",
     }
     assert all(e.passed for e in evaluations.values()), evaluations
     assert evaluations["one_end_state_per_message"].metadata["messages_checked"].value == 2

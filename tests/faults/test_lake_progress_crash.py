@@ -30,7 +30,7 @@ def test_a_fold_killed_before_recording_its_progress_has_it_recorded_by_the_next
     env = {**platform_env(tmp_path / "data"), **LIVE}
     settings = config.settings_of(env)
     # The zone as the platform opens it: its log signed with the platform's key.
-    writer = GroupWriter(config.resources(settings)["landing"].zone())
+    writer = GroupWriter(config.resources(settings)["landing"].zone().writer)
     writer.recover()
     # A master, an update of it, and an orphan update (a dead letter), as sis-live lands them.
     writer.land([received(master(event(ASCOT_1430))), received(update(ASCOT_1430, GO_SOFT))])
