@@ -15,11 +15,13 @@ from pathlib import Path
 import pytest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
 
+from sis_platform.live.config import LiveConfig
 from sis_platform.live.metrics import STAGES, LiveRecorder
 from sis_platform.live.traces import (
     GROUP_SPAN,
     MAX_ID_CHARS,
     MAX_IDS,
+    MAX_PENDING_GROUPS,
     Destination,
     LiveTraces,
 )
@@ -27,6 +29,7 @@ from sis_platform.serving import open_store
 from sis_platform.simulator.generator import generate_feed
 from tests.live.processes import REPO, finish, live_env, start_live
 from tests.live.running import BOUND_SECONDS, Place, drained, running
+from tests.live.test_service import _Switch
 from tests.otlp import ReceivedSpan, dead_collector, otlp_receiver
 
 pytestmark = pytest.mark.cost(20)
@@ -89,6 +92,47 @@ def test_each_group_is_a_consumer_span_with_a_child_span_per_stage(tmp_path: Pat
         assert by_name["commit"].attributes["sis.master_ids"]
     # Every message is named by its group's span (groups here are at most MAX_IDS long).
     assert sorted(seen_ids) == sorted(m.message_id for m in feed)
+
+
+def test_groups_landed_while_the_store_is_down_end_when_the_catch_up_commits_them(
+    tmp_path: Path,
+) -> None:
+    place = Place(tmp_path)
+    feed = list(generate_feed(56, 400))
+    switch = _Switch(place.url)
+    config = LiveConfig(
+        group_max_messages=20,
+        batch_max_messages=70,
+        batch_max_seconds=3600.0,
+        idle_wait_seconds=0.2,
+        retry_first_seconds=0.05,
+        retry_last_seconds=0.2,
+    )
+    switch.down.set()
+    place.put(feed)
+    with otlp_receiver() as receiver:
+        traces = LiveTraces(receiver.traces_url, WHERE)
+        try:
+            with running(place, config, switch.open, tracing=traces.recorder) as service:
+                assert service.wait_until(
+                    lambda s: s.landed_messages == len(feed) and s.source.depth() == 0,
+                    BOUND_SECONDS,
+                )
+                switch.down.clear()
+                assert service.wait_until(drained, BOUND_SECONDS)
+        finally:
+            traces.shutdown()
+        spans = receiver.spans()
+    groups = _groups(spans)
+    assert _messages_in(spans) == len(feed) and len(groups) > MAX_PENDING_GROUPS
+    # The oldest groups' spans were ended unseen once more than MAX_PENDING_GROUPS waited; the
+    # rest ended when the catch-up made them visible, and its commit hangs off the newest.
+    unseen = [g for g in groups if g.attributes["sis.visible"] is False]
+    assert len(unseen) == len(groups) - MAX_PENDING_GROUPS
+    seen = [g for g in groups if g.attributes["sis.visible"] is True]
+    commits = [s for s in spans if s.name == "commit"]
+    assert commits and {c.parent_span_id for c in commits} <= {g.span_id for g in seen}
+    assert all(g.attributes["sis.master_ids"] for g in seen)
 
 
 def test_a_one_megabyte_message_id_gives_a_bounded_attribute(tmp_path: Path) -> None:
