@@ -32,7 +32,7 @@ from tests.live.running import BOUND_SECONDS, Place, drained, running
 from tests.live.test_service import _Switch
 from tests.otlp import ReceivedSpan, dead_collector, otlp_receiver
 
-pytestmark = pytest.mark.cost(20)
+pytestmark = pytest.mark.cost(30)
 
 WHERE = Destination("embedded", "sis.feed")
 
