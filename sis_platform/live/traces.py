@@ -154,6 +154,7 @@ class TracingRecorder(LiveRecorder):
     def got(self, messages: int, seconds: float) -> None:
         self.inner.got(messages, seconds)
         if self._current is not None:  # its queue commit failed: the queue redelivers it
+            self._current.span.set_attribute("sis.queue_committed", False)
             self._settle(self._current)
         self._get, self._land = _window(seconds), None
 

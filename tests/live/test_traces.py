@@ -29,6 +29,7 @@ from sis_platform.serving import open_store
 from sis_platform.simulator.generator import generate_feed
 from tests.live.processes import REPO, finish, live_env, start_live
 from tests.live.running import BOUND_SECONDS, Place, drained, running
+from tests.live.test_json_logs import _drain
 from tests.live.test_service import _Switch
 from tests.otlp import ReceivedSpan, dead_collector, otlp_receiver
 
@@ -191,7 +192,7 @@ def test_a_collector_that_is_down_never_holds_up_the_live_path(
         store.close()
 
 
-def test_the_sis_live_command_exports_its_groups_while_it_runs(tmp_path: Path) -> None:
+def test_the_sis_live_command_flushes_its_spans_on_an_orderly_stop(tmp_path: Path) -> None:
     place = Place(tmp_path / "data")
     feed = list(generate_feed(54, 60))
     place.put(feed)
@@ -201,19 +202,22 @@ def test_the_sis_live_command_exports_its_groups_while_it_runs(tmp_path: Path) -
             place.root,
             log,
             OTEL_EXPORTER_OTLP_ENDPOINT=receiver.endpoint,
-            OTEL_BSP_SCHEDULE_DELAY="50",
+            # Nothing is exported before the stop: the batch is not full, the delay not over.
+            OTEL_BSP_SCHEDULE_DELAY="600000",
             OTEL_SERVICE_NAME="sis-live-test",
         )
         try:
-            assert receiver.wait_for(lambda s: _messages_in(s) == len(feed), BOUND_SECONDS), (
-                log.read_text(errors="replace")[-4000:]
-            )
+            _drain(place, live, log)
+            assert receiver.requests == 0
         finally:
             live.terminate()
             assert finish(live, BOUND_SECONDS, log) == 0
-        groups = _groups(receiver.spans())
+        spans = receiver.spans()
+    groups = _groups(spans)
+    assert _messages_in(spans) == len(feed)
     assert {g.service for g in groups} == {"sis-live-test"}
     assert {g.attributes["messaging.system"] for g in groups} == {"embedded"}
+    assert all(g.attributes["sis.visible"] is True for g in groups)
 
 
 _CHECK_OFF = """
