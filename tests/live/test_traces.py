@@ -24,8 +24,14 @@ from sis_platform.live.traces import (
     MAX_PENDING_GROUPS,
     Destination,
     LiveTraces,
+    destination,
 )
 from sis_platform.serving import open_store
+from sis_platform.settings import (
+    EmbeddedSourceSettings,
+    IbmMqSourceSettings,
+    StompSourceSettings,
+)
 from sis_platform.simulator.generator import generate_feed
 from tests.live.processes import REPO, finish, live_env, start_live
 from tests.live.running import BOUND_SECONDS, Place, drained, running
@@ -236,10 +242,13 @@ print("off")
 
 
 def test_with_no_endpoint_nothing_of_opentelemetry_is_imported(tmp_path: Path) -> None:
+    env = live_env(tmp_path / "data")
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        env.pop(name, None)
     done = subprocess.run(
         [sys.executable, "-c", _CHECK_OFF],
         cwd=REPO,
-        env=live_env(tmp_path / "data"),
+        env=env,
         capture_output=True,
         text=True,
         timeout=120,
@@ -266,6 +275,15 @@ def test_an_endpoint_without_the_sdk_installed_names_the_extra(tmp_path: Path) -
     assert done.returncode == 2, done.stderr
     assert "install the `otel` extra" in done.stderr
     assert "sis-platform[otel]" in done.stderr
+
+
+def test_each_source_is_named_as_the_messaging_conventions_name_it() -> None:
+    assert destination(StompSourceSettings(destination="/queue/sis.feed")) == Destination(
+        "activemq", "/queue/sis.feed"
+    )
+    ibmmq = IbmMqSourceSettings("QM1", "SIS.SVRCONN", "mq(1414)", "SIS.FEED", 1 << 20)
+    assert destination(ibmmq) == Destination("ibm_mq", "SIS.FEED")
+    assert destination(EmbeddedSourceSettings("/q", "sis.feed")) == WHERE
 
 
 def test_the_recorder_passes_every_call_on(tmp_path: Path) -> None:
