@@ -645,6 +645,49 @@ def test_the_metrics_endpoint_listens_on_loopback_unless_configured(tmp_path: Pa
     assert v6 == ("::1", 9464)
 
 
+def test_traces_are_off_unless_an_otlp_endpoint_is_set_and_leave_the_host_over_https(
+    tmp_path: Path,
+) -> None:
+    base = {"SIS_DATA_DIR": str(tmp_path)}
+
+    def endpoint(**variables: str) -> str | None:
+        return load_settings({**base, **variables}).live.traces_endpoint
+
+    assert endpoint() is None
+    # The general endpoint is a base URL (the SDK's rule); the traces one is used as it is.
+    assert endpoint(OTEL_EXPORTER_OTLP_ENDPOINT="https://otel.example:4318/") == (
+        "https://otel.example:4318/v1/traces"
+    )
+    assert (
+        endpoint(
+            OTEL_EXPORTER_OTLP_ENDPOINT="https://otel.example:4318",
+            OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="https://traces.example/otlp",
+        )
+        == "https://traces.example/otlp"
+    )
+    assert endpoint(OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:4318") == (
+        "http://127.0.0.1:4318/v1/traces"
+    )
+    assert endpoint(OTEL_EXPORTER_OTLP_ENDPOINT="http://localhost:4318") is not None
+    for variables, message in [
+        (
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel.example:4318"},
+            "plain http leaves the host only over https",
+        ),
+        (
+            {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://10.0.0.5:4318/v1/traces"},
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT='http://10.0.0.5:4318/v1/traces': plain http",
+        ),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "otel.example:4318"}, "expected https://host"),
+        (
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "https://user:pw@otel.example"},
+            "set OTEL_EXPORTER_OTLP_HEADERS in the environment instead",
+        ),
+    ]:
+        with pytest.raises(ConfigurationError, match=re.escape(message)):
+            load_settings({**base, **variables})
+
+
 def test_lake_upkeep_is_read_and_a_retention_under_the_replay_window_is_refused(
     tmp_path: Path,
 ) -> None:

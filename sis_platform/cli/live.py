@@ -85,9 +85,18 @@ def main(argv: list[str] | None = None) -> int:
     private_folder(settings.data_dir, create=True)  # only once it will run: a refusal makes nothing
     # Imported once the arguments are parsed: the service's modules (pyarrow, lxml, the store)
     # take 0.36 s to import (measured with -X importtime), which `sis-live --help` need not pay.
-    from sis_platform.live.process import build_service, run_with_endpoint
+    from sis_platform.live.process import build_service, run_with_endpoint, start_traces
 
-    run_with_endpoint(build_service(settings), settings)
+    try:
+        traces = start_traces(settings)  # None unless OTEL_EXPORTER_OTLP_ENDPOINT is set
+    except ConfigurationError as error:
+        print(f"sis-live: {error}", file=sys.stderr)
+        return 2
+    try:
+        run_with_endpoint(build_service(settings, traces), settings)
+    finally:
+        if traces is not None:
+            traces.shutdown()  # the spans still queued are exported on an orderly stop
     return 0
 
 

@@ -5,6 +5,8 @@ then commits the queue (`service.py`, the loop); `budget.py` bounds
 an item's time, `config.py` its bounds, `process.py` one process built from the settings;
 `metrics.py` its Prometheus metrics and `endpoint.py` the HTTP endpoint that serves them with
 its health (/metrics, /healthz, /readyz); `lakelag.py` the lake's progress and lag it exports
-too, from the row the lake's fold records in the serving store.
+too, from the row the lake's fold records in the serving store; `traces.py` its OpenTelemetry
+spans (one per group, a child per stage, drawn from the metrics' own stage timings; imported
+only when OTEL_EXPORTER_OTLP_ENDPOINT is set).
 
 No Dagster or Spark import anywhere in this package."""

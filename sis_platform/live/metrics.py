@@ -73,6 +73,10 @@ class LiveRecorder:
     def landed(self, messages: int, seconds: float) -> None:
         """The group was landed durably in `seconds`."""
 
+    def group(self, messages: Sequence[LandedMessage], batch_key: str) -> None:
+        """The group just landed, as the log holds it, in the batch `batch_key` (after `landed`;
+        the traces name its messages, sis_platform/live/traces.py)."""
+
     def folded(self, seconds: float) -> None:
         """The group was folded (its store commits excluded) in `seconds`."""
 
@@ -84,6 +88,9 @@ class LiveRecorder:
 
     def queue_committed(self, seconds: float) -> None:
         """The queue's unit of work was committed in `seconds`."""
+
+    def close(self) -> None:
+        """The service has stopped."""
 
     def source_connected(self) -> None:
         """A queue session was opened."""

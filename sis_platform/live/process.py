@@ -1,7 +1,8 @@
 """One sis-live process built from the settings: the source, landing zone, consumer lease
 (the one the queue sensor holds, built without Dagster), serving store, metrics and service,
 run until SIGTERM or SIGINT asks it to stop, with its metrics and health endpoint
-(SIS_METRICS_ADDRESS, sis_platform/live/endpoint.py) served beside it."""
+(SIS_METRICS_ADDRESS, sis_platform/live/endpoint.py) served beside it, and its traces exported
+when OTEL_EXPORTER_OTLP_ENDPOINT asks (sis_platform/live/traces.py, imported only then)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import signal
 import threading
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from sis_platform.intake.lease import ConsumerLease, holder_id
 from sis_platform.live.budget import BudgetConfig
@@ -25,13 +27,19 @@ from sis_platform.queues.factory import open_configured_from_environment
 from sis_platform.runtime.heartbeat import Heartbeat
 from sis_platform.serving import ServingStore, open_store
 from sis_platform.serving.location import shown_url
-from sis_platform.settings import LOG_KEY_VARIABLE, Settings, secret
+from sis_platform.settings import LOG_KEY_VARIABLE, ConfigurationError, Settings, secret
+
+if TYPE_CHECKING:
+    from sis_platform.live.traces import LiveTraces
 
 log = logging.getLogger("sis_platform.live")
 
+OTEL_EXTRA = "otel"  # pyproject's extra with the OpenTelemetry SDK and its OTLP exporter
 
-def build_service(settings: Settings) -> LiveService:
-    """The service `settings` describe (nothing is connected or opened yet)."""
+
+def build_service(settings: Settings, traces: LiveTraces | None = None) -> LiveService:
+    """The service `settings` describe (nothing is connected or opened yet), traced by
+    `traces` if given (`start_traces`)."""
     zone = landing_zone(settings)
     lease = ConsumerLease(
         zone.catalog.root, holder_id(settings.batch.deployment), settings.batch.lease_seconds
@@ -50,7 +58,29 @@ def build_service(settings: Settings) -> LiveService:
         budget=BudgetConfig.from_settings(settings),
         heartbeat=Heartbeat(settings.live.heartbeat_file),
         metrics=LiveMetrics() if settings.live.metrics_address is not None else LiveRecorder(),
+        tracing=traces.recorder if traces is not None else None,
     )
+
+
+def start_traces(settings: Settings) -> LiveTraces | None:
+    """sis-live's traces if OTEL_EXPORTER_OTLP_ENDPOINT (or ..._TRACES_ENDPOINT) is set, else
+    None, with nothing of OpenTelemetry imported. ConfigurationError names the `otel` extra when
+    it is set and the packages are missing."""
+    endpoint = settings.live.traces_endpoint
+    if endpoint is None:
+        return None
+    try:
+        from sis_platform.live.traces import LiveTraces, destination
+    except ImportError as error:
+        raise ConfigurationError(
+            f"OpenTelemetry traces are asked for ({endpoint}) but the SDK is not installed "
+            f"({error}): install the `{OTEL_EXTRA}` extra "
+            f"(pip install 'sis-platform[{OTEL_EXTRA}]') or unset OTEL_EXPORTER_OTLP_ENDPOINT "
+            "and OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+        ) from None
+    traces = LiveTraces(endpoint, destination(settings.source))
+    log.info("sis-live's traces exported to %s", endpoint)
+    return traces
 
 
 def landing_zone(settings: Settings) -> LandingZone:

@@ -110,6 +110,7 @@ class LiveService:
         budget: BudgetConfig | None = None,
         heartbeat: Heartbeat | None = None,
         metrics: LiveRecorder | None = None,
+        tracing: Callable[[LiveRecorder], LiveRecorder] | None = None,
     ) -> None:
         self.source = source
         self.zone = zone
@@ -117,9 +118,12 @@ class LiveService:
         self.config = config
         # What the loop and the applier record (sis_platform/live/metrics.py; by default nothing).
         self.metrics = metrics if metrics is not None else LiveRecorder()
+        # What the loop and the applier call: the metrics, or the traces around them
+        # (`tracing`, sis_platform/live/traces.py), which draw their spans from the same calls.
+        self.recorder = tracing(self.metrics) if tracing is not None else self.metrics
         # `budget`: the fold's per-item budget and in-flight folder (sis_platform/live/budget.py)
         self.applier = Applier(
-            zone.catalog, open_store, config, clock=clock, budget=budget, metrics=self.metrics
+            zone.catalog, open_store, config, clock=clock, budget=budget, metrics=self.recorder
         )
         self._clock = clock
         # Beaten each time the loop goes round (sis_platform/runtime/heartbeat.py): liveness.
@@ -235,6 +239,7 @@ class LiveService:
         finally:
             self._close_session()
             self.applier.close()
+            self.recorder.close()
         if self._held_at_stop():
             self.lease.release()  # a planned stop: a standby need not wait for the expiry
 
@@ -267,11 +272,11 @@ class LiveService:
             if self._clock() < self._expires_at:
                 return True
             log.error("could not renew the consumer lease before it ran out: standing by")
-            self.metrics.lease_lost()
+            self.recorder.lease_lost()
             return False
         if not self.lease.holds(renewed):
             log.error("lost the consumer lease to %s: standing by", renewed.holder)
-            self.metrics.lease_lost()
+            self.recorder.lease_lost()
             return False
         return True
 
@@ -297,7 +302,7 @@ class LiveService:
 
     def _hold(self, current: Lease) -> None:
         """Consume under `current` until the lease is lost or a stop is requested."""
-        self.metrics.lease_held(current.token, acquired=current.acquired_at == current.renewed_at)
+        self.recorder.lease_held(current.token, acquired=current.acquired_at == current.renewed_at)
         if current.acquired_at == current.renewed_at:
             log.warning(
                 "%s acquired the consumer lease with fencing token %d%s",
@@ -335,7 +340,7 @@ class LiveService:
                     self._step(writer)
                 except FencedOff as error:
                     log.error("fenced off: %s; standing by", error)
-                    self.metrics.lease_lost()
+                    self.recorder.lease_lost()
                     self._close_session()
                     return
                 finally:
@@ -368,11 +373,11 @@ class LiveService:
             started = time.perf_counter()
             group = self._gather(session, writer, first)
             gathered = time.perf_counter()
-            self.metrics.got(len(group), gathered - started)
+            self.recorder.got(len(group), gathered - started)
             crash_point("live.after_get")
             opened = self._clock()  # the batch's opening, if this group opens one
             landed = writer.land(group)
-            self.metrics.landed(len(group), time.perf_counter() - gathered)
+            self.recorder.landed(len(group), time.perf_counter() - gathered)
         except SourceUnavailable as error:
             self._source_down(error)
             return
@@ -389,6 +394,8 @@ class LiveService:
         if landed.part == 0:
             self._opened = _Opened(landed.batch_key, opened)
         crash_point("live.after_land")
+        messages = _landed_messages(landed, group)
+        self.recorder.group(messages, landed.batch_key)
         before, self._landed_to = self._landed_to, landed.last_position
         self.landed_messages += len(group)
         # A full group says more is waiting: a backlog (SIS_PRIORITY folds it in windows).
@@ -399,10 +406,10 @@ class LiveService:
         try:
             # The fold's time is the apply's less the store commits within it (a pipelined
             # group's commit, and this one's).
-            committing, applying = self.metrics.commit_seconds, time.perf_counter()
-            self.applier.apply(_landed_messages(landed, group), before, backlog=backlog)
-            committed = self.metrics.commit_seconds - committing
-            self.metrics.folded(time.perf_counter() - applying - committed)
+            committing, applying = self.recorder.commit_seconds, time.perf_counter()
+            self.applier.apply(messages, before, backlog=backlog)
+            committed = self.recorder.commit_seconds - committing
+            self.recorder.folded(time.perf_counter() - applying - committed)
             crash_point("live.before_queue_commit")
         finally:
             self._commit_queue(session)
@@ -456,7 +463,7 @@ class LiveService:
         try:
             started = time.perf_counter()
             session.commit()
-            self.metrics.queue_committed(time.perf_counter() - started)
+            self.recorder.queue_committed(time.perf_counter() - started)
         except SourceUnavailable as error:
             self._source_down(error)
 
@@ -588,13 +595,13 @@ class LiveService:
         except SourceUnavailable as error:
             self._source_down(error)
             return None
-        self.metrics.source_connected()
+        self.recorder.source_connected()
         if self._source_retry.succeeded():
             log.warning("queue available again: %s", self.source.description)
         return self._session
 
     def _source_down(self, error: SourceUnavailable) -> None:
-        self.metrics.source_failed()
+        self.recorder.source_failed()
         self._close_session()
         if self._source_retry.failed(self._clock()):
             log.error(

@@ -102,6 +102,8 @@ from sis_platform.settings.variables import (
     LOG_FORMATS,
     LOG_KEY_VARIABLE,
     MAX_LIVE_FOLD_WORKERS,
+    OTEL_ENDPOINT_VARIABLE,
+    OTEL_TRACES_ENDPOINT_VARIABLE,
     PROFILES,
     SERVING_SCHEMES,
     SOURCES,
@@ -577,7 +579,36 @@ def _live(read: Reader, data_dir: Path, lease_seconds: float) -> LiveSettings:
             "SIS_LANDING_RETAIN_DAYS", DEFAULT_LANDING_RETAIN_DAYS, 1.0
         ),
         metrics_address=_metrics_address(read),
+        traces_endpoint=_traces_endpoint(read),
     )
+
+
+def _traces_endpoint(read: Reader) -> str | None:
+    """The OTLP/HTTP URL of sis-live's traces: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as it is, or
+    OTEL_EXPORTER_OTLP_ENDPOINT with `/v1/traces` appended (the SDK's rule); None: tracing off.
+    https, or plain http to a loopback address only (message and master ids must not cross a
+    network in clear), never with credentials (OTEL_EXPORTER_OTLP_HEADERS carries them)."""
+    name = OTEL_TRACES_ENDPOINT_VARIABLE
+    url = read.optional(name)
+    if url is None:
+        name = OTEL_ENDPOINT_VARIABLE
+        base = read.optional(name)
+        if base is None:
+            return None
+        url = base.rstrip("/") + "/v1/traces"
+    parts = urlsplit(url)
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        raise ConfigurationError(f"{name}={url!r}: expected https://host[:port][/path]")
+    if parts.username is not None or parts.password is not None:
+        raise ConfigurationError(
+            f"{name} holds credentials: set OTEL_EXPORTER_OTLP_HEADERS in the environment instead"
+        )
+    if parts.scheme == "http" and not is_loopback(parts.hostname):
+        raise ConfigurationError(
+            f"{name}={url!r}: plain http leaves the host only over https; "
+            "use https (http is accepted for a loopback address)"
+        )
+    return url
 
 
 def _metrics_address(read: Reader) -> tuple[str, int] | None:

@@ -201,6 +201,8 @@ class LiveSettings:
     landing_retain_days: float = DEFAULT_LANDING_RETAIN_DAYS
     # (host, port) of /metrics, /healthz and /readyz (sis_platform/live/endpoint.py); None: off
     metrics_address: tuple[str, int] | None = METRICS_ADDRESS
+    # the OTLP/HTTP URL sis-live's traces are exported to (sis_platform/live/traces.py); None: off
+    traces_endpoint: str | None = None
 
 
 @dataclass(frozen=True)

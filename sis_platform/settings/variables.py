@@ -123,6 +123,16 @@ DEFAULT_LIVE_STALL_SECONDS = 60.0
 # SIS_METRICS_ADDRESS says (`off`: nowhere): loopback, as every listener of the platform; 9464 is
 # the port OpenTelemetry's Prometheus exporter uses by convention.
 DEFAULT_METRICS_ADDRESS = "127.0.0.1:9464"
+# sis-live's traces (sis_platform/live/traces.py) are off unless one of these names an OTLP/HTTP
+# collector: OpenTelemetry's own variables, read here as the switch and the endpoint (the
+# traces one as it is, the general one with `/v1/traces` appended, as the SDK does). https, or
+# plain http to a loopback address only. The rest is the SDK's, read by it from the environment
+# only: OTEL_SERVICE_NAME (default here: OTEL_DEFAULT_SERVICE_NAME), OTEL_EXPORTER_OTLP_HEADERS
+# (a collector's credentials), OTEL_EXPORTER_OTLP_TIMEOUT, OTEL_EXPORTER_OTLP_CERTIFICATE,
+# OTEL_BSP_MAX_QUEUE_SIZE and the other OTEL_BSP_* of the batch span processor, OTEL_TRACES_SAMPLER.
+OTEL_ENDPOINT_VARIABLE = "OTEL_EXPORTER_OTLP_ENDPOINT"
+OTEL_TRACES_ENDPOINT_VARIABLE = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+OTEL_DEFAULT_SERVICE_NAME = "sis-live"
 # How long the parts of a batch sis-live merged into one file are kept after the merge
 # (sis_platform/log/landing/merge.py): every reader that listed them before the merge (a Spark job,
 # a catch-up, sis-trace) has opened them by then. An hour at the defaults keeps ~30 batches'
@@ -264,4 +274,6 @@ VARIABLES = (
     *LIMIT_VARIABLES.values(),
     *FAULT_INJECTION_VARIABLES,
     SETTINGS_FILE_VARIABLE,
+    OTEL_ENDPOINT_VARIABLE,
+    OTEL_TRACES_ENDPOINT_VARIABLE,
 )

@@ -81,6 +81,7 @@ def running(
     lease: ConsumerLease | None = None,
     zone: LandingZone | None = None,
     metrics: LiveRecorder | None = None,
+    tracing: Callable[[LiveRecorder], LiveRecorder] | None = None,
 ) -> Iterator[LiveService]:
     """The service running in a thread, consuming `source` (default: the place's queue), its
     fold under `budget` (None: unguarded, no fold workers), under `lease` (default: the
@@ -95,6 +96,7 @@ def running(
         budget=budget,
         heartbeat=heartbeat,
         metrics=metrics,
+        tracing=tracing,
     )
     failure: list[BaseException] = []
 
