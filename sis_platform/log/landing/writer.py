@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sis_platform.log.chain import Anchor, fsync_dir
+from sis_platform.log.chain import Anchor, fsync_dir, write_durably
 from sis_platform.log.landing.catalog import Catalog
 from sis_platform.log.landing.groups import seal_batch
 from sis_platform.log.landing.layout import ZoneLayout
@@ -96,17 +96,8 @@ class ZoneWriter(ZoneLayout):
         self.overflow_dir.mkdir(parents=True, exist_ok=True)
         digest = hashlib.sha256(body).hexdigest()
         final = self.overflow_dir / f"{digest}.body"
-        tmp = self.overflow_dir / f".{digest}.{uuid.uuid4().hex}.partial"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(body)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, final)  # same name, same bytes: replacing a copy changes nothing
-        finally:
-            tmp.unlink(missing_ok=True)
-        fsync_dir(self.overflow_dir)
+        # Same name, same bytes: replacing a redelivered copy changes nothing.
+        write_durably(final, body, replace=True)
         return OverflowBody(len(body), digest, str(final.relative_to(self.root)))
 
     def land(
