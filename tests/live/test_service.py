@@ -120,19 +120,23 @@ class _Flaky:
         return call
 
 
+# Groups of 20 in batches of 70 that time never seals, retried quickly while the store is down.
+STORE_OUTAGE = LiveConfig(
+    group_max_messages=20,
+    batch_max_messages=70,
+    batch_max_seconds=3600.0,
+    idle_wait_seconds=0.2,
+    retry_first_seconds=0.05,
+    retry_last_seconds=0.2,
+)
+
+
 @pytest.mark.parametrize("down_at_start", [True, False], ids=["down-at-start", "down-midway"])
 def test_landing_goes_on_while_the_store_is_down_and_the_store_catches_up(tmp_path, down_at_start):
     place = Place(tmp_path)
     feed = _feed(24, 300)
     switch = _Switch(place.url)
-    config = LiveConfig(
-        group_max_messages=20,
-        batch_max_messages=70,
-        batch_max_seconds=3600.0,
-        idle_wait_seconds=0.2,
-        retry_first_seconds=0.05,
-        retry_last_seconds=0.2,
-    )
+    config = STORE_OUTAGE
     if down_at_start:
         switch.down.set()
     else:

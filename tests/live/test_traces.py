@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
 
-from sis_platform.live.config import LiveConfig
 from sis_platform.live.metrics import STAGES, LiveRecorder
 from sis_platform.live.traces import (
     GROUP_SPAN,
@@ -36,7 +35,7 @@ from sis_platform.simulator.generator import generate_feed
 from tests.live.processes import REPO, finish, live_env, start_live
 from tests.live.running import BOUND_SECONDS, Place, drained, running
 from tests.live.test_json_logs import _drain
-from tests.live.test_service import _Switch
+from tests.live.test_service import STORE_OUTAGE, _Switch
 from tests.otlp import ReceivedSpan, dead_collector, otlp_receiver
 
 pytestmark = pytest.mark.cost(30)
@@ -107,14 +106,7 @@ def test_groups_landed_while_the_store_is_down_end_when_the_catch_up_commits_the
     place = Place(tmp_path)
     feed = list(generate_feed(56, 400))
     switch = _Switch(place.url)
-    config = LiveConfig(
-        group_max_messages=20,
-        batch_max_messages=70,
-        batch_max_seconds=3600.0,
-        idle_wait_seconds=0.2,
-        retry_first_seconds=0.05,
-        retry_last_seconds=0.2,
-    )
+    config = STORE_OUTAGE
     switch.down.set()
     place.put(feed)
     with otlp_receiver() as receiver:

@@ -38,10 +38,12 @@ def _land(writer: GroupWriter, *groups: int) -> None:
 class Ticker:
     """Evaluates the sensor as the daemon does: the cursor and partitions carried over."""
 
-    def __init__(self, resources: dict[str, object]) -> None:
+    def __init__(
+        self, resources: dict[str, object], instance: dg.DagsterInstance | None = None
+    ) -> None:
         self.sensor = build_landed_batches_sensor(5)
         self.resources = resources
-        self.instance = dg.DagsterInstance.ephemeral()
+        self.instance = instance or dg.DagsterInstance.ephemeral()
         self.cursor: str | None = None
 
     def tick(self) -> dg.SensorResult | dg.SkipReason:

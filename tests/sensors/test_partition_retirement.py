@@ -16,12 +16,12 @@ from sis_platform.log.landing.expiry import advance_record, remove_expired
 from sis_platform.log.landing.merge import merge_zone
 from sis_platform.resources import config
 from sis_platform.sensors import partition_retirement
-from sis_platform.sensors.landed_sensor import build_landed_batches_sensor
 from sis_platform.sensors.partition_retirement import (
     build_partition_retirement_sensor,
     retirable_through,
 )
 from tests.harness import received
+from tests.sensors.test_landed_sensor import Ticker
 
 pytestmark = [pytest.mark.dagster]
 
@@ -68,8 +68,8 @@ class Site:
         self.instance.add_dynamic_partitions("batches", self.keys)
         self.sensor = build_partition_retirement_sensor(30, live=live)
         self.cursor: str | None = None
-        self.landed = build_landed_batches_sensor(5)
-        self.landed_cursor: str | None = None
+        # The landed-batches sensor on the same instance, as the daemon ticks it.
+        self.landed = Ticker(self.resources, self.instance)
 
     def check(self, batch_seq: int) -> None:
         """live_matches_lake passed at `batch_seq`, as the check records it."""
@@ -88,21 +88,6 @@ class Site:
         assert not result.dynamic_partitions_requests and not result.run_requests
         if result.cursor is not None:
             self.cursor = result.cursor
-        return result
-
-    def landed_tick(self) -> dg.SensorResult | dg.SkipReason:
-        context = dg.build_sensor_context(
-            instance=self.instance, cursor=self.landed_cursor, resources=self.resources
-        )
-        result = self.landed(context)
-        assert isinstance(result, (dg.SensorResult, dg.SkipReason))
-        if isinstance(result, dg.SensorResult):
-            for request in result.dynamic_partitions_requests or []:
-                assert isinstance(request, dg.AddDynamicPartitionsRequest)
-                self.instance.add_dynamic_partitions(
-                    request.partitions_def_name, list(request.partition_keys)
-                )
-            self.landed_cursor = result.cursor
         return result
 
     def registered(self) -> list[str]:
@@ -165,17 +150,17 @@ def test_a_tick_retires_a_bounded_chunk(tmp_path, monkeypatch):
 
 def test_a_retired_key_is_not_registered_again(tmp_path):
     site = Site(tmp_path, [40, 40, 0])
-    first = site.landed_tick()  # a new deployment: starts after the last key registered
+    first = site.landed.tick()  # a new deployment: starts after the last key registered
     assert isinstance(first, dg.SkipReason)
     site.check(3)
     site.tick()
     assert site.registered() == [site.keys[2]]
     # A fresh landed-batches sensor (its cursor lost) still starts after the last key, which is
     # never retired; and one with its cursor registers only what is sealed next.
-    site.landed_cursor = None
-    assert isinstance(site.landed_tick(), dg.SkipReason)
+    site.landed.cursor = None
+    assert isinstance(site.landed.tick(), dg.SkipReason)
     _seal(site.zone, 1)
-    result = site.landed_tick()
+    result = site.landed.tick()
     assert isinstance(result, dg.SensorResult)
     assert [r.partition_key for r in result.run_requests or []] == [batch_key(4)]
     assert site.registered() == [site.keys[2], batch_key(4)]
