@@ -63,6 +63,10 @@ class Prometheus:
         assert len(result) == 1, result
         return float(result[0]["value"][1])
 
+    def equals(self, expr: str, expected: float) -> bool:
+        """Whether `expr` is now the single value `expected`."""
+        return self.value(expr) == expected
+
     def wait_for(self, check: Callable[[], bool], what: str, timeout: float = 120.0) -> None:
         """Poll `check` until it holds, or fail after `timeout` seconds. Between polls it waits
         on the server's process, so a server that dies fails the test at once."""

@@ -45,6 +45,13 @@ def start_live(data: Path, log: Path, **variables: str) -> subprocess.Popen[byte
         )
 
 
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """Kill the process's group (SIGKILL) unless it has exited, and reap it."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+
+
 def finish(proc: subprocess.Popen[bytes], timeout: float, log: Path) -> int:
     """The process's exit code, killing its group first if it outlives `timeout`."""
     try:

@@ -10,9 +10,6 @@ while the endpoint's own thread goes on answering. The server loads the shipped 
 from __future__ import annotations
 
 import math
-import os
-import signal
-import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -21,21 +18,15 @@ import pytest
 from sis_platform.intake.lease import ConsumerLease
 from sis_platform.serving import LakeProgress, open_store
 from sis_platform.simulator.generator import generate_feed
-from tests.live.processes import start_live
+from tests.live.processes import start_live, stop
 from tests.live.running import Place
 from tests.live.test_metrics import NOT_XML, get
 from tests.ports import free_port
-from tests.prometheus import Prometheus, prometheus
+from tests.prometheus import prometheus
 
 ALERTS = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "alerts.yml"
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.cost(60)]
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=60)
 
 
 def _status(url: str) -> int | None:
@@ -44,10 +35,6 @@ def _status(url: str) -> int | None:
         return get(url)[0]
     except OSError:
         return None
-
-
-def _equals(server: Prometheus, expr: str, expected: float) -> bool:
-    return server.value(expr) == expected
 
 
 @pytest.mark.timeout(600)
@@ -59,7 +46,7 @@ def test_prometheus_scrapes_every_message_counted_and_the_lease_lost(tmp_path: P
     try:
         targets = {"sis-live": f"127.0.0.1:{port}"}
         with prometheus(tmp_path / "prometheus", targets, (ALERTS,)) as server:
-            server.wait_for(lambda: _equals(server, "sis_live_lease_holding", 1), "holding")
+            server.wait_for(lambda: server.equals("sis_live_lease_holding", 1), "holding")
             assert server.value('up{job="sis-live"}') == 1
             assert server.value("sis_live_lease_fencing_token") == 1
             feed = list(generate_feed(11, 40))
@@ -68,7 +55,7 @@ def test_prometheus_scrapes_every_message_counted_and_the_lease_lost(tmp_path: P
                 producer.put(NOT_XML, message_id="poison-1")
             total = len(feed) + 1
             applied = 'sis_live_messages_total{stage="applied"}'
-            server.wait_for(lambda: _equals(server, applied, total), f"{applied} == {total}")
+            server.wait_for(lambda: server.equals(applied, total), f"{applied} == {total}")
             assert server.value('sis_live_messages_total{stage="landed"}') == total
             assert server.value("sis_live_put_to_visible_seconds_count") == total
             dead = 'sis_live_outcomes_total{outcome="dead_lettered",reason="not-well-formed"}'
@@ -77,7 +64,7 @@ def test_prometheus_scrapes_every_message_counted_and_the_lease_lost(tmp_path: P
             assert p99 is not None and math.isfinite(p99) and p99 > 0
             rss = server.value('process_resident_memory_bytes{job="sis-live"}')
             assert rss is not None and rss > 0
-            server.wait_for(lambda: _equals(server, "sis_live_ready", 1), "ready")
+            server.wait_for(lambda: server.equals("sis_live_ready", 1), "ready")
             # The lake records its progress in the store (as the fold does after a run): the
             # lease holder exports it on its next turn, and the messages it has not folded wait.
             assert server.value("sis_lake_last_fold_step") is None  # nothing recorded yet
@@ -85,7 +72,7 @@ def test_prometheus_scrapes_every_message_counted_and_the_lease_lost(tmp_path: P
             with open_store(place.url) as store:
                 store.record_lake_progress(LakeProgress(3, 0, committed, 5))
             step = "sis_lake_last_fold_step"
-            server.wait_for(lambda: _equals(server, step, 3), "the lake's progress exported")
+            server.wait_for(lambda: server.equals(step, 3), "the lake's progress exported")
             assert server.value("sis_lake_dead_letters_total") == 5
             assert server.value("sis_lake_last_fold_step_timestamp_seconds") == (
                 committed.timestamp()
@@ -100,19 +87,19 @@ def test_prometheus_scrapes_every_message_counted_and_the_lease_lost(tmp_path: P
             )
             assert other.holds(other.acquire())
             server.wait_for(
-                lambda: _equals(server, "sis_live_lease_losses_total", 1), "the lease lost"
+                lambda: server.equals("sis_live_lease_losses_total", 1), "the lease lost"
             )
-            server.wait_for(lambda: _equals(server, "sis_live_ready", 0), "not ready")
+            server.wait_for(lambda: server.equals("sis_live_ready", 0), "not ready")
             status, _, reason = get(f"http://127.0.0.1:{port}/readyz")
             assert status == 503 and "standing by" in reason, reason
             assert get(f"http://127.0.0.1:{port}/healthz")[0] == 200
             assert server.value("sis_live_lease_holding") == 0
             # The shipped rule fires on it (deploy/prometheus/alerts.yml; no `for`).
             lost = 'ALERTS{alertname="SisLiveLeaseLost", alertstate="firing"}'
-            server.wait_for(lambda: _equals(server, lost, 1), "SisLiveLeaseLost firing")
+            server.wait_for(lambda: server.equals(lost, 1), "SisLiveLeaseLost firing")
         assert live.poll() is None, log.read_text(errors="replace")[-3000:]
     finally:
-        _stop(live)
+        stop(live)
 
 
 @pytest.mark.timeout(600)
@@ -145,12 +132,12 @@ def test_healthz_turns_503_when_the_loop_stops_going_round(tmp_path: Path) -> No
             status, _, reason = get(f"{base}/healthz")
             assert status == 503 and "no progress for" in reason and "bound 10 s" in reason
             assert get(f"{base}/readyz")[0] == 503
-            server.wait_for(lambda: _equals(server, "sis_live_alive", 0), "alive 0 scraped")
+            server.wait_for(lambda: server.equals("sis_live_alive", 0), "alive 0 scraped")
             age = server.value("sis_live_heartbeat_age_seconds")
             assert age is not None and age > 10
             # The shipped rule takes it up (pending for its minute before it fires).
             stuck = 'ALERTS{alertname="SisLiveNotProgressing"}'
-            server.wait_for(lambda: _equals(server, stuck, 1), "SisLiveNotProgressing pending")
+            server.wait_for(lambda: server.equals(stuck, 1), "SisLiveNotProgressing pending")
         assert live.poll() is None  # alive all along: only the probe says it is stuck
     finally:
-        _stop(live)
+        stop(live)
