@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Debian's chromium for the browser test (tests/e2e/test_ui.py), which drives it headless with
-# Playwright for Python. Playwright's own browser download (`playwright install`) is not used:
-# the test launches /usr/bin/chromium.
+# Debian's chromium for the browser tests (tests/e2e/test_ui.py; tests/deploy/test_dashboard_data.py
+# and scripts/dashboard_snapshot.py, which draw the dashboard's panels), which drive it headless
+# with Playwright for Python. Playwright's own browser download (`playwright install`) is not
+# used: they launch /usr/bin/chromium.
 #
 #   scripts/chromium.sh install            apt-get install -y chromium if /usr/bin/chromium is missing
 set -euo pipefail

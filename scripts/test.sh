@@ -28,7 +28,8 @@ fi
 if [ -x scripts/prometheus.sh ] && { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; }; then
   ./scripts/prometheus.sh install
 fi
-# Debian's chromium for the browser test (tests/e2e/test_ui.py).
+# Debian's chromium for the browser tests (tests/e2e/test_ui.py,
+# tests/deploy/test_dashboard_data.py).
 if [ -x scripts/chromium.sh ]; then
   ./scripts/chromium.sh install
 fi
