@@ -213,8 +213,12 @@ def snapshot(
                     arg=len(exprs),
                     timeout=60_000,
                 )
-                # The fixed navigation bar would cover a graph of a full-page picture.
-                page.add_style_tag(content="nav.navbar { display: none !important; }")
+                # The fixed navigation bar would cover a graph of a full-page picture (and the room
+                # kept for it would stay blank).
+                page.add_style_tag(
+                    content="nav.navbar { display: none !important; } "
+                    "body { padding-top: 0 !important; }"
+                )
                 page.evaluate("() => document.activeElement && document.activeElement.blur()")
                 stats = page.locator(".eval_stats").all_inner_texts()
                 series = tuple(

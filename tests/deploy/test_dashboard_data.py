@@ -45,7 +45,7 @@ def test_the_step_follows_the_range_and_never_goes_under_the_scrape_interval() -
 
 @pytest.mark.prometheus
 @pytest.mark.browser
-@pytest.mark.cost(60)
+@pytest.mark.cost(40)
 @pytest.mark.timeout(600)
 def test_every_dashboard_query_draws_real_data(tmp_path: Path) -> None:
     dashboard = panels()
