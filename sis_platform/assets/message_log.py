@@ -3,7 +3,7 @@
 died, classify_failures): assets partitioned by landing batch."""
 
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import dagster as dg
@@ -14,9 +14,10 @@ from sis_platform.assets.partitions import batches_partitions
 from sis_platform.assets.policies import TRANSIENT_RETRY
 from sis_platform.assets.table_specs import KINDS, OWNERS, column_schema, location, table_spec
 from sis_platform.lake.delta import Lake, sql_identifier
-from sis_platform.lake.spark.chain import RunAnchor, verify_batch
+from sis_platform.lake.spark.chain import RunAnchor, verify_batches
 from sis_platform.lake.spark.items import ItemsSummary, batch_condition, log_items
 from sis_platform.lake.tables import BATCH_LOG, CLASSIFY_FAILURES, MESSAGE_ITEMS, RAW_MESSAGES
+from sis_platform.log.landing.catalog import BatchFigures
 from sis_platform.log.landing.signed import tail_problems
 from sis_platform.resources.platform import (
     DeltaLakeResource,
@@ -27,9 +28,15 @@ from sis_platform.runtime.logs import concerning
 
 CHAIN_CHECK = "hash_chain_intact"
 # Run tags the sensor requests a batch run with: the batch's anchored chain head and message
-# count, so Dagster's own database keeps a copy of each anchor (sis_platform/log/chain.py).
+# count, so Dagster's own database keeps a copy of each anchor (sis_platform/log/chain.py). A
+# run over a range of batches carries the last batch's: its head commits to every link before.
 CHAIN_HEAD_TAG = "sis/chain_head"
 MESSAGES_TAG = "sis/messages"
+PARTITION_TAG = "dagster/partition"
+RANGE_END_TAG = "dagster/asset_partition_range_end"
+# The check's problems listed in its metadata (all are counted; a run over many batches of a
+# broken log could find thousands).
+PROBLEMS_SHOWN = 50
 
 
 @dg.asset(
@@ -50,9 +57,9 @@ def raw_messages(
     delivery count, the original bytes (or, for a body over SIS_MAX_MESSAGE_BYTES, its size and
     where intake moved it), and its hash chain link. Written once per batch from the immutable
     landing file (or the parts of a batch landed in groups); re-materializing rewrites the same
-    rows. Its check `hash_chain_intact` verifies the rows and the landing file against the
-    batch's anchors."""
-    key = context.partition_key
+    rows. A run over a range of batches (a backlog) writes them all in one commit. Its check
+    `hash_chain_intact` verifies the rows and the landing file against the batch's anchors."""
+    keys = context.partition_keys
     session = spark.spark_session
     lk = lake.lake(session)
     lk.ensure(RAW_MESSAGES)
@@ -62,34 +69,39 @@ def raw_messages(
             "before they existed hold nulls)"
         )
     zone = landing.zone()
-    files = zone.catalog.landed_files(
-        key
-    )  # the batch's file, or its parts (a batch landed in groups)
-    landed = session.read.parquet(*[str(p) for p in files])
-    if "body_size" not in landed.columns:  # landed before bodies could be moved aside
+    # Each batch's file, or its parts (a batch landed in groups). Files landed before bodies
+    # could be moved aside have no body_size: the schemas are merged, and their sizes counted.
+    files = [str(p) for key in keys for p in zone.catalog.landed_files(key)]
+    landed = session.read.option("mergeSchema", "true").parquet(*files)
+    if "body_size" not in landed.columns:
         landed = landed.withColumn("body_size", F.length("body")).withColumn(
             "body_location", F.lit(None).cast("string")
         )
+    else:
+        landed = landed.withColumn("body_size", F.coalesce("body_size", F.length("body")))
     rows = landed.select(
         *[F.col(f.name).cast(f.dataType).alias(f.name) for f in RAW_MESSAGES.schema().fields]
     )
-    lk.replace_where(RAW_MESSAGES, rows, batch_condition(key))
+    lk.replace_where(RAW_MESSAGES, rows, batch_condition(keys))
 
     # The rows just written are the landing files' rows: counted there, without a Spark job.
-    figures = zone.catalog.figures(key)
-    context.log.info(
-        f"batch {key}: {figures.messages} message(s) logged", extra=concerning(batch=key)
-    )
+    figures = BatchFigures.total([zone.catalog.figures(key) for key in keys])
+    what = f"batch {keys[0]}" if len(keys) == 1 else f"batches {keys[0]}..{keys[-1]}"
+    context.log.info(f"{what}: {figures.messages} message(s) logged", extra=concerning(batch=what))
     return dg.MaterializeResult(
         metadata={
-            "dagster/row_count": figures.messages,
+            # One materialization per partition of the run, each with the run's figures: the
+            # row count only when they are one batch's.
+            **({"dagster/row_count": figures.messages} if len(keys) == 1 else {}),
+            "batches_in_run": len(keys),
+            "messages_in_run": figures.messages,
             "bytes": figures.body_bytes,
             "moved_aside": figures.moved_aside,
             "redelivered": figures.redelivered,
             "first_put_time": str(figures.first_put),
             "last_put_time": str(figures.last_put),
             **location(lk, RAW_MESSAGES),
-            "landing_file": dg.MetadataValue.path(str(zone.catalog.batch_location(key))),
+            "landing_file": dg.MetadataValue.path(str(zone.catalog.batch_location(keys[-1]))),
         },
     )
 
@@ -113,34 +125,45 @@ def _hash_chain_intact(
     lake: DeltaLakeResource,
     landing: LandingZoneResource,
 ) -> dg.AssetCheckResult:
-    key = context.partition_key
-    tags = context.run.tags
-    run_anchor = None
-    if tags.get("dagster/partition") == key and CHAIN_HEAD_TAG in tags and MESSAGES_TAG in tags:
-        run_anchor = RunAnchor(tags[CHAIN_HEAD_TAG], int(tags[MESSAGES_TAG]))
+    keys = context.partition_keys
     zone = landing.zone()
-    verdict = verify_batch(lake.lake(spark.spark_session), zone, key, run_anchor=run_anchor)
+    verdicts = verify_batches(
+        lake.lake(spark.spark_session), zone, keys, run_anchor=run_anchor(context.run.tags, keys)
+    )
     # The log's tail against the witness outside the data folder: every batch's check fails
     # while the log is truncated or rolled back, so nothing downstream reads it meanwhile.
-    verdict = verdict.with_problems(tail_problems(zone.catalog))
-    first = verdict.first_problem
+    tail = tail_problems(zone.catalog)
+    problems = [p for v in verdicts for p in v.problems] + list(tail)
+    first = problems[0] if problems else None
     if first is not None:
+        failed = [v.batch_key for v in verdicts if not v.intact] or [keys[-1]]
         context.log.error(
-            f"message log batch {key}: {len(verdict.problems)} problem(s), first: {first}",
-            extra=concerning(batch=key),
+            f"message log batch(es) {', '.join(failed[:10])}: {len(problems)} problem(s), "
+            f"first: {first}",
+            extra=concerning(batch=failed[0]),
         )
     return dg.AssetCheckResult(
-        passed=verdict.intact,
+        passed=not problems,
         severity=dg.AssetCheckSeverity.ERROR,
         metadata={
-            "messages_checked": verdict.messages,
+            "batches_checked": len(keys),
+            "messages_checked": sum(v.messages for v in verdicts),
             "problems": dg.MetadataValue.md(
-                "\n".join(f"- {p}" for p in verdict.problems) or "none"
+                "\n".join(f"- {p}" for p in problems[:PROBLEMS_SHOWN]) or "none"
             ),
             "first_problem_message_id": (first.message_id or "") if first else "",
-            "run_anchor_compared": run_anchor is not None,
+            "run_anchor_compared": run_anchor(context.run.tags, keys) is not None,
         },
     )
+
+
+def run_anchor(tags: Mapping[str, str], keys: Sequence[str]) -> RunAnchor | None:
+    """The anchor the run of `keys` was requested with (its tags name the last batch's), or
+    None: a run requested without one (from the UI, a backfill)."""
+    last = tags.get(RANGE_END_TAG) if len(keys) > 1 else tags.get(PARTITION_TAG)
+    if last != keys[-1] or CHAIN_HEAD_TAG not in tags or MESSAGES_TAG not in tags:
+        return None
+    return RunAnchor(tags[CHAIN_HEAD_TAG], int(tags[MESSAGES_TAG]))
 
 
 # A check of its own (not computed inside raw_messages) so it can be run again at any time from
@@ -201,19 +224,23 @@ def message_items(
     processing: FeedProcessingResource,
     landing: LandingZoneResource,
 ) -> Iterator[dg.MaterializeResult]:
-    """Classify one batch: message_items and its batch_log row (classify_failures gains rows
-    only from attempts that died)."""
+    """Classify the run's batches (one, or a range in one Spark job): message_items and their
+    batch_log rows (classify_failures gains rows only from attempts that died)."""
     lk = lake.lake(spark.spark_session)
-    summary = log_items(
+    keys = context.partition_keys
+    summaries = log_items(
         lk,
-        context.partition_key,
+        keys,
         limits=processing.limits(),
         redelivery_limit=processing.redelivery_limit,
         run_id=context.run.run_id,
         quarantine_after=processing.quarantine_after,
         landing_root=landing.root,
     )
-    for name, metadata in classified(lk, summary).items():
+    for name, metadata in classified(lk, ItemsSummary.total(list(summaries.values()))).items():
+        if len(keys) > 1:  # each partition's materialization carries the run's figures
+            metadata = {k: v for k, v in metadata.items() if k != "dagster/row_count"}
+            metadata["batches_in_run"] = len(keys)
         yield dg.MaterializeResult(asset_key=name, metadata=metadata)
     yield dg.MaterializeResult(
         asset_key=CLASSIFY_FAILURES.name, metadata=location(lk, CLASSIFY_FAILURES)

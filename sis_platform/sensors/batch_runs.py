@@ -1,8 +1,12 @@
 """Batch runs in Dagster's terms, shared by both intake sensors (queue and landed batches).
 
-A landed batch becomes a `batches` dynamic partition and one run request of the per-batch job,
+A landed batch becomes a `batches` dynamic partition, taken on by a run of the per-batch job,
 requested once (`run_key` `batch-<key>`) and tagged with its anchored chain head and message
-count, so Dagster's own database keeps a copy of every anchor (sis_platform/log/chain.py). The
+count, so Dagster's own database keeps a copy of every anchor (sis_platform/log/chain.py).
+Batches waiting together (a backlog: the lake was down, or slower than the feed) are taken on
+by one run over their range (Dagster's partition-range run, `run_key` `batches-<first>-<last>`)
+within `RunBounds`: a run's cost is mostly fixed (a Spark driver, a job per step), so a day of
+small batches is a few runs, not 720. The
 sensor's cursor is the number of the last batch handed on. Runs in flight are counted here too:
 both sensors hold back while enough of the feed's batch runs wait or run (a backfill's runs do
 not count: they wait behind the feed's in the run queue).
@@ -11,15 +15,20 @@ not count: they wait behind the feed's in the run queue).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import dagster as dg
 
 from sis_platform.assets.jobs import process_batch_job
-from sis_platform.assets.message_log import CHAIN_HEAD_TAG, MESSAGES_TAG
+from sis_platform.assets.message_log import CHAIN_HEAD_TAG, MESSAGES_TAG, RANGE_END_TAG
 from sis_platform.assets.partitions import BATCHES, batches_partitions
 from sis_platform.intake.tick import ReadyBatch
 
+# The batch a run was requested for (of a range: the last, whose anchor its tags carry), and
+# the first batch of a range.
 BATCH_TAG = "sis/batch"
+FIRST_BATCH_TAG = "sis/first_batch"
+RANGE_START_TAG = "dagster/asset_partition_range_start"
 # Dagster's run queue launches higher priorities first (equal ones in submission order): the
 # feed's batch runs go ahead of a backfill or replay queued before them (those run at the
 # default 0), so re-materializing old partitions never makes the live feed wait behind it
@@ -45,18 +54,54 @@ def runs_in_flight(instance: dg.DagsterInstance, limit: int) -> int:
     return len(records)
 
 
+class RunBounds(NamedTuple):
+    """How many sealed batches one run may take on: at most `max_batches`, and no more
+    messages together than `max_messages` (a lone batch over it still gets its run)."""
+
+    max_messages: int
+    max_batches: int
+
+
+def run_groups(batches: Sequence[ReadyBatch], bounds: RunBounds) -> list[list[ReadyBatch]]:
+    """`batches` (consecutive, in landing order) cut into the runs that take them on: each run
+    the longest run of batches within `bounds`. A batch without an anchor (its size unknown)
+    runs alone."""
+    groups: list[list[ReadyBatch]] = []
+    messages = 0
+    for batch in batches:
+        size = batch.anchor.messages if batch.anchor is not None else None
+        current = groups[-1] if groups else None
+        if (
+            current is not None
+            and size is not None
+            and current[-1].anchor is not None
+            and len(current) < bounds.max_batches
+            and messages + size <= bounds.max_messages
+        ):
+            current.append(batch)
+            messages += size
+        else:
+            groups.append([batch])
+            messages = size or 0
+    return groups
+
+
 def batches_result(
-    instance: dg.DagsterInstance, batches: Sequence[ReadyBatch], *, cursor: str | None = None
+    instance: dg.DagsterInstance,
+    runs: Sequence[Sequence[ReadyBatch]],
+    *,
+    cursor: str | None = None,
 ) -> dg.SensorResult:
-    """`batches` (in landing order, at least one) registered as partitions where new, each
-    with its run requested; the cursor moves to the last of them (`cursor`: as the sensor
-    writes it; by default the last batch's number)."""
-    if not batches:
-        raise ValueError("a batch result needs at least one batch")
+    """The batches of `runs` (in landing order, at least one) registered as partitions where
+    new, and each run requested (`run_request`); the cursor moves to the last batch (`cursor`:
+    as the sensor writes it; by default the last batch's number)."""
+    batches = [b for run in runs for b in run]
+    if not batches or not all(runs):
+        raise ValueError("a batch result needs at least one batch, and every run one")
     # Probed one by one: listing every registered partition would grow with the log.
     new_keys = [b.key for b in batches if not instance.has_dynamic_partition(BATCHES, b.key)]
     return dg.SensorResult(
-        run_requests=[batch_run_request(b) for b in batches],
+        run_requests=[run_request(run) for run in runs],
         dynamic_partitions_requests=[batches_partitions.build_add_request(new_keys)]
         if new_keys
         else [],
@@ -64,10 +109,20 @@ def batches_result(
     )
 
 
-def batch_run_request(batch: ReadyBatch) -> dg.RunRequest:
-    """The batch's run, requested once (`run_key`), at the feed's priority, tagged with its
-    anchor when it has one."""
-    tags = {BATCH_TAG: batch.key, **FEED_PRIORITY}
-    if batch.anchor is not None:
-        tags |= {CHAIN_HEAD_TAG: batch.anchor.head, MESSAGES_TAG: str(batch.anchor.messages)}
-    return dg.RunRequest(partition_key=batch.key, run_key=f"batch-{batch.key}", tags=tags)
+def run_request(batches: Sequence[ReadyBatch]) -> dg.RunRequest:
+    """The run of `batches` (one, or a range of consecutive ones), requested once (`run_key`),
+    at the feed's priority, tagged with the last batch's anchor when it has one (its head
+    commits to every link of the range before it)."""
+    first, last = batches[0], batches[-1]
+    tags = {BATCH_TAG: last.key, **FEED_PRIORITY}
+    if last.anchor is not None:
+        tags |= {CHAIN_HEAD_TAG: last.anchor.head, MESSAGES_TAG: str(last.anchor.messages)}
+    if len(batches) == 1:
+        return dg.RunRequest(partition_key=last.key, run_key=f"batch-{last.key}", tags=tags)
+    # Dagster's partition-range run: one run, one materialization per partition of the range.
+    tags |= {
+        FIRST_BATCH_TAG: first.key,
+        RANGE_START_TAG: first.key,
+        RANGE_END_TAG: last.key,
+    }
+    return dg.RunRequest(run_key=f"batches-{first.key}-{last.key}", tags=tags)

@@ -3,13 +3,17 @@
 sis-live lands the feed in groups and seals them into batches (sis_platform/log/landing). Each
 tick this sensor takes the batches sealed after its cursor, found by probing the next keys
 (`Catalog.sealed_after`: the cost is the number of new batches, never the size of the
-zone), and hands them on to Dagster exactly as the queue sensor does
-(sis_platform/sensors/batch_runs.py): a `batches` partition each, one run request each with the
-chain anchor in its tags, and the cursor at the last of them. It never touches the queue.
+zone), and hands them on to Dagster as the queue sensor does
+(sis_platform/sensors/batch_runs.py): a `batches` partition each, with the chain anchor in its
+run's tags, and the cursor at the last of them. It never touches the queue.
 
-A tick registers at most MAX_BATCHES_PER_TICK batches, and none while SIS_MAX_RUNS_IN_FLIGHT
-batch runs are queued or running: sealed batches wait durably in the landing zone meanwhile,
-so Dagster's run queue stays short in a backlog.
+Batches that wait together share a run (`run_groups`): one run over their range, up to
+MAX_BATCHES_PER_RUN batches (a day of the feed's) and SIS_BATCH_MAX_MESSAGES messages in all,
+the bound a single batch has. At the feed's pace each batch gets a run of its own; after an
+outage a day's backlog of small batches is a few runs. A tick requests at most
+MAX_RUNS_PER_TICK runs, no more than SIS_MAX_RUNS_IN_FLIGHT leaves room for, and none while
+that many batch runs are queued or running: sealed batches wait durably in the landing zone
+meanwhile, so Dagster's run queue stays short in a backlog.
 
 Without a cursor (a new deployment, or one switching from SIS_INTAKE=sensor) it starts after
 the last `batches` partition already registered, so no batch is requested twice.
@@ -33,10 +37,20 @@ from sis_platform.intake.tick import ready_batch
 from sis_platform.log.landing import Catalog, batch_key, batch_seq_of
 from sis_platform.log.landing.groups import open_batch_of
 from sis_platform.resources.platform import LandingZoneResource
-from sis_platform.sensors.batch_runs import batches_result, runs_in_flight
+from sis_platform.sensors.batch_runs import (
+    RunBounds,
+    batches_result,
+    run_groups,
+    runs_in_flight,
+)
 
 LANDED_SENSOR_NAME = "landed_batches_sensor"
-MAX_BATCHES_PER_TICK = 25
+# A day of the feed's batches (one sealed every two minutes): bounds what one run takes on,
+# and the length of a run's range.
+MAX_BATCHES_PER_RUN = 720
+# Runs a tick requests at most (fewer when SIS_MAX_RUNS_IN_FLIGHT leaves less room): a tick
+# probes and reads the anchors of at most this many runs' batches.
+MAX_RUNS_PER_TICK = 2
 
 
 def build_landed_batches_sensor(minimum_interval_seconds: int) -> dg.SensorDefinition:
@@ -72,14 +86,18 @@ def build_landed_batches_sensor(minimum_interval_seconds: int) -> dg.SensorDefin
                 f"(SIS_MAX_RUNS_IN_FLIGHT); batches sealed after {after} wait in the landing "
                 "zone"
             )
-        keys = zone.catalog.sealed_after(after, min(room, MAX_BATCHES_PER_TICK))
+        room = min(room, MAX_RUNS_PER_TICK)
+        keys = zone.catalog.sealed_after(after, room * MAX_BATCHES_PER_RUN)
         if not keys:
             return dg.SkipReason(_nothing_sealed(zone.catalog, after))
         batches = [ready_batch(zone, key, context.log) for key in keys]
-        context.log.info(f"registering sealed batch(es) {keys[0]}..{keys[-1]}")
-        last = batches[-1]
+        runs = run_groups(batches, RunBounds(landing.max_messages, MAX_BATCHES_PER_RUN))[:room]
+        last = runs[-1][-1]
+        context.log.info(
+            f"registering sealed batch(es) {keys[0]}..{last.key} in {len(runs)} run(s)"
+        )
         moved_to = LandedCursor(last.seq, last.anchor.head if last.anchor else None)
-        return batches_result(context.instance, batches, cursor=moved_to.text)
+        return batches_result(context.instance, runs, cursor=moved_to.text)
 
     return landed_batches_sensor
 

@@ -42,7 +42,7 @@ from sis_platform.log.landing.expiry import Expiry
 from sis_platform.resources.platform import LandingZoneResource
 from sis_platform.resources.serving import ServingStoreResource
 from sis_platform.runtime.faults import crash_point
-from sis_platform.sensors.batch_runs import IN_FLIGHT
+from sis_platform.sensors.batch_runs import IN_FLIGHT, RANGE_START_TAG
 from sis_platform.sensors.live_check_sensor import lake_fold_position
 
 RETIREMENT_SENSOR_NAME = "batch_partition_retirement_sensor"
@@ -218,9 +218,11 @@ def oldest_in_flight(instance: dg.DagsterInstance) -> int | None:
     records = instance.get_run_records(dg.RunsFilter(statuses=IN_FLIGHT), limit=IN_FLIGHT_READ + 1)
     if len(records) > IN_FLIGHT_READ:
         return 0
+    # A run's partition, or the first of its range (a run over many batches).
     seqs = [
         batch_seq_of(key)
         for r in records
-        if (key := r.dagster_run.tags.get(PARTITION_TAG, "")).isdigit() and len(key) == 10
+        for tag in (PARTITION_TAG, RANGE_START_TAG)
+        if (key := r.dagster_run.tags.get(tag, "")).isdigit() and len(key) == 10
     ]
     return min(seqs, default=None)

@@ -86,4 +86,4 @@ def _sensor_result(
         raise dg.Failure(description=outcome.detail) from outcome.error
     if outcome.status is not TickStatus.BATCHES:
         return dg.SkipReason(outcome.detail)
-    return batches_result(instance, outcome.batches)
+    return batches_result(instance, [[b] for b in outcome.batches])

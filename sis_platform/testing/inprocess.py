@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,12 +33,21 @@ from typing import TYPE_CHECKING, Any, Final
 
 import dagster as dg
 
+from sis_platform.assets.message_log import RANGE_END_TAG
 from sis_platform.definitions import build_definitions
 from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
 from sis_platform.domain.pipeline import LoggedMessage
 from sis_platform.live.config import LiveConfig
 from sis_platform.live.service import LiveService
-from sis_platform.log.landing import START_POSITION, Catalog, ClosedBy, GroupWriter, LandingZone
+from sis_platform.log.landing import (
+    START_POSITION,
+    Catalog,
+    ClosedBy,
+    GroupWriter,
+    LandingZone,
+    batch_key,
+    batch_seq_of,
+)
 from sis_platform.queues.base import (
     QueueProducer,
     QueueSession,
@@ -47,6 +56,7 @@ from sis_platform.queues.base import (
 )
 from sis_platform.queues.factory import open_configured_from_environment
 from sis_platform.resources import config
+from sis_platform.sensors.batch_runs import RANGE_START_TAG
 from sis_platform.sensors.landed_sensor import LANDED_SENSOR_NAME
 from sis_platform.sensors.queue_sensor import SENSOR_NAME
 from sis_platform.serving import ServingStore, open_store
@@ -88,7 +98,9 @@ class InProcessPlatform:
     """The platform on `data_dir` (SIS_DATA_DIR), with IN_PROCESS_DEFAULTS and then `overrides`
     (a mapping of SIS_* variables) as its settings.
 
-    `requested` lists the partitions the intake sensor has requested, in order; `cursor` is the
+    `requested` lists the partitions the intake sensor has requested, in order, and
+    `requested_runs` the runs it requested them in (a run over a range of batches lists them
+    all); `cursor` is the
     sensor's cursor between ticks. The instance is in memory unless given; one that two threads
     write at once (scripts/bench.py lands batches while runs run) must be on disk.
     """
@@ -108,6 +120,7 @@ class InProcessPlatform:
         self.resources: dict[str, Any] = config.resources(self.settings)
         self.cursor: str | None = None
         self.requested: list[str] = []
+        self.requested_runs: list[list[str]] = []
 
     @property
     def intake(self) -> str:
@@ -161,9 +174,9 @@ class InProcessPlatform:
                     request.partitions_def_name, list(request.partition_keys)
                 )
             for run_request in result.run_requests or []:
-                if run_request.partition_key is None:
-                    raise TypeError("the sensor requested a run without a partition")
-                self.requested.append(run_request.partition_key)
+                keys = _requested_keys(run_request)
+                self.requested += keys
+                self.requested_runs.append(keys)
             self.cursor = result.cursor
         return result
 
@@ -239,12 +252,20 @@ class InProcessPlatform:
         finally:
             lease.release()
 
-    def run(self, partition_key: str) -> dg.ExecuteInProcessResult:
-        """Execute the batch job for one partition, as the run the sensor requested."""
+    def run(self, partition_key: str | Sequence[str]) -> dg.ExecuteInProcessResult:
+        """Execute the batch job for one partition, or for a range of them in one run (their
+        keys, in order), as the run the sensor requested."""
+        keys = [partition_key] if isinstance(partition_key, str) else list(partition_key)
         job = self.defs.resolve_job_def(BATCH_JOB)
-        result = job.execute_in_process(partition_key=partition_key, instance=self.instance)
+        if len(keys) == 1:
+            result = job.execute_in_process(partition_key=keys[0], instance=self.instance)
+        else:
+            result = job.execute_in_process(
+                instance=self.instance,
+                tags={RANGE_START_TAG: keys[0], RANGE_END_TAG: keys[-1]},
+            )
         if not result.success:
-            raise RunFailed(f"the run of batch {partition_key} failed")
+            raise RunFailed(f"the run of batch(es) {keys[0]}..{keys[-1]} failed")
         return result
 
     def materialize(self, partition_key: str, *assets: str) -> dg.ExecuteInProcessResult:
@@ -260,9 +281,11 @@ class InProcessPlatform:
         return result
 
     def run_requested(self, order: Iterable[str] | None = None) -> None:
-        """Execute the requested runs, in the order requested unless `order` is given."""
-        for key in list(order if order is not None else self.requested):
-            self.run(key)
+        """Execute the requested runs, as requested (a range in one run); with `order`, a run
+        of each of those batches, in that order."""
+        runs = [[key] for key in order] if order is not None else list(self.requested_runs)
+        for keys in runs:
+            self.run(keys)
 
     def check_live_matches_lake(self) -> dg.AssetCheckEvaluation:
         """Execute the live_matches_lake check (live intake) as its job does; its evaluation."""
@@ -386,3 +409,13 @@ def logged_messages(catalog: Catalog, limits: Limits = DEFAULT_LIMITS) -> list[L
     aside at intake stays aside unless it fits `limits` now, as message_items reads it back
     (Catalog.landed_after)."""
     return [landed.message for landed in catalog.landed_after(START_POSITION, limits)]
+
+
+def _requested_keys(request: dg.RunRequest) -> list[str]:
+    """The batches a run request of the intake sensor is for: its partition, or its range."""
+    if request.partition_key is not None:
+        return [request.partition_key]
+    span = request.partition_key_range
+    if span is None:
+        raise TypeError("the sensor requested a run without a partition")
+    return [batch_key(seq) for seq in range(batch_seq_of(span.start), batch_seq_of(span.end) + 1)]

@@ -11,9 +11,10 @@ import pytest
 
 from sis_platform.log.landing import ClosedBy, GroupWriter, LandingZone
 from sis_platform.resources import config
+from sis_platform.sensors import landed_sensor
 from sis_platform.sensors.landed_sensor import (
     LANDED_SENSOR_NAME,
-    MAX_BATCHES_PER_TICK,
+    MAX_RUNS_PER_TICK,
     build_landed_batches_sensor,
 )
 from tests.harness import received
@@ -121,19 +122,76 @@ def test_never_touches_the_queue(tmp_path):
     assert ticker.sensor.name == LANDED_SENSOR_NAME
 
 
-def test_a_bounded_number_of_batches_per_tick(tmp_path):
+def _ranges(result: dg.SensorResult) -> list[tuple[str, str]]:
+    """Each requested run's first and last batch."""
+    ranges = []
+    for request in result.run_requests or []:
+        span = request.partition_key_range
+        if span is None:
+            assert request.partition_key is not None
+            ranges.append((request.partition_key, request.partition_key))
+        else:
+            assert request.partition_key is None
+            ranges.append((span.start, span.end))
+    return ranges
+
+
+def test_batches_waiting_together_share_a_run_within_the_message_bound(tmp_path):
+    resources = _resources(tmp_path, SIS_MAX_RUNS_IN_FLIGHT="1000", SIS_BATCH_MAX_MESSAGES="5")
+    writer = GroupWriter(_zone(resources).writer)
+    for size in (2, 2, 1, 3, 6, 1):
+        _land(writer, size)
+        writer.seal(ClosedBy.MESSAGES)
+    ticker = Ticker(resources)
+    result = ticker.tick()
+    assert isinstance(result, dg.SensorResult)
+    # 2+2+1 = 5 fit; 3 then 6 would not (6 runs alone, though over the bound), then 1.
+    assert _ranges(result) == [("0000000001", "0000000003"), ("0000000004", "0000000004")]
+    assert ticker.cursor is not None and ticker.cursor.split(":")[0] == "4"
+    assert _ranges(ticker.tick()) == [  # type: ignore[arg-type]
+        ("0000000005", "0000000005"),
+        ("0000000006", "0000000006"),
+    ]
+    assert isinstance(ticker.tick(), dg.SkipReason)
+    (run,) = ticker.instance.get_dynamic_partitions("batches")[:1]
+    assert run == "0000000001"
+    assert len(ticker.instance.get_dynamic_partitions("batches")) == 6
+
+
+def test_a_range_run_is_requested_once_with_the_last_batchs_anchor(tmp_path):
+    resources = _resources(tmp_path)
+    zone = _zone(resources)
+    writer = GroupWriter(zone.writer)
+    for _ in range(3):
+        _land(writer, 2)
+        writer.seal(ClosedBy.MESSAGES)
+    result = Ticker(resources).tick()
+    assert isinstance(result, dg.SensorResult)
+    (request,) = result.run_requests or []
+    anchor = zone.catalog.anchors.read("0000000003")
+    assert anchor is not None
+    assert request.run_key == "batches-0000000001-0000000003"
+    assert request.tags["sis/chain_head"] == anchor.head
+    assert request.tags["sis/messages"] == "2"
+    assert request.tags["sis/batch"] == "0000000003"
+    assert request.tags["sis/first_batch"] == "0000000001"
+    assert request.tags["dagster/priority"] == "10"
+
+
+def test_a_bounded_number_of_runs_and_batches_per_tick(tmp_path, monkeypatch):
+    monkeypatch.setattr(landed_sensor, "MAX_BATCHES_PER_RUN", 3)
     resources = _resources(tmp_path, SIS_MAX_RUNS_IN_FLIGHT="1000")
     writer = GroupWriter(_zone(resources).writer)
-    for _ in range(MAX_BATCHES_PER_TICK + 3):
+    for _ in range(3 * MAX_RUNS_PER_TICK + 2):
         _land(writer, 1)
         writer.seal(ClosedBy.MESSAGES)
     ticker = Ticker(resources)
     sizes = []
     while isinstance(result := ticker.tick(), dg.SensorResult):
-        sizes.append(len(result.run_requests or []))
-    assert sizes == [MAX_BATCHES_PER_TICK, 3]
+        sizes.append([int(last) - int(first) + 1 for first, last in _ranges(result)])
+    assert sizes == [[3] * MAX_RUNS_PER_TICK, [2]]
     assert ticker.cursor is not None
-    assert ticker.cursor.split(":")[0] == str(MAX_BATCHES_PER_TICK + 3)
+    assert ticker.cursor.split(":")[0] == str(3 * MAX_RUNS_PER_TICK + 2)
 
 
 def test_backpressure_leaves_sealed_batches_in_the_landing_zone(tmp_path):
@@ -178,7 +236,8 @@ def _registered_then_rolled_back(tmp_path: Path) -> tuple[Ticker, GroupWriter]:
     writer.seal(ClosedBy.MESSAGES)
     ticker = Ticker(resources)
     result = ticker.tick()
-    assert isinstance(result, dg.SensorResult) and len(result.run_requests or []) == 2
+    assert isinstance(result, dg.SensorResult)
+    assert _ranges(result) == [("0000000001", "0000000002")]
     shutil.rmtree(zone.catalog.root)
     shutil.copytree(snapshot, zone.catalog.root)
     return ticker, GroupWriter(zone.writer)

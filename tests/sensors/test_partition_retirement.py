@@ -183,6 +183,21 @@ def test_a_run_in_flight_for_an_old_batch_holds_retirement_back_from_it(tmp_path
     assert site.registered() == site.keys[4:]
 
 
+def test_a_range_run_in_flight_holds_retirement_back_from_its_first_batch(tmp_path):
+    site = Site(tmp_path, [40, 40, 40, 40, 0])
+    site.check(5)
+    site.instance.create_run_for_job(
+        _backfill_job,
+        status=dg.DagsterRunStatus.STARTED,
+        tags={
+            "dagster/asset_partition_range_start": batch_key(2),
+            "dagster/asset_partition_range_end": batch_key(4),
+        },
+    )
+    site.tick()
+    assert site.registered() == site.keys[1:]  # 1 goes; 2..4, its range in flight, stay
+
+
 def test_a_batch_without_a_seal_time_stops_retirement_before_it():
     sealed = {1: 0.0, 2: 1.0, 4: 2.0}
     assert retirable_through(0, 4, sealed.get, cutoff=10.0) == 2

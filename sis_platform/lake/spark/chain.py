@@ -7,7 +7,8 @@ order, for a batch landed in groups: read as one sequence) and its rows in
 the Delta table `raw_messages` must each hold exactly the anchored number of messages, every
 one matching its link and every link following the one before, ending on the anchored head;
 and, inside a batch run, the run's tags (`sis/chain_head`, `sis/messages`) must agree with the
-anchor. The blocking check on `raw_messages` and `sis-verify-log` both call `verify_batch`.
+anchor. The blocking check on `raw_messages` and `sis-verify-log` both call `verify_batch`
+(the check of a run over a range of batches `verify_batches`: one Spark job for all of them).
 
 Memory: the landing file is read a thousand rows at a time, and the Delta rows come to the
 driver as one Arrow table without their bodies (Spark hashes them), so a batch costs the
@@ -16,11 +17,12 @@ driver its row count, not its bytes.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import functions as F
 
 from sis_platform.lake.spark.items import batch_condition
@@ -89,11 +91,13 @@ def verify_batch(
     *,
     run_anchor: RunAnchor | None = None,
     expired_prev: str | None = None,
+    rows: pa.Table | None = None,
 ) -> BatchVerdict:
     """Check batch `key` (see the module docstring). `expired_prev`: for a batch expired from
     the landing zone, the last link of the batch before it (the verdict's `head` of that
     batch), which its first row must follow; None: from the genesis link for the first batch,
-    else from its own first row."""
+    else from its own first row. `rows`: the batch's `delta_rows`, when read already (with
+    other batches': `verify_batches`)."""
     seq = batch_seq_of(key)
     expiry = _expiry(zone, key)
     if expiry is not None:
@@ -124,9 +128,12 @@ def verify_batch(
         )
     problems += verify_landing_file(zone, key, first_prev, anchor)
     if lake.exists(RAW_MESSAGES):
+        if rows is None:
+            rows = delta_rows(lake, [key])
+        stored = stored_messages(batch_rows(rows, key))
         report = verify_messages(
             key,
-            delta_messages(lake, key),
+            stored,
             first_prev=first_prev,
             source=DELTA_SOURCE,
             anchor=anchor,
@@ -137,6 +144,25 @@ def verify_batch(
         problems.append(Problem(key, f"the table {RAW_MESSAGES.name} does not exist"))
         checked = 0
     return BatchVerdict(key, checked, tuple(problems))
+
+
+def verify_batches(
+    lake: Lake, zone: LandingZone, keys: Sequence[str], *, run_anchor: RunAnchor | None = None
+) -> list[BatchVerdict]:
+    """`verify_batch` of each of `keys`, their raw_messages rows read in one Spark job (a run
+    over a range of batches); `run_anchor`: the tags of the run, which name the last batch's
+    anchor (its head commits to every link before it)."""
+    rows = delta_rows(lake, keys) if lake.exists(RAW_MESSAGES) else None
+    return [
+        verify_batch(
+            lake,
+            zone,
+            key,
+            run_anchor=run_anchor if key == keys[-1] else None,
+            rows=rows,
+        )
+        for key in keys
+    ]
 
 
 def _expiry(zone: LandingZone, key: str) -> Expiry | None:
@@ -219,9 +245,16 @@ def verify_landing_file(
 
 def delta_messages(lake: Lake, key: str) -> Iterator[StoredMessage]:
     """The batch's rows in `raw_messages`, in message order, bodies hashed by Spark."""
-    rows = (
+    return stored_messages(delta_rows(lake, [key]))
+
+
+def delta_rows(lake: Lake, keys: Sequence[str]) -> pa.Table:
+    """What the check reads of the rows of batches `keys` in `raw_messages`, bodies hashed by
+    Spark: one Arrow table (bounded by the run's batches, and without their bodies), far
+    cheaper than a Row object per message."""
+    return (
         lake.read(RAW_MESSAGES)
-        .where(batch_condition(key))
+        .where(batch_condition(keys))
         .select(
             "batch_key",
             "batch_seq",
@@ -241,10 +274,17 @@ def delta_messages(lake: Lake, key: str) -> Iterator[StoredMessage]:
         )
         .toArrow()
     )
-    # One Arrow table per batch (bounded by the batch bounds, and without its bodies): far
-    # cheaper than a Row object per message. Put in
-    # message order here, where a Spark sort would be a sampling job and a shuffle more; the
-    # link orders rows that claim one msg_seq (an inserted row). Made into Python objects a
+
+
+def batch_rows(rows: pa.Table, key: str) -> pa.Table:
+    """The rows of batch `key` among `delta_rows` of several."""
+    return rows.filter(pc.equal(rows.column("batch_key"), key))
+
+
+def stored_messages(rows: pa.Table) -> Iterator[StoredMessage]:
+    """`delta_rows` of one batch as stored messages, in message order."""
+    # Put in message order here, where a Spark sort would be a sampling job and a shuffle more;
+    # the link orders rows that claim one msg_seq (an inserted row). Made into Python objects a
     # thousand rows at a time.
     rows = rows.sort_by([("msg_seq", "ascending"), ("chain_link", "ascending")])
     for chunk in rows.to_batches(max_chunksize=READ_ROWS):

@@ -1,4 +1,8 @@
-"""message_items: parse, validate and split one batch of the message log, on Spark executors.
+"""message_items: parse, validate and split batches of the message log, on Spark executors.
+
+A run classifies one batch, or a range of batches in one Spark job (a run the landed-batches
+sensor requests over a backlog: sis_platform/sensors/landed_sensor.py), with the same result
+per batch either way.
 
 Each raw message goes through the domain's `classify_message` (the same function the reference
 pipeline uses), so Spark and the reference agree by construction on what a message means; what
@@ -19,14 +23,15 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -55,12 +60,20 @@ if TYPE_CHECKING:
     from sis_platform.lake.delta import Lake
 
 
+class HeldKey(NamedTuple):
+    """A message held back from classification: the same message id may be logged in two
+    batches of one range (a redelivery), and only the one an attempt died on is held."""
+
+    batch_key: str
+    message_id: str
+
+
 def _classify_batches(
     batches: Iterator[pa.RecordBatch],
     *,
     limits: Limits,
     redelivery_limit: int,
-    held: Mapping[str, Held] | None = None,
+    held: Mapping[HeldKey, Held] | None = None,
     inflight_dir: str | None = None,
     injected: InjectedFailure | None = None,
     landing_root: str | None = None,
@@ -92,7 +105,7 @@ def _classify_rows(
     *,
     limits: Limits,
     redelivery_limit: int,
-    held: Mapping[str, Held],
+    held: Mapping[HeldKey, Held],
     injected: InjectedFailure | None,
     zone: LandingZone | None,
 ) -> Iterator[pa.RecordBatch]:
@@ -129,7 +142,7 @@ def _classify_rows(
                 )
                 if restored is not None:
                     message = LoggedMessage(message_id, restored, delivery_count)
-            outcome = held.get(message_id) or classify_watched(
+            outcome = held.get(HeldKey(key, message_id)) or classify_watched(
                 message,
                 guard=guard,
                 injected=injected,
@@ -173,12 +186,12 @@ def classify_batch(
     *,
     limits: Limits,
     redelivery_limit: int,
-    held: Mapping[str, Held] | None = None,
+    held: Mapping[HeldKey, Held] | None = None,
     inflight_dir: str | None = None,
     landing_root: str | None = None,
 ) -> DataFrame:
-    """Raw message rows (one batch) to message_items rows; `held` and `inflight_dir` as for
-    `_classify_batches` (see `write_items`)."""
+    """Raw message rows (of one batch or several) to message_items rows; `held` and
+    `inflight_dir` as for `_classify_batches` (see `write_items`)."""
     return raw.select(
         "batch_key",
         "batch_seq",
@@ -210,7 +223,7 @@ class ClassifyFailure(RuntimeError):
 
 def write_items(
     lake: Lake,
-    key: str,
+    keys: Sequence[str],
     *,
     limits: Limits,
     redelivery_limit: int,
@@ -218,14 +231,14 @@ def write_items(
     quarantine_after: int = DEFAULT_QUARANTINE_AFTER,
     landing_root: str | None = None,
 ) -> None:
-    """Classify one batch's raw_messages into its message_items (replacing them), holding back
-    the messages earlier attempts of this run failed on (see the module docstring). With
-    `landing_root`, a body moved aside at intake that fits `limits` now is read back from its
-    overflow file and classified (Catalog.restored_body)."""
-    where = batch_condition(key)
+    """Classify the raw_messages of batches `keys` into their message_items (replacing them, in
+    one commit), holding back the messages earlier attempts of this run failed on (see the
+    module docstring). With `landing_root`, a body moved aside at intake that fits `limits` now
+    is read back from its overflow file and classified (Catalog.restored_body)."""
+    where = batch_condition(keys)
     raw = lake.read(RAW_MESSAGES).where(where)
-    held = _held_messages(lake, key, run_id=run_id, quarantine_after=quarantine_after)
-    folder = InFlightFolder.create(lake.base_path, f"items-{key}")
+    held = _held_messages(lake, keys, run_id=run_id, quarantine_after=quarantine_after)
+    folder = InFlightFolder.create(lake.base_path, f"items-{keys[0]}")
     try:
         items = classify_batch(
             raw,
@@ -241,9 +254,9 @@ def write_items(
             died = _deaths(folder.records(), cause=error)
             if not died:
                 raise  # not attributable to a message: a transient failure, retried as such
-            _record_deaths(lake, key, died, run_id=run_id)
+            _record_deaths(lake, raw, died, run_id=run_id)
             raise ClassifyFailure(
-                f"message_items of batch {key} failed on message(s) "
+                f"message_items of {_batches_text(keys)} failed on message(s) "
                 f"{', '.join(f'{d.message_id} ({d.kind})' for d in died)}; held back at the "
                 f"next attempt after a timeout, after {quarantine_after} deaths otherwise"
             ) from error
@@ -251,32 +264,34 @@ def write_items(
         folder.remove()
 
 
+def _batches_text(keys: Sequence[str]) -> str:
+    return f"batch {keys[0]}" if len(keys) == 1 else f"batches {keys[0]}..{keys[-1]}"
+
+
 def _held_messages(
-    lake: Lake, key: str, *, run_id: str | None, quarantine_after: int
-) -> dict[str, Held]:
-    """The messages of batch `key` this run's earlier attempts died on, to hold back."""
+    lake: Lake, keys: Sequence[str], *, run_id: str | None, quarantine_after: int
+) -> dict[HeldKey, Held]:
+    """The messages of batches `keys` this run's earlier attempts died on, to hold back."""
     if not lake.exists(CLASSIFY_FAILURES) or lake.version(CLASSIFY_FAILURES) == 0:
         return {}  # no failure ever recorded (the usual case): no Spark job
     rows = (
         lake.read(CLASSIFY_FAILURES)
-        .where(
-            (F.col("batch_key") == key)
-            & (F.col("run_id").isNull() if run_id is None else F.col("run_id") == run_id)
-        )
-        .select("message_id", "kind", "error")
+        .where(batch_condition(keys))
+        .where(F.col("run_id").isNull() if run_id is None else F.col("run_id") == run_id)
+        .select("batch_key", "message_id", "kind", "error")
         .collect()
     )
-    deaths: Counter[str] = Counter()
-    held: dict[str, Held] = {}
+    deaths: Counter[HeldKey] = Counter()
+    held: dict[HeldKey, Held] = {}
     for r in rows:
-        message_id = str(r["message_id"])
+        message = HeldKey(str(r["batch_key"]), str(r["message_id"]))
         if r["kind"] == TIMEOUT:
-            held[message_id] = Held(Reason.TOO_COMPLEX, str(r["error"]))
+            held[message] = Held(Reason.TOO_COMPLEX, str(r["error"]))
         else:
-            deaths[message_id] += 1
-    for message_id, n in deaths.items():
-        if n >= quarantine_after and message_id not in held:
-            held[message_id] = Held(Reason.QUARANTINED, classify_deaths_detail(n))
+            deaths[message] += 1
+    for message, n in deaths.items():
+        if n >= quarantine_after and message not in held:
+            held[message] = Held(Reason.QUARANTINED, classify_deaths_detail(n))
     return held
 
 
@@ -303,18 +318,27 @@ def _deaths(records: list[InFlightRecord], *, cause: BaseException) -> list[_Dea
     return sorted(timeouts or crashes, key=lambda d: d.message_id)
 
 
-def _record_deaths(lake: Lake, key: str, died: list[_Death], *, run_id: str | None) -> None:
+def _record_deaths(lake: Lake, raw: DataFrame, died: list[_Death], *, run_id: str | None) -> None:
+    """A classify_failures row per message workers died on, in each batch of `raw` (the
+    attempt's raw_messages) that logged it (markers name the message, not its batch)."""
+    by_id = {d.message_id: d for d in died}
+    logged = (
+        raw.where(F.col("message_id").isin(list(by_id)))
+        .select("batch_key", "message_id")
+        .distinct()
+        .collect()
+    )
     now = datetime.now(UTC)
     rows = [
         CLASSIFY_FAILURES.row(
-            batch_key=key,
-            message_id=d.message_id,
-            kind=d.kind,
-            error=d.error,
+            batch_key=str(r["batch_key"]),
+            message_id=str(r["message_id"]),
+            kind=by_id[str(r["message_id"])].kind,
+            error=by_id[str(r["message_id"])].error,
             failed_at=now,
             run_id=run_id,
         )
-        for d in died
+        for r in logged
     ]
     lake.ensure(CLASSIFY_FAILURES)
     lake.append(CLASSIFY_FAILURES, lake.spark.createDataFrame(rows, CLASSIFY_FAILURES.schema()))
@@ -327,11 +351,43 @@ class ItemsSummary:
     items: int
     invalid_by_reason: dict[str, int]
 
+    @staticmethod
+    def total(summaries: Sequence[ItemsSummary]) -> ItemsSummary:
+        """Several batches' summaries as one (a run over a range of batches): counts summed,
+        and the digest of their digests in batch order (one batch: its own summary)."""
+        if len(summaries) == 1:
+            return summaries[0]
+        digest = hashlib.sha256()
+        invalid: Counter[str] = Counter()
+        for s in summaries:
+            digest.update(bytes.fromhex(s.digest))
+            invalid.update(s.invalid_by_reason)
+        return ItemsSummary(
+            digest.hexdigest(),
+            sum(s.messages for s in summaries),
+            sum(s.items for s in summaries),
+            dict(invalid),
+        )
+
 
 def items_summary(items: DataFrame) -> ItemsSummary:
     """Counts and a digest of a batch's items in feed order, in one pass over the batch. The
     fold records the digest of what it folded, so a batch re-materialized with different
     content (a backfill after a fix) is noticed."""
+    return _summary(_summary_rows(items))
+
+
+def items_summaries(items: DataFrame, keys: Sequence[str]) -> dict[str, ItemsSummary]:
+    """`items_summary` of each batch of `keys` whose items `items` holds, in one pass over all
+    of them (a batch without rows has the summary of none)."""
+    rows = _summary_rows(items, "batch_key")
+    by_batch = rows.column("batch_key")
+    return {key: _summary(rows.filter(pc.equal(by_batch, key))) for key in keys}
+
+
+def _summary_rows(items: DataFrame, *by: str) -> pa.Table:
+    """What a summary reads of each item, as one Arrow table on the driver (no Row object per
+    item; the rows are bounded by the run's batches), in feed order."""
     row_hash = F.sha2(
         F.concat_ws(
             "\x1f",
@@ -347,18 +403,21 @@ def items_summary(items: DataFrame) -> ItemsSummary:
         ),
         256,
     )
-    # One batch's rows (bounded by the batch bounds) come to the driver as one Arrow table, no
-    # Row object per item, and are put in feed order there: a Spark sort of the same rows is a
-    # sampling job and a shuffle, ~0.5 s of a 50,000-message batch. An invalid message's one
-    # row has no position: -1 sorts it first among its message's rows, where Spark puts nulls.
+    # Put in feed order here: a Spark sort of the same rows is a sampling job and a shuffle,
+    # ~0.5 s of a 50,000-message batch. An invalid message's one row has no position: -1 sorts
+    # it first among its message's rows, where Spark puts nulls.
     rows = items.select(
+        *by,
         row_hash.alias("h"),
         "msg_seq",
         F.coalesce("position", F.lit(-1)).alias("order"),
         "status",
         "reason",
     ).toArrow()
-    rows = rows.sort_by([("msg_seq", "ascending"), ("order", "ascending")])
+    return rows.sort_by([("msg_seq", "ascending"), ("order", "ascending")])
+
+
+def _summary(rows: pa.Table) -> ItemsSummary:
     digest = hashlib.sha256()
     for h in rows.column("h").to_pylist():
         digest.update(bytes.fromhex(h))
@@ -375,37 +434,47 @@ def items_summary(items: DataFrame) -> ItemsSummary:
     return ItemsSummary(digest.hexdigest(), len(messages), n_items, dict(invalid))
 
 
-def batch_condition(key: str) -> str:
-    batch_seq_of(key)  # validates: partition keys are ten digits, safe to inline in SQL
-    return f"batch_key = '{key}'"
+def batch_condition(keys: str | Sequence[str]) -> str:
+    """The SQL condition selecting the rows of batch `keys` (one key, or several)."""
+    if isinstance(keys, str):
+        keys = [keys]
+    if not keys:
+        raise ValueError("a batch condition needs at least one batch")
+    for key in keys:
+        batch_seq_of(key)  # validates: partition keys are ten digits, safe to inline in SQL
+    if len(keys) == 1:
+        return f"batch_key = '{keys[0]}'"
+    listed = ", ".join(f"'{k}'" for k in keys)
+    return f"batch_key IN ({listed})"
 
 
 def log_items(
     lake: Lake,
-    key: str,
+    keys: str | Sequence[str],
     *,
     limits: Limits,
     redelivery_limit: int,
     run_id: str | None,
     quarantine_after: int = DEFAULT_QUARANTINE_AFTER,
     landing_root: str | None = None,
-) -> ItemsSummary:
-    """(Re)write one batch's message_items from its raw_messages, then its batch_log row (in
-    that order: the fold reads batch_log's version first, see lake/spark/fold/plan.py)."""
+) -> dict[str, ItemsSummary]:
+    """(Re)write the message_items of batch `keys` (one key, or several in one Spark job) from
+    their raw_messages, then their batch_log rows (in that order: the fold reads batch_log's
+    version first, see lake/spark/fold/plan.py); each batch's summary."""
+    keys = [keys] if isinstance(keys, str) else list(keys)
     lake.ensure(MESSAGE_ITEMS, BATCH_LOG)
-    where = batch_condition(key)
     write_items(
         lake,
-        key,
+        keys,
         limits=limits,
         redelivery_limit=redelivery_limit,
         run_id=run_id,
         quarantine_after=quarantine_after,
         landing_root=landing_root,
     )
-
-    summary = items_summary(lake.read(MESSAGE_ITEMS).where(where))
-    log_row = lake.spark.createDataFrame(
+    summaries = items_summaries(lake.read(MESSAGE_ITEMS).where(batch_condition(keys)), keys)
+    processed_at = datetime.now(UTC)
+    log_rows = lake.spark.createDataFrame(
         [
             BATCH_LOG.row(
                 batch_key=key,
@@ -414,11 +483,12 @@ def log_items(
                 items=summary.items,
                 invalid=sum(summary.invalid_by_reason.values()),
                 items_digest=summary.digest,
-                processed_at=datetime.now(UTC),
+                processed_at=processed_at,
                 run_id=run_id,
             )
+            for key, summary in summaries.items()
         ],
         BATCH_LOG.schema(),
     )
-    lake.merge_rows(BATCH_LOG, log_row, keys=("batch_key",))
-    return summary
+    lake.merge_rows(BATCH_LOG, log_rows, keys=("batch_key",))
+    return summaries

@@ -70,17 +70,21 @@ def replay_dead_letters(
         if r["master_id"] is not None:
             seq = int(r["batch_seq"])
             rewind[str(r["master_id"])] = min(seq, rewind.get(str(r["master_id"]), seq))
-    for key in keys:
-        summary = log_items(
+    relogged = (
+        log_items(
             lake,
-            key,
+            keys,
             limits=limits,
             redelivery_limit=redelivery_limit,
             run_id=run_id,
             quarantine_after=quarantine_after,
             landing_root=landing_root,
         )
-        if on_relogged is not None:
+        if keys
+        else {}
+    )
+    if on_relogged is not None:
+        for key, summary in relogged.items():
             on_relogged(key, summary)
     # Replaying a quarantined master's items, or its items over the fold's time budget, is the
     # statement that its failure is fixed (else an item over the budget stays held back).

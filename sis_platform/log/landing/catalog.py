@@ -69,6 +69,20 @@ class BatchFigures(NamedTuple):
     first_put: datetime | None  # the earliest put time (None: no message has one)
     last_put: datetime | None
 
+    @staticmethod
+    def total(figures: Sequence[BatchFigures]) -> BatchFigures:
+        """The figures of several batches together (a run over a range of them)."""
+        firsts = [f.first_put for f in figures if f.first_put is not None]
+        lasts = [f.last_put for f in figures if f.last_put is not None]
+        return BatchFigures(
+            sum(f.messages for f in figures),
+            sum(f.body_bytes for f in figures),
+            sum(f.moved_aside for f in figures),
+            sum(f.redelivered for f in figures),
+            min(firsts, default=None),
+            max(lasts, default=None),
+        )
+
 
 class Catalog(ZoneLayout):
     """The landed batches under `root`, read. `signer`: the zone's anchor signer, whose log key
