@@ -579,7 +579,10 @@ def summarize(
         default=None,
     )
     loads = [s.load for s in catch_up.samples]
-    live_sealed = catch_up.sealed_at_catch_up - args.batches
+    # Live batches sealed by the catch-up (or by the timeout, when the backlog was not folded).
+    last_sealed = catch_up.samples[-1].sealed if catch_up.samples else 0
+    sealed = catch_up.sealed_at_catch_up if catch_up.caught_up_s is not None else last_sealed
+    live_sealed = sealed - args.batches
     return {
         "batches": args.batches,
         "per_batch": args.per_batch,
