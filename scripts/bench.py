@@ -35,6 +35,11 @@ latency  dagster-daemon running (sensor every SIS_SENSOR_INTERVAL_SECONDS, 1 s h
          `sis-feed publish --rate R` publishes for --latency-seconds; per message, the time
          from its put on the queue (put_time) to the Delta commit of the fold step that
          applied it (the fold_steps commit's timestamp in the Delta log): p50, p95, max.
+catchup  After a day with the lake down (scripts/bench_catchup.py, a script of its own, not a
+         part): N sealed batches landed by sis-live, then dagster-daemon started as deployed
+         with a live feed beside it; the time until the lake has folded them all, the runs it
+         took, the lake's lag over time and sis-live's put -> visible meanwhile:
+             python scripts/bench_catchup.py --batches 720 --per-batch 50 --live-rate 0.42
 Each measurement runs in its own child process, scripts/bench_worker.py (so one Spark driver at
 a time, and peak memory is that measurement's alone). The machine's load average is recorded
 with every figure. The platform runs on its defaults, except for SIS_* settings in the caller's
