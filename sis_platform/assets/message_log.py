@@ -134,7 +134,10 @@ def _hash_chain_intact(
     # while the log is truncated or rolled back, so nothing downstream reads it meanwhile.
     tail = tail_problems(zone.catalog)
     problems = [p for v in verdicts for p in v.problems] + list(tail)
-    first = problems[0] if problems else None
+    # The first problem that names a message, else the first.
+    first = next(
+        (p for p in problems if p.message_id is not None), problems[0] if problems else None
+    )
     if first is not None:
         failed = [v.batch_key for v in verdicts if not v.intact] or [keys[-1]]
         context.log.error(
