@@ -131,6 +131,41 @@ def test_a_failed_run_is_posted_with_its_job_run_and_message(monkeypatch, tmp_pa
     assert "fails" in body["message"]
 
 
+LETTERS = dg.StaticPartitionsDefinition(["a", "b", "c"])
+
+
+@dg.asset(partitions_def=LETTERS)
+def unreadable() -> None:
+    raise RuntimeError("the batches could not be read")
+
+
+def test_a_failed_run_over_a_range_is_posted_with_its_range(tmp_path):
+    defs = dg.Definitions(
+        assets=[unreadable],
+        jobs=[dg.define_asset_job("range_job", selection=[unreadable], partitions_def=LETTERS)],
+    )
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as instance, receiver() as hook:
+        result = defs.resolve_job_def("range_job").execute_in_process(
+            instance=instance,
+            tags={
+                "dagster/asset_partition_range_start": "a",
+                "dagster/asset_partition_range_end": "b",
+            },
+            raise_on_error=False,
+        )
+        assert not result.success
+        context = dg.build_run_status_sensor_context(
+            sensor_name=RUN_FAILURE_SENSOR_NAME,
+            dagster_instance=instance,
+            dagster_run=result.dagster_run,
+            dagster_event=result.get_run_failure_event(),
+        ).for_run_failure()
+        sensors(hook.url)[RUN_FAILURE_SENSOR_NAME](context)
+        _, body = hook.next()
+    assert body["partition"] is None
+    assert body["partition_range"] == {"start": "a", "end": "b"}
+
+
 def test_each_failed_check_is_posted_once_with_or_without_a_run_and_passed_ones_never(tmp_path):
     with dg.instance_for_test(temp_dir=str(tmp_path)) as instance, receiver() as hook:
         sensor = sensors(hook.url)[CHECK_FAILURE_SENSOR_NAME]
