@@ -69,6 +69,7 @@ import bench_worker
 import dagster as dg
 import psutil
 
+from sis_platform.assets.run_tags import run_batches
 from sis_platform.log.landing import LandingZone
 from sis_platform.queues.embedded import EmbeddedQueue
 from sis_platform.serving import LakeProgress, ServingUnavailable, open_store
@@ -487,13 +488,13 @@ def run_figures(catch_up: CatchUp, folded: Mapping[str, Folded]) -> list[RunFigu
     for record in records:
         run = record.dagster_run
         tags = run.tags
-        partition = tags.get("dagster/partition") or "...".join(
-            v
-            for v in (
-                tags.get("dagster/asset_partition_range_start"),
-                tags.get("dagster/asset_partition_range_end"),
-            )
-            if v
+        batches = run_batches(tags)
+        partition = (
+            ""
+            if batches is None
+            else batches.first
+            if batches.first == batches.last
+            else f"{batches.first}...{batches.last}"
         )
         start, end = record.start_time, record.end_time
         created = record.create_timestamp.timestamp()

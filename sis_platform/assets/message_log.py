@@ -12,6 +12,7 @@ from pyspark.sql import functions as F
 
 from sis_platform.assets.partitions import batches_partitions
 from sis_platform.assets.policies import TRANSIENT_RETRY
+from sis_platform.assets.run_tags import CHAIN_HEAD_TAG, MESSAGES_TAG, run_batches
 from sis_platform.assets.table_specs import KINDS, OWNERS, column_schema, location, table_spec
 from sis_platform.lake.delta import Lake, sql_identifier
 from sis_platform.lake.spark.chain import RunAnchor, verify_batches
@@ -27,13 +28,6 @@ from sis_platform.resources.platform import (
 from sis_platform.runtime.logs import concerning
 
 CHAIN_CHECK = "hash_chain_intact"
-# Run tags the sensor requests a batch run with: the batch's anchored chain head and message
-# count, so Dagster's own database keeps a copy of each anchor (sis_platform/log/chain.py). A
-# run over a range of batches carries the last batch's: its head commits to every link before.
-CHAIN_HEAD_TAG = "sis/chain_head"
-MESSAGES_TAG = "sis/messages"
-PARTITION_TAG = "dagster/partition"
-RANGE_END_TAG = "dagster/asset_partition_range_end"
 # The check's problems listed in its metadata (all are counted; a run over many batches of a
 # broken log could find thousands).
 PROBLEMS_SHOWN = 50
@@ -163,8 +157,13 @@ def _hash_chain_intact(
 def run_anchor(tags: Mapping[str, str], keys: Sequence[str]) -> RunAnchor | None:
     """The anchor the run of `keys` was requested with (its tags name the last batch's), or
     None: a run requested without one (from the UI, a backfill)."""
-    last = tags.get(RANGE_END_TAG) if len(keys) > 1 else tags.get(PARTITION_TAG)
-    if last != keys[-1] or CHAIN_HEAD_TAG not in tags or MESSAGES_TAG not in tags:
+    batches = run_batches(tags)
+    if (
+        batches is None
+        or batches.last != keys[-1]
+        or CHAIN_HEAD_TAG not in tags
+        or MESSAGES_TAG not in tags
+    ):
         return None
     return RunAnchor(tags[CHAIN_HEAD_TAG], int(tags[MESSAGES_TAG]))
 

@@ -24,13 +24,12 @@ from collections.abc import Sequence
 
 import dagster as dg
 
-from sis_platform.assets.message_log import CHAIN_HEAD_TAG, MESSAGES_TAG
 from sis_platform.assets.partitions import BATCHES
+from sis_platform.assets.run_tags import BATCH_TAG, CHAIN_HEAD_TAG, MESSAGES_TAG
 from sis_platform.cli.platform import EXIT_USAGE, configured_resources, parse_args
 from sis_platform.lake.spark.chain import RunAnchor
 from sis_platform.log.landing import Catalog, batch_key, batch_seq_of
 from sis_platform.runtime.private import private_files
-from sis_platform.sensors.batch_runs import BATCH_TAG
 from sis_platform.sensors.partition_retirement import oldest_in_flight
 
 PROGRAM = "sis-batch-runs"

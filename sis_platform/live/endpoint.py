@@ -78,6 +78,11 @@ class MetricsEndpoint:
         )
         self._thread.start()
 
+    def wait_idle(self, timeout: float) -> bool:
+        """Whether every connection the endpoint took has been let go within `timeout` s: a
+        client sees its connection end a moment before the endpoint frees its slot."""
+        return self._server.wait_idle(timeout)
+
     def close(self) -> None:
         if self._thread is not None:
             self._server.shutdown()
@@ -114,17 +119,35 @@ class _Server(ThreadingMixIn, HTTPServer):
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         self.request_queue_size = slots
-        self._slots = threading.BoundedSemaphore(slots)
+        self._slots = slots
+        self._in_use = 0
+        self._freed = threading.Condition()
         super().__init__(address, handler)
 
+    def wait_idle(self, timeout: float) -> bool:
+        with self._freed:
+            return self._freed.wait_for(lambda: self._in_use == 0, timeout)
+
+    def _take_slot(self) -> bool:
+        with self._freed:
+            if self._in_use >= self._slots:
+                return False
+            self._in_use += 1
+            return True
+
+    def _free_slot(self) -> None:
+        with self._freed:
+            self._in_use -= 1
+            self._freed.notify_all()
+
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
+        if not self._take_slot():
             self.shutdown_request(request)  # over the bound: closed unanswered
             return
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._slots.release()
+            self._free_slot()
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
@@ -137,7 +160,7 @@ class _Server(ThreadingMixIn, HTTPServer):
             super().process_request_thread(request, client_address)
         finally:
             timer.cancel()
-            self._slots.release()
+            self._free_slot()
 
 
 def _cut(request: socket.socket) -> None:

@@ -31,6 +31,7 @@ never include one. Extra keyword options go to the source's constructor (e.g.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -378,32 +379,20 @@ def _ibmmq(url: str, given: _Given) -> QueueSource:
 
 
 def _ibmmq_from_settings(given: _Given) -> QueueSource:
-    """`ibmmq:`: the queue the settings' IBM MQ record describes (a password only with a
-    user)."""
-    ibmmq = given.ibmmq
-    if ibmmq is None:
+    """`ibmmq:`: the queue the settings' IBM MQ record describes, opened as sis-live opens it
+    (`open_configured`); a `user` keyword replaces the record's."""
+    if given.ibmmq is None:
         raise ValueError(
             "the queue URL 'ibmmq:' stands for the SIS_IBMMQ_* settings, and none were given"
         )
     options = dict(given.options)
-    user = options.pop("user", None) or ibmmq.user
+    source = given.ibmmq
+    if user := options.pop("user", None):
+        source = replace(source, user=user)
     password = options.pop("password", None)
-    if password is None and user:
+    if password is None:
         password = given.fallback.password
-    return IbmMqQueue(
-        queue_manager=ibmmq.queue_manager,
-        channel=ibmmq.channel,
-        conn_name=ibmmq.conn_name,
-        queue=ibmmq.queue,
-        user=user,
-        password=password if user else None,
-        cipher_spec=ibmmq.cipher_spec,
-        key_repository=ibmmq.key_repository,
-        certificate_label=ibmmq.certificate_label,
-        ssl_peer_name=ibmmq.ssl_peer_name,
-        client_reconnect=ibmmq.client_reconnect,
-        **options,
-    )
+    return open_configured(source, password=password, **options)
 
 
 _BUILDERS: dict[str, Callable[[str, _Given], QueueSource]] = {

@@ -20,15 +20,17 @@ from typing import NamedTuple
 import dagster as dg
 
 from sis_platform.assets.jobs import process_batch_job
-from sis_platform.assets.message_log import CHAIN_HEAD_TAG, MESSAGES_TAG, RANGE_END_TAG
 from sis_platform.assets.partitions import BATCHES, batches_partitions
+from sis_platform.assets.run_tags import (
+    BATCH_TAG,
+    CHAIN_HEAD_TAG,
+    FIRST_BATCH_TAG,
+    MESSAGES_TAG,
+    RANGE_END_TAG,
+    RANGE_START_TAG,
+)
 from sis_platform.intake.tick import ReadyBatch
 
-# The batch a run was requested for (of a range: the last, whose anchor its tags carry), and
-# the first batch of a range.
-BATCH_TAG = "sis/batch"
-FIRST_BATCH_TAG = "sis/first_batch"
-RANGE_START_TAG = "dagster/asset_partition_range_start"
 # Dagster's run queue launches higher priorities first (equal ones in submission order): the
 # feed's batch runs go ahead of a backfill or replay queued before them (those run at the
 # default 0), so re-materializing old partitions never makes the live feed wait behind it

@@ -25,9 +25,8 @@ from dagster._core.storage.asset_check_execution_record import (
     AssetCheckExecutionRecordStatus,
 )
 
-from sis_platform.assets.message_log import RANGE_END_TAG
+from sis_platform.assets.run_tags import PARTITION_TAG, run_batches
 from sis_platform.runtime.webhook import Webhook
-from sis_platform.sensors.batch_runs import RANGE_START_TAG
 from sis_platform.settings import secret
 
 RUN_FAILURE_SENSOR_NAME = "notify_run_failures"
@@ -61,13 +60,10 @@ def build_notify_sensors(
                 "kind": "run_failed",
                 "job": run.job_name,
                 "run_id": run.run_id,
-                "partition": run.tags.get("dagster/partition"),
+                "partition": run.tags.get(PARTITION_TAG),
                 # A run over a range of batches (a backlog) has a range instead of a partition.
-                "partition_range": {
-                    "start": run.tags[RANGE_START_TAG],
-                    "end": run.tags[RANGE_END_TAG],
-                }
-                if RANGE_START_TAG in run.tags and RANGE_END_TAG in run.tags
+                "partition_range": {"start": batches.first, "end": batches.last}
+                if (batches := run_batches(run.tags)) and PARTITION_TAG not in run.tags
                 else None,
                 "message": (context.failure_event.message or "")[:DESCRIPTION_CHARS],
             }

@@ -37,12 +37,13 @@ from pathlib import Path
 import dagster as dg
 
 from sis_platform.assets.partitions import BATCHES
-from sis_platform.log.landing import Catalog, batch_key, batch_seq_of
+from sis_platform.assets.run_tags import run_batches
+from sis_platform.log.landing import BATCH_KEY_RE, Catalog, batch_key, batch_seq_of
 from sis_platform.log.landing.expiry import Expiry
 from sis_platform.resources.platform import LandingZoneResource
 from sis_platform.resources.serving import ServingStoreResource
 from sis_platform.runtime.faults import crash_point
-from sis_platform.sensors.batch_runs import IN_FLIGHT, RANGE_START_TAG
+from sis_platform.sensors.batch_runs import IN_FLIGHT
 from sis_platform.sensors.live_check_sensor import lake_fold_position
 
 RETIREMENT_SENSOR_NAME = "batch_partition_retirement_sensor"
@@ -52,7 +53,6 @@ RETIRED_POINT = "retention.partition_retired"
 # Runs in flight read at most this many at once to find the oldest partition one is for; more
 # (a backfill of thousands of batches queued) and the tick retires nothing.
 IN_FLIGHT_READ = 1000
-PARTITION_TAG = "dagster/partition"
 
 
 def build_partition_retirement_sensor(
@@ -218,11 +218,11 @@ def oldest_in_flight(instance: dg.DagsterInstance) -> int | None:
     records = instance.get_run_records(dg.RunsFilter(statuses=IN_FLIGHT), limit=IN_FLIGHT_READ + 1)
     if len(records) > IN_FLIGHT_READ:
         return 0
-    # A run's partition, or the first of its range (a run over many batches).
+    # A run's batch, or the first of its range (a run over many batches).
     seqs = [
-        batch_seq_of(key)
+        batch_seq_of(batches.first)
         for r in records
-        for tag in (PARTITION_TAG, RANGE_START_TAG)
-        if (key := r.dagster_run.tags.get(tag, "")).isdigit() and len(key) == 10
+        if (batches := run_batches(r.dagster_run.tags)) is not None
+        and BATCH_KEY_RE.match(batches.first)
     ]
     return min(seqs, default=None)

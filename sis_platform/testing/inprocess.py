@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import dagster as dg
 
-from sis_platform.assets.message_log import RANGE_END_TAG
+from sis_platform.assets.run_tags import RANGE_END_TAG, RANGE_START_TAG
 from sis_platform.definitions import build_definitions
 from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
 from sis_platform.domain.pipeline import LoggedMessage
@@ -56,7 +56,6 @@ from sis_platform.queues.base import (
 )
 from sis_platform.queues.factory import open_configured_from_environment
 from sis_platform.resources import config
-from sis_platform.sensors.batch_runs import RANGE_START_TAG
 from sis_platform.sensors.landed_sensor import LANDED_SENSOR_NAME
 from sis_platform.sensors.queue_sensor import SENSOR_NAME
 from sis_platform.serving import ServingStore, open_store

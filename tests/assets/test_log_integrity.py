@@ -383,9 +383,8 @@ def test_a_missing_or_wrong_log_key_is_an_error_not_a_pass(log, cli, monkeypatch
 
 
 def test_sis_verify_log_compares_the_batch_runs_tags(log, cli, monkeypatch):
-    from sis_platform.assets.message_log import CHAIN_HEAD_TAG, MESSAGES_TAG
+    from sis_platform.assets.run_tags import BATCH_TAG, CHAIN_HEAD_TAG, MESSAGES_TAG
     from sis_platform.cli.batch_runs import BatchRuns
-    from sis_platform.sensors.batch_runs import BATCH_TAG
 
     anchor = log.zone.catalog.anchors.read("0000000002")
     log.h.instance.create_run_for_job(

@@ -10,15 +10,10 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
-from sis_platform.assets.message_log import (
-    CHAIN_CHECK,
-    RANGE_END_TAG,
-    hash_chain_intact,
-    raw_messages,
-)
+from sis_platform.assets.message_log import CHAIN_CHECK, hash_chain_intact, raw_messages
+from sis_platform.assets.run_tags import RANGE_END_TAG, RANGE_START_TAG
 from sis_platform.lake.tables import BATCH_LOG, MESSAGE_ITEMS, RAW_MESSAGES
 from sis_platform.queues.base import ReceivedMessage
-from sis_platform.sensors.batch_runs import RANGE_START_TAG
 from tests.assets.test_process_batch import every_outcome
 from tests.domain.sportsdata_fixtures import ASCOT_1430, PRICE_7_TO_9, update
 from tests.harness import Harness, received

@@ -26,6 +26,7 @@ import dagster as dg
 import psutil
 import pytest
 
+from sis_platform.assets.run_tags import run_batches
 from sis_platform.queues.embedded import EmbeddedQueue
 from sis_platform.simulator.generator import generate_feed
 from tests.harness import Harness
@@ -255,7 +256,9 @@ def test_daemon_lands_batches_runs_them_and_masters_match_the_reference(
                 dg.RunsFilter(job_name="process_batch", statuses=[dg.DagsterRunStatus.FAILURE])
             )
             assert not failed, f"run {failed[0].dagster_run.run_id} failed"
-            return {r.dagster_run.tags.get("dagster/partition") for r in done} >= set(keys)
+            # A batch's run, or a range run over batches waiting together.
+            ranges = [b for r in done if (b := run_batches(r.dagster_run.tags)) is not None]
+            return all(any(b.covers(key) for b in ranges) for key in keys)
 
         _wait_for(all_batches_processed, 600, "every landed batch to be processed", processes)
         if web_port is not None:

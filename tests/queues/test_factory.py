@@ -114,6 +114,17 @@ def test_an_ibmmq_url_without_a_queue_manager_is_the_sis_ibmmq_settings() -> Non
         open_source("ibmmq:")
 
 
+def test_an_ibmmq_url_without_a_queue_manager_takes_every_ibmmq_setting() -> None:
+    # The same source the settings open for sis-live (open_configured): its get bound and
+    # backout included, not only the connection's fields.
+    source = open_source_from_environment(
+        "ibmmq:", {**IBMMQ_ENV, "SIS_IBMMQ_MAX_GET_BYTES": "50000000"}
+    )
+    assert isinstance(source, IbmMqQueue)
+    assert source.max_get_bytes == 50_000_000
+    assert source.backout_threshold == 10
+
+
 def test_an_ibmmq_user_takes_the_environments_password() -> None:
     url = "ibmmq://app@mq1/QM1/Q?channel=C"
     source = open_source_from_environment(url, {"SIS_IBMMQ_PASSWORD": "mq-pw"})

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
-from sis_platform.assets.message_log import CHAIN_HEAD_TAG, MESSAGES_TAG
+from sis_platform.assets.run_tags import CHAIN_HEAD_TAG, MESSAGES_TAG
 from sis_platform.lake.tables import DEAD_LETTERS, MASTER_DOCUMENTS, RAW_MESSAGES
 from tests.domain.sportsdata_fixtures import (
     ASCOT_1430,

@@ -11,12 +11,13 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from sis_platform.assets.run_tags import BATCH_TAG
 from sis_platform.definitions import build_definitions
 from sis_platform.intake.consumer import BatchLimits, consume_batch
 from sis_platform.log.landing import ClosedBy
 from sis_platform.queues.base import ReceivedMessage, new_message_id
 from sis_platform.queues.embedded import EmbeddedQueue
-from sis_platform.sensors.batch_runs import BATCH_TAG, FEED_PRIORITY
+from sis_platform.sensors.batch_runs import FEED_PRIORITY
 from sis_platform.sensors.queue_sensor import build_queue_sensor
 from tests.harness import SENSOR, Harness, received
 
