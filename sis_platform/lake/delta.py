@@ -246,6 +246,19 @@ class Lake:
             reader = reader.option("versionAsOf", version)
         return reader.load(self.path(table))
 
+    def changes(self, table: Table, *, after: int, up_to: int) -> DataFrame:
+        """The rows of `table` that commits `after`+1 .. `up_to` inserted, updated or deleted:
+        Delta's change data feed (`_change_type`: insert, update_preimage, update_postimage,
+        delete; `_commit_version`). Raises where the feed was not recorded for the whole range
+        (a table created without it, commits past the log's retention): read the table."""
+        return (
+            self.spark.read.format("delta")
+            .option("readChangeFeed", "true")
+            .option("startingVersion", after + 1)
+            .option("endingVersion", up_to)
+            .load(self.path(table))
+        )
+
     def version(self, table: Table) -> int:
         """The table's current Delta version (its latest commit): the newest commit file of its
         log, or (Spark Connect) the table's history."""

@@ -28,13 +28,21 @@ class Table:
     # With them a step marks the replaced rows and writes only the new ones. Readers need
     # Delta 2.3+ (or another reader with deletion vectors: delta-rs, Delta Kernel).
     replaced_in_place: bool = False
+    # Delta's change data feed: each commit's changed rows are readable on their own
+    # (Lake.changes), so a reader that keeps up reads what changed, not the whole table.
+    change_feed: bool = False
 
     def schema(self) -> StructType:
         return _SCHEMAS[self.name]()
 
     def properties(self) -> dict[str, str]:
         """Delta table properties it is created with."""
-        return {"delta.enableDeletionVectors": "true"} if self.replaced_in_place else {}
+        properties = {}
+        if self.replaced_in_place:
+            properties["delta.enableDeletionVectors"] = "true"
+        if self.change_feed:
+            properties["delta.enableChangeDataFeed"] = "true"
+        return properties
 
     def row(self, **values: Any) -> tuple[Any, ...]:
         """One row in the schema's column order, from its values by column name: a row built
@@ -49,7 +57,8 @@ class Table:
 
 RAW_MESSAGES = Table("raw_messages", ("batch_key",))
 MESSAGE_ITEMS = Table("message_items", ("batch_key",))
-BATCH_LOG = Table("batch_log")
+# The fold plans each step from what changed in batch_log since the last (fold/plan.py).
+BATCH_LOG = Table("batch_log", change_feed=True)
 MASTER_VERSIONS = Table("master_versions")
 MASTER_DOCUMENTS = Table("master_documents", replaced_in_place=True)
 DEAD_LETTERS = Table("dead_letters")

@@ -18,7 +18,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from pyspark.sql import functions as F
+
 from sis_platform.lake.tables import (
+    BATCH_LOG,
     DEAD_LETTERS,
     FOLD_APPEND_TABLES,
     FOLD_STEPS,
@@ -51,6 +54,12 @@ class CommittedStep:
     master_documents_version: int
     table_versions: dict[str, int]  # Delta version of each fold table after the step
 
+    @property
+    def log_version(self) -> int | None:
+        """The batch_log version the step planned from (None: before the first step, or a step
+        that did not record it): the next step reads only what changed after it."""
+        return self.table_versions.get(BATCH_LOG.name)
+
 
 @dataclass(frozen=True)
 class FoldStepResult:
@@ -69,34 +78,41 @@ class FoldStepResult:
 
 
 def fold_step_rows(lake: Lake) -> list[StepRow]:
-    """Every committed step's row of fold_steps (one small row per step), read once per fold
-    step for both the last committed step and what each batch was when folded. Through Arrow:
-    a Row object per step cost the driver ~60 us a row, 16 s a step at a year of steps
-    (scripts/bench_step_reads.py)."""
+    """Every committed step's row of fold_steps (one small row per step), through Arrow (a Row
+    object per step cost the driver ~60 us a row: scripts/bench_step_reads.py). Read whole only
+    when a step must know what an already-folded batch was when folded (`folded_batches`): a
+    batch changed since, or a lake whose planning state is not recorded (plan.py)."""
     lake.ensure(FOLD_STEPS)
-    table = (
-        lake.read(FOLD_STEPS)
-        .select(
-            "fold_step",
-            "first_batch_seq",
-            "last_batch_seq",
-            "master_documents_version",
-            "table_versions",
-            "items_digest",
-        )
-        .toArrow()
-    )
+    table = lake.read(FOLD_STEPS).select(*_STEP_COLUMNS).toArrow()
     return table.to_pylist()
 
 
-def committed_step(lake: Lake, rows: list[StepRow] | None = None) -> CommittedStep:
-    """The last committed step, from fold_steps (or from its `rows`, already read)."""
-    if rows is None:
-        rows = fold_step_rows(lake)
-    last = max(rows, key=lambda r: int(r["fold_step"]), default=None)
-    if last is None:
+_STEP_COLUMNS = (
+    "fold_step",
+    "first_batch_seq",
+    "last_batch_seq",
+    "master_documents_version",
+    "table_versions",
+    "items_digest",
+)
+
+
+def committed_step(lake: Lake) -> CommittedStep:
+    """The last committed step: the one row of fold_steps with the highest step number (a
+    top-1 over one column, whatever the table's length; the rows never reach the driver)."""
+    lake.ensure(FOLD_STEPS)
+    rows = (
+        lake.read(FOLD_STEPS)
+        .select(*_STEP_COLUMNS)
+        .orderBy(F.col("fold_step").desc())
+        .limit(1)
+        .toArrow()
+        .to_pylist()
+    )
+    if not rows:
         # Before the first step every table is as `ensure` created it: version 0.
         return CommittedStep(0, 0, 0, {t.name: 0 for t in STEP_TABLES})
+    (last,) = rows
     return CommittedStep(
         int(last["fold_step"]),
         int(last["last_batch_seq"]),
@@ -117,34 +133,37 @@ class FoldProgress:
 
 
 def fold_progress(lake: Lake) -> FoldProgress | None:
-    """The fold's progress from fold_steps (None before the first step): four columns of one
-    small row per step, through Arrow, as `fold_step_rows` reads them. Only committed steps
-    have a row, so an interrupted step counts nothing."""
+    """The fold's progress from fold_steps (None before the first step): the last step's row
+    and the sum of one column, computed by Spark (one row reaches the driver). Only committed
+    steps have a row, so an interrupted step counts nothing."""
     lake.ensure(FOLD_STEPS)
+    steps = lake.read(FOLD_STEPS)
     rows = (
-        lake.read(FOLD_STEPS)
-        .select("fold_step", "last_batch_seq", "committed_at", "dead_lettered")
+        steps.select("fold_step", "last_batch_seq", "committed_at")
+        .orderBy(F.col("fold_step").desc())
+        .limit(1)
+        .crossJoin(steps.agg(F.sum("dead_lettered").alias("dead_letters")))
         .toArrow()
         .to_pylist()
     )
     if not rows:
         return None
-    last = max(rows, key=lambda r: int(r["fold_step"]))
+    (last,) = rows
     committed_at: datetime = last["committed_at"]
     return FoldProgress(
         int(last["fold_step"]),
         int(last["last_batch_seq"]),
         committed_at.replace(tzinfo=UTC) if committed_at.tzinfo is None else committed_at,
-        sum(int(r["dead_lettered"]) for r in rows),
+        int(last["dead_letters"]),
     )
 
 
-def recover(lake: Lake, rows: list[StepRow] | None = None) -> tuple[CommittedStep, dict[str, int]]:
+def recover(lake: Lake) -> tuple[CommittedStep, dict[str, int]]:
     """Undo an interrupted step (see the module docstring). Returns the last committed step
-    and the current version of each step table (to read them pinned). `rows`: fold_steps, if
-    already read (the commit point, so recovery never changes it)."""
+    (fold_steps is the commit point, so recovery never changes it) and the current version of
+    each step table (to read them pinned)."""
     lake.ensure(*FOLD_TABLES)
-    committed = committed_step(lake, rows)
+    committed = committed_step(lake)
     current: dict[str, int] = {}
     for table in STEP_TABLES:
         version = lake.version(table)
@@ -186,16 +205,19 @@ def commit_step(
     first_batch_seq: int,
     digests: dict[int, str],
     items_version: int,
+    log_version: int,
     run_id: str | None,
     committed_at: datetime,
 ) -> None:
     """Append the step's row to fold_steps: the commit point. It records the version of every
     step table as written, the message_items version the step read (never restored: a later
-    change of these batches is diffed against it, see rewind.changed_items) and the items
+    change of these batches is diffed against it, see rewind.changed_items), the batch_log
+    version it planned from (the next step reads batch_log's changes after it) and the items
     digest of every batch the step folded or refolded."""
     assert result.fold_step is not None and result.last_batch_seq is not None
     written = {t.name: lake.version(t) for t in STEP_TABLES}
     written[MESSAGE_ITEMS.name] = items_version
+    written[BATCH_LOG.name] = log_version
     row = FOLD_STEPS.row(
         fold_step=result.fold_step,
         first_batch_seq=first_batch_seq,

@@ -10,19 +10,25 @@ changed by the next step.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from pyspark.sql import functions as F
 
 from sis_platform.lake.spark.fold.ledger import (
     CommittedStep,
     FoldedBatch,
-    StepRow,
+    fold_step_rows,
     folded_batches,
 )
 from sis_platform.lake.tables import BATCH_LOG, MESSAGE_ITEMS
 
 if TYPE_CHECKING:
     from sis_platform.lake.delta import Lake
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -71,14 +77,20 @@ class LoggedBatches:
         )
 
 
-def read_batch_log(lake: Lake, version: int) -> LoggedBatches:
+def read_batch_log(
+    lake: Lake, version: int, *, after: int | None = None, also: Collection[int] = ()
+) -> LoggedBatches:
     """batch_log at `version`, through Arrow (one row per batch: a Row object each would cost
-    the driver ~60 us a row, scripts/bench_step_reads.py)."""
-    table = (
-        lake.read(BATCH_LOG, version=version)
-        .select("batch_seq", "batch_key", "items_digest", "messages")
-        .toArrow()
-    )
+    the driver ~60 us a row, scripts/bench_step_reads.py): every row, or (`after`) only the
+    batches after that one and those in `also`, which Delta's file statistics on batch_seq let
+    Spark find without reading the rest."""
+    rows = lake.read(BATCH_LOG, version=version)
+    if after is not None:
+        wanted = F.col("batch_seq") > F.lit(after)
+        if also:
+            wanted = wanted | F.col("batch_seq").isin(sorted(also))
+        rows = rows.where(wanted)
+    table = rows.select("batch_seq", "batch_key", "items_digest", "messages").toArrow()
     columns = [table.column(c).to_pylist() for c in table.column_names]
     return LoggedBatches.of(
         [
@@ -86,6 +98,52 @@ def read_batch_log(lake: Lake, version: int) -> LoggedBatches:
             for seq, key, digest, messages in zip(*columns, strict=True)
         ]
     )
+
+
+def changed_in_feed(lake: Lake, since: int | None, version: int, up_to: int) -> set[int] | None:
+    """The batches up to `up_to` (the last folded) whose items digest differs between batch_log
+    version `since` (the one the last step planned from) and `version`: only these can differ
+    from what was folded, since at `since` every folded batch had the digest it was folded
+    with (that step refolded every batch changed by then). Read from batch_log's change feed:
+    the rows of the commits in between, a step's worth. A batch logged again with the same
+    items is not among them.
+
+    None where the feed cannot tell (no version recorded, a table created without the feed,
+    commits past the log's retention, a log older than the version recorded): the caller reads
+    the whole log, which always may."""
+    if since is None or since > version:
+        return None
+    if since == version:
+        return set()
+    try:
+        table = (
+            lake.changes(BATCH_LOG, after=since, up_to=version)
+            .where(F.col("batch_seq") <= F.lit(up_to))
+            .select("batch_seq", "items_digest", "_change_type", "_commit_version")
+            .toArrow()
+        )
+    except Exception as error:  # any failure of the feed: the whole log says the same
+        log.warning(
+            "batch_log's changes after version %d cannot be read (%s); reading it whole",
+            since,
+            str(error).splitlines()[0] if str(error) else type(error).__name__,
+        )
+        return None
+    rows = sorted(
+        zip(*(table.column(c).to_pylist() for c in table.column_names), strict=True),
+        # In commit order; in a commit, the row as it was before the row as it is after.
+        key=lambda r: (r[3], r[2] not in _BEFORE),
+    )
+    before: dict[int, str | None] = {}
+    after: dict[int, str | None] = {}
+    for seq, digest, change, _ in rows:
+        before.setdefault(seq, digest if change in _BEFORE else None)
+        after[seq] = None if change == "delete" else digest
+    return {seq for seq in before if before[seq] != after[seq]}
+
+
+# Change-feed rows that show a row as it was before its commit.
+_BEFORE = frozenset({"update_preimage", "delete"})
 
 
 @dataclass(frozen=True)
@@ -100,6 +158,7 @@ class StepPlan:
     folded: dict[int, FoldedBatch]  # what each batch was when last folded
     logged: LoggedBatches
     items_version: int  # the message_items version the step reads
+    log_version: int  # the batch_log version it planned from
 
     @property
     def first(self) -> int | None:
@@ -126,21 +185,33 @@ class StepPlan:
 def plan_step(
     lake: Lake,
     committed: CommittedStep,
-    steps: list[StepRow],
     *,
     max_batches: int | None = None,
 ) -> StepPlan:
-    """The step after `committed` (`steps`: the rows of fold_steps). Its `run` and `changed`
-    are both empty when nothing can be folded."""
+    """The step after `committed`. Its `run` and `changed` are both empty when nothing can be
+    folded.
+
+    What it reads does not grow with the lake: the batches after the last folded one, and
+    batch_log's changes since the version the last step planned from. Only when one of those
+    changes gave an already-folded batch other items (a fix re-materialized it) does it read
+    what every batch was when folded (fold_steps, whole: the rewind needs the items version
+    each was folded from), and only when the changes cannot be read does it read batch_log
+    whole."""
     log_version = lake.version(BATCH_LOG)
     items_version = lake.version(MESSAGE_ITEMS)
-    logged = read_batch_log(lake, log_version)
-    run, waiting = logged.gap_free_after(committed.last_batch_seq)
+    last_folded = committed.last_batch_seq
+    differ = changed_in_feed(lake, committed.log_version, log_version, last_folded)
+    if differ is None:
+        logged = read_batch_log(lake, log_version)
+    else:
+        logged = read_batch_log(lake, log_version, after=last_folded, also=differ)
+    run, waiting = logged.gap_free_after(last_folded)
     if max_batches is not None:
         run = run[:max_batches]
-    folded = folded_batches(steps)
-    changed = logged.changed_since(folded, committed.last_batch_seq)
-    last = run[-1][0] if run else committed.last_batch_seq
+    refolding = differ is None or bool(differ)
+    folded = folded_batches(fold_step_rows(lake)) if refolding else {}
+    changed = logged.changed_since(folded, last_folded)
+    last = run[-1][0] if run else last_folded
     return StepPlan(
         step=max(last, committed.fold_step + 1),
         last=last,
@@ -150,4 +221,5 @@ def plan_step(
         folded=folded,
         logged=logged,
         items_version=items_version,
+        log_version=log_version,
     )

@@ -25,7 +25,6 @@ from sis_platform.lake.spark.fold.ledger import (
     FOLD_WRITER,
     FoldStepResult,
     commit_step,
-    fold_step_rows,
     recover,
 )
 from sis_platform.lake.spark.fold.outputs import (
@@ -107,10 +106,9 @@ def fold_step(
     dead-letter replay after a fold fix, where the items themselves are the same.
     """
     lake.claim_writer(FOLD_WRITER)
-    steps = fold_step_rows(lake)
-    committed, versions_now = recover(lake, steps)
+    committed, versions_now = recover(lake)
     lake.ensure(MESSAGE_ITEMS, BATCH_LOG, FOLD_FAILURES)
-    plan = plan_step(lake, committed, steps, max_batches=max_batches)
+    plan = plan_step(lake, committed, max_batches=max_batches)
     if not plan.run and not plan.changed and not rewind:
         return FoldStepResult(None, waiting_for=plan.waiting_for or committed.last_batch_seq + 1)
     now = datetime.now(UTC)
@@ -197,6 +195,7 @@ def fold_step(
         first_batch_seq=plan.first if plan.first is not None else plan.last,
         digests=plan.digests(),
         items_version=plan.items_version,
+        log_version=plan.log_version,
         run_id=run_id,
         committed_at=now,
     )

@@ -19,7 +19,13 @@ from sis_platform.lake.spark.fold.ledger import (
     folded_batches,
     recover,
 )
-from sis_platform.lake.tables import FOLD_STEPS, MASTER_DOCUMENTS, MASTER_VERSIONS, MESSAGE_ITEMS
+from sis_platform.lake.tables import (
+    BATCH_LOG,
+    FOLD_STEPS,
+    MASTER_DOCUMENTS,
+    MASTER_VERSIONS,
+    MESSAGE_ITEMS,
+)
 from tests.lake.spark.fold.lakes import new_lake
 
 pytestmark = [pytest.mark.spark, pytest.mark.cost(30)]
@@ -35,6 +41,7 @@ def _commit(lake, step: int, first: int, last: int, digests: dict[int, str]) -> 
         first_batch_seq=first,
         digests=digests,
         items_version=7,
+        log_version=5,
         run_id="r",
         committed_at=NOW,
     )
@@ -51,12 +58,21 @@ def test_a_commit_records_the_versions_and_digests_a_later_step_reads_back(spark
     lake = new_lake(spark, tmp_path)
     recover(lake)
     _commit(lake, 2, 1, 2, {2: "d2", 1: "d1"})
+    _commit(lake, 3, 3, 3, {3: "d3"})
     rows = fold_step_rows(lake)
-    committed = committed_step(lake, rows)
-    assert (committed.fold_step, committed.last_batch_seq) == (2, 2)
-    assert committed.table_versions == {**{t.name: 0 for t in STEP_TABLES}, MESSAGE_ITEMS.name: 7}
-    assert folded_batches(rows) == {1: FoldedBatch("d1", 7), 2: FoldedBatch("d2", 7)}
-    [row] = lake.read(FOLD_STEPS).collect()
+    committed = committed_step(lake)
+    assert (committed.fold_step, committed.last_batch_seq, committed.log_version) == (3, 3, 5)
+    assert committed.table_versions == {
+        **{t.name: 0 for t in STEP_TABLES},
+        MESSAGE_ITEMS.name: 7,
+        BATCH_LOG.name: 5,
+    }
+    assert folded_batches(rows) == {
+        1: FoldedBatch("d1", 7),
+        2: FoldedBatch("d2", 7),
+        3: FoldedBatch("d3", 7),
+    }
+    [row] = lake.read(FOLD_STEPS).where("fold_step = 2").collect()
     assert json.loads(row["items_digest"]) == {"1": "d1", "2": "d2"}
     assert (row["applied"], row["run_id"]) == (1, "r")
 
