@@ -72,7 +72,7 @@ import psutil
 from sis_platform.assets.run_tags import run_batches
 from sis_platform.log.landing import LandingZone
 from sis_platform.queues.embedded import EmbeddedQueue
-from sis_platform.serving import LakeProgress, ServingUnavailable, open_store
+from sis_platform.serving import LakeProgress, ServingUnavailable, open_reader
 from sis_platform.settings import load_settings
 from sis_platform.simulator.generator import generate_feed
 
@@ -271,7 +271,7 @@ def build_backlog(
         if queue.depth() or len(zone.catalog.keys()) < args.batches:
             return False
         try:
-            with open_store(url) as store:
+            with open_reader(url) as store:
                 return bench_live.caught_up(store, zone, backlog)
         except ServingUnavailable:
             return False
@@ -354,7 +354,7 @@ def live_feed(
     publisher = Publisher(EmbeddedQueue(folder.data / "queue"), messages, args.live_rate)
     try:
         # The store exists since the backlog; sis-live is up once it heartbeats in it again.
-        with open_store(url) as store:
+        with open_reader(url) as store:
             before = store.status().heartbeat_at
 
             def beating() -> bool:
@@ -416,7 +416,7 @@ def measure(
     caught_up_s = live_folded_s = None
     sealed_then = 0
     deadline = t0 + args.timeout
-    with open_store(url) as store:
+    with open_reader(url) as store:
         while time.monotonic() < deadline:
             tick = time.monotonic()
             if daemon.poll() is not None:

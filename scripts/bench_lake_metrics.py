@@ -27,7 +27,7 @@ from sis_platform.live.metrics import LiveMetrics, LiveState
 from sis_platform.log.landing import ClosedBy, GroupWriter, LandingZone
 from sis_platform.log.landing.backlog import oldest_waiting
 from sis_platform.queues.base import ReceivedMessage, new_message_id
-from sis_platform.serving import LakeProgress, open_store
+from sis_platform.serving import LakeProgress, open_writer
 
 
 def timed(work: Callable[[], object], repeat: int) -> list[float]:
@@ -80,7 +80,7 @@ def main() -> None:
         started = time.perf_counter()
         land(zone, args.batches)
         landing_s = time.perf_counter() - started
-        store = open_store(f"sqlite:///{root / 'serving' / 'serving.db'}")
+        store = open_writer(f"sqlite:///{root / 'serving' / 'serving.db'}")
         store.record_lake_progress(LakeProgress(10, 1, datetime.now(UTC), 4))
         reads = timed(store.lake_progress, args.repeat)
         looks = timed(lambda: oldest_waiting(zone.catalog, 1, None), max(20, args.repeat // 40))

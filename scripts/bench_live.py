@@ -11,7 +11,7 @@ serving URL: each measurement gets a new SIS_DATA_DIR and the default SQLite sto
 rate     A publisher process puts the simulator's feed (`--live-duplicates` of it redelivered)
          at R msg/s for S seconds, paced as `sis-feed publish --rate R`, and records each
          message's put time (the clock just before its put call). A reader process (this
-         script's `reader` role) blocks in `ServingStore.wait_for_changes`, reads the new
+         script's `reader` role) blocks in `ServingReader.wait_for_changes`, reads the new
          `changes(...)` and each changed master (`master(id)`), and records, per message id,
          its own clock when it first saw a change that message produced. Latency = seen - put,
          both on this host's wall clock. Messages that produce no change (duplicates, dead
@@ -68,7 +68,7 @@ from sis_platform.domain.priority import Priority, event_attributes
 from sis_platform.log.landing import LandingZone
 from sis_platform.queues.embedded import EmbeddedQueue
 from sis_platform.queues.factory import open_source_from_environment
-from sis_platform.serving import ServingStore, ServingUnavailable, open_store
+from sis_platform.serving import ServingReader, ServingUnavailable, open_reader
 from sis_platform.settings import load_settings
 from sis_platform.simulator.cli import Pacer
 from sis_platform.simulator.generator import generate_feed
@@ -256,7 +256,7 @@ def role_reader(args: argparse.Namespace) -> int:
     stop = _Stop()
     seen: dict[str, tuple[float, float]] = {}
     masters_read = wakeups = 0
-    with open_store(args.url) as store:
+    with open_reader(args.url) as store:
         last = store.last_seq()
         print("ready", flush=True)
         while not stop.asked:
@@ -279,7 +279,7 @@ def role_reader(args: argparse.Namespace) -> int:
     return 0
 
 
-def _all_dead_letters(store: ServingStore) -> Iterator[Any]:
+def _all_dead_letters(store: ServingReader) -> Iterator[Any]:
     after = 0
     while batch := store.dead_letters(after_seq=after, limit=10_000):
         yield from batch
@@ -436,7 +436,7 @@ def wait_for_store(run: Run, live: subprocess.Popen[bytes]) -> None:
             raise RuntimeError(f"sis-live exited ({live.returncode}): see {run.log}")
         if db.exists():
             try:
-                with open_store(run.serving_url) as store:
+                with open_reader(run.serving_url) as store:
                     store.status()
                 return
             except ServingUnavailable:
@@ -502,7 +502,7 @@ def start_publisher(
         return _role("publish", *command, stdout=output)
 
 
-def caught_up(store: ServingStore, zone: LandingZone, messages: int) -> bool:
+def caught_up(store: ServingReader, zone: LandingZone, messages: int) -> bool:
     status = store.status()
     return status.messages >= messages and status.position == zone.catalog.last_position()
 
@@ -512,7 +512,7 @@ def until_caught_up(run: Run, live: subprocess.Popen[bytes], messages: int, time
     woken by the store's commits, at most 0.05 s late for a commit that changes nothing."""
     zone = LandingZone(run.landing)
     deadline = time.monotonic() + timeout
-    with open_store(run.serving_url) as store:
+    with open_reader(run.serving_url) as store:
         last = store.last_seq()
         while not caught_up(store, zone, messages):
             if live.poll() is not None:
@@ -687,7 +687,7 @@ def measure_backlog(
     zone = LandingZone(run.landing)
     current = {}
     if args.live_priority:
-        with open_store(run.serving_url) as store:
+        with open_reader(run.serving_url) as store:
             current = currency(store, Priority.compile(args.live_priority), started_at)
     return {
         "kind": "backlog",
@@ -710,7 +710,7 @@ def measure_backlog(
     }
 
 
-def currency(store: ServingStore, priority: Priority, started_at: datetime) -> dict[str, Any]:
+def currency(store: ServingReader, priority: Priority, started_at: datetime) -> dict[str, Any]:
     """When the masters the first of `priority`'s selectors picks were all current (the commit
     time of each one's last change, in seconds from `started_at`), and when every master was.
     Read after the run from the change log and the masters' final documents."""

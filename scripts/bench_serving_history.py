@@ -2,12 +2,12 @@
 
     python scripts/bench_serving_history.py --days 60 --messages-per-day 36000
 
-Builds two SQLite stores with the store's own writer (`ServingStore.commit`), one group per
+Builds two SQLite stores with the store's own writer (`ServingWriter.commit`), one group per
 landing batch (720 batches a day, the feed's average of 0.42 msg/s spread over them), each
 message a new version of one of the day's races, one in a hundred dead-lettered with a 2 KB
 body. The store's commit clock is the simulated day (the script replaces
-`sis_platform.serving.store.utc_now`). After each day the second store records live == lake
-as passed at the day's last batch and prunes (`ServingStore.prune`, as sis-live's idle turns
+`sis_platform.serving.writer.utc_now`). After each day the second store records live == lake
+as passed at the day's last batch and prunes (`ServingWriter.prune`, as sis-live's idle turns
 do) until nothing more is prunable; the first never prunes. Prints, per day, each store's
 file size and rows, the prune steps' durations (a message arriving during a step waits
 for it), and at the end each store's size by table. The stores are left in a temporary folder
@@ -33,10 +33,10 @@ from sis_platform.serving import (
     GroupCommit,
     MasterRow,
     OutcomeRow,
-    ServingStore,
-    open_store,
+    ServingWriter,
+    open_writer,
 )
-from sis_platform.serving import store as store_module
+from sis_platform.serving import writer as writer_module
 from sis_platform.settings import DEFAULT_SERVING_HISTORY_DAYS
 
 DAY0 = datetime(2026, 3, 1, tzinfo=UTC)
@@ -115,18 +115,20 @@ class Feed:
         )
 
 
-def _size(store: ServingStore, path: Path) -> int:
-    store._run(lambda conn: conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall())
+def _size(store: ServingWriter, path: Path) -> int:
+    store._backend.run(lambda conn: conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall())
     return path.stat().st_size
 
 
-def _rows(store: ServingStore, table: str) -> int:
-    found = store._run(lambda conn: conn.execute(f"SELECT count(*) FROM {table}").fetchone())
+def _rows(store: ServingWriter, table: str) -> int:
+    found = store._backend.run(
+        lambda conn: conn.execute(f"SELECT count(*) FROM {table}").fetchone()
+    )
     return int(found[0])
 
 
-def _tables(store: ServingStore) -> str:
-    found = store._run(
+def _tables(store: ServingWriter) -> str:
+    found = store._backend.run(
         lambda conn: conn.execute(
             "SELECT name, sum(pgsize) FROM dbstat GROUP BY name ORDER BY 2 DESC"
         ).fetchall()
@@ -134,7 +136,7 @@ def _tables(store: ServingStore) -> str:
     return ", ".join(f"{name} {size / 2**20:.1f}" for name, size in found if size >= 2**16)
 
 
-def _prune(store: ServingStore, window: timedelta) -> list[float]:
+def _prune(store: ServingWriter, window: timedelta) -> list[float]:
     """Prune steps until none is left; each step's seconds."""
     steps = []
     while True:
@@ -155,7 +157,7 @@ def main() -> None:
     window = timedelta(days=args.history_days)
     folder = Path(tempfile.mkdtemp(prefix="serving-history-"))
     paths = {"kept": folder / "kept.db", "pruned": folder / "pruned.db"}
-    stores = {name: open_store(f"sqlite:///{path}") for name, path in paths.items()}
+    stores = {name: open_writer(f"sqlite:///{path}") for name, path in paths.items()}
     feeds = {name: Feed(args.messages_per_day) for name in stores}
     steps: list[float] = []
     print(
@@ -168,7 +170,7 @@ def main() -> None:
     )
     for day in range(args.days):
         clock: Callable[[], datetime] = lambda day=day: DAY0 + timedelta(days=day)  # noqa: E731
-        store_module.utc_now = clock  # type: ignore[assignment]
+        writer_module.utc_now = clock  # type: ignore[assignment]
         for n in range(BATCHES_PER_DAY):
             batch_seq = day * BATCHES_PER_DAY + n + 1
             for name, store in stores.items():

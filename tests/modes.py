@@ -53,7 +53,7 @@ def assert_live_path(h: Harness, ref: ReferencePipeline, *, lake_folded: bool = 
         assert metadata["mismatches"] == 0
         assert metadata["masters_compared"] > 0
         # The lake's fold recorded where it stands in the store, for sis-live's /metrics.
-        with h.open_store() as store:
+        with h.open_reader() as store:
             progress = store.lake_progress()
         assert progress is not None
         assert progress.last_batch_seq == metadata["lake_batch_seq"] > 0

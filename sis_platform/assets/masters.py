@@ -280,7 +280,7 @@ def record_lake_progress(
     )
     crash_point(LAKE_PROGRESS_POINTS[0])
     try:
-        with serving.open_store() as store:
+        with serving.open_writer() as store:
             store.record_lake_progress(record)
     except ServingUnavailable as error:
         context.log.warning(f"the lake's progress is not recorded in the serving store: {error}")

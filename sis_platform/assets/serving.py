@@ -8,7 +8,7 @@ records its progress as runless materializations.
   store at the lake's fold position, the same version and the same document (sha256). Run by
   its own job (`check_live_matches_lake`), which a sensor requests when the lake's fold has
   advanced (at most every few minutes), or from the UI. A pass records the lake's position in
-  the store (`ServingStore.record_checked`): sis-live prunes the store's history only up to it.
+  the store (`ServingWriter.record_checked`): sis-live prunes the store's history only up to it.
 - `live_store_fresh`: landed messages do not wait for the store longer than
   SIS_LIVE_MAX_LAG_SECONDS. The reporter sensor evaluates it every few seconds and reports its
   result without a run whenever it changes; executing it from the UI sees only whether the
@@ -65,7 +65,7 @@ def serving_store_spec(url: str) -> dg.AssetSpec:
         description="The serving store sis-live keeps from the landed message log in tens of "
         "milliseconds: current masters, the interpreted model (events, markets, selections), "
         "dead letters, message outcomes and an ordered change log. Opportunity Management "
-        "reads it (docs/serving.md: SQL, sis_platform.serving.open_store, waiting for "
+        "reads it (docs/serving.md: SQL, sis_platform.serving.open_reader, waiting for "
         "changes). Not materialized by runs: the reporter sensor records its position, lag "
         "and throughput every few seconds while it moves. Its check live_matches_lake proves "
         "it equals the lake at the lake's fold position; live_store_fresh fails when landed "
@@ -157,14 +157,14 @@ def live_matches_lake(
     serving: ServingStoreResource,
 ) -> dg.AssetCheckResult:
     folded = lake_masters(lake.lake(spark.spark_session))
-    store = serving.open_store()
+    store = serving.open_writer()
     try:
         status = store.status()
         at_lake = reached(landing.catalog(), status.position, folded.batch_seq)
         versions = store.versions_at(folded.batch_seq) if at_lake else {}
         comparison = compare_masters(folded.masters, versions)
         if at_lake and comparison.equal:
-            # The gate of the store's history pruning (ServingStore.prune): sis-live reads it
+            # The gate of the store's history pruning (ServingWriter.prune): sis-live reads it
             # from the store, never from Dagster.
             store.record_checked(folded.batch_seq)
     finally:
@@ -337,7 +337,7 @@ def freshness_evaluation(fresh: Freshness, metadata: Mapping[str, Any]) -> dg.As
 def live_store_fresh(
     landing: LandingZoneResource, serving: ServingStoreResource
 ) -> dg.AssetCheckResult:
-    store = serving.open_store()
+    store = serving.open_reader()
     try:
         status = store.status()
     finally:

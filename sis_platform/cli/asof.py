@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from sis_platform.lake.asof import AsOf, MasterVersion
     from sis_platform.lake.delta import Lake
-    from sis_platform.serving import ServingStore
+    from sis_platform.serving import ServingReader
 
 EXIT_SHOWN = 0
 EXIT_NOTHING_SHOWN = 1
@@ -24,14 +24,14 @@ EXIT_NOTHING_SHOWN = 1
 def parse_instant(text: str) -> datetime:
     """An ISO 8601 instant ("2026-11-21T14:29:58Z", "2026-11-21 14:29:58.250+01:00"); without a
     zone it is UTC. ValueError for anything else."""
-    from sis_platform.serving.store import as_utc
+    from sis_platform.serving.backend import as_utc
 
     value = datetime.fromisoformat(text.strip())
     return as_utc(value) or value
 
 
 def run(
-    lake: Lake, store: ServingStore | None, master_id: str, at: datetime, *, as_json: bool
+    lake: Lake, store: ServingReader | None, master_id: str, at: datetime, *, as_json: bool
 ) -> int:
     from sis_platform.lake.asof import master_as_of
 

@@ -48,7 +48,7 @@ from sis_platform.lake.trace import (
 from sis_platform.runtime.private import private_files
 
 if TYPE_CHECKING:
-    from sis_platform.serving import ServingStore
+    from sis_platform.serving import ServingReader
 
 EXIT_FOUND = 0
 EXIT_NOT_FOUND = 1
@@ -141,17 +141,17 @@ def _as_of(parser: argparse.ArgumentParser, master_id: str, time: str, *, as_jso
 
 
 @contextmanager
-def _live_store(resources: dict[str, Any]) -> Iterator[ServingStore | None]:
+def _live_store(resources: dict[str, Any]) -> Iterator[ServingReader | None]:
     """The serving store where the live path runs (None otherwise, or when it cannot be read:
     the answer then comes from the lake alone, and stderr says so)."""
-    from sis_platform.serving import ServingUnavailable, open_store
+    from sis_platform.serving import ServingUnavailable, open_reader
     from sis_platform.settings import load_settings
 
     if load_settings().intake != "live":
         yield None
         return
     try:
-        store = open_store(resources["serving"].url)
+        store = open_reader(resources["serving"].url)
     except (ServingUnavailable, ValueError) as error:
         print(
             f"sis-trace: serving store not read ({error}): answering from the lake", file=sys.stderr

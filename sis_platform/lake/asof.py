@@ -9,7 +9,7 @@ master id and one instant from the fold's committed history, never by scanning t
   lake's `master_documents` showed it;
 - `raw_messages`, read only in the partitions (batches) of those versions' messages: when the
   platform received each message;
-- where the live path runs, the serving store's change log (`ServingStore.change_as_of`): from
+- where the live path runs, the serving store's change log (`ServingReader.change_as_of`): from
   when sis-live's store showed each version.
 
 "Shown at T" is the version in force at T where Opportunity Management reads: the serving store
@@ -36,11 +36,11 @@ from sis_platform.lake.spark.fold import committed_step
 from sis_platform.lake.tables import FOLD_STEPS, MASTER_VERSIONS, RAW_MESSAGES
 from sis_platform.lake.trace import spark_utc
 from sis_platform.log.landing import batch_key
-from sis_platform.serving.store import as_utc
+from sis_platform.serving.backend import as_utc
 
 if TYPE_CHECKING:
     from sis_platform.lake.delta import Lake
-    from sis_platform.serving import ServingStore
+    from sis_platform.serving import ServingReader
 
 LAKE = "lake"
 SERVING_STORE = "serving store"
@@ -84,7 +84,7 @@ class AsOf:
 
 
 def master_as_of(
-    lake: Lake, master_id: str, at: datetime, *, store: ServingStore | None = None
+    lake: Lake, master_id: str, at: datetime, *, store: ServingReader | None = None
 ) -> AsOf:
     """`master_id` as shown at `at` (see the module docstring); `at` naive means UTC."""
     at = as_utc(at) or at
@@ -162,7 +162,7 @@ def _received_at(lake: Lake, rows: list[Any]) -> dict[tuple[int, int], datetime]
 
 def _with_store(
     lake: Lake,
-    store: ServingStore,
+    store: ServingReader,
     master_id: str,
     at: datetime,
     versions: dict[int, MasterVersion],
@@ -193,7 +193,9 @@ def _with_store(
     return merged
 
 
-def _with_document(lake: Lake, store: ServingStore | None, version: MasterVersion) -> MasterVersion:
+def _with_document(
+    lake: Lake, store: ServingReader | None, version: MasterVersion
+) -> MasterVersion:
     if version.fold_step is not None:
         row = (
             lake.read(MASTER_VERSIONS)

@@ -1,7 +1,7 @@
 """The store side of sis-live: folding landed messages into the serving store, exactly once.
 
 The store holds the log position it has applied, committed in the same transaction as the
-group's results (`ServingStore.commit`). The applier folds a group landed right after that
+group's results (`ServingWriter.commit`). The applier folds a group landed right after that
 position straight from memory; anything else (the first start, a restart after a crash, the
 store back after an outage) is caught up from the landing zone: `landed_after(store position)`
 in chunks, each committed with its position. So a crash anywhere leaves the store at a position
@@ -68,7 +68,7 @@ from sis_platform.serving.records import (
 )
 
 if TYPE_CHECKING:
-    from sis_platform.serving import ServingStore
+    from sis_platform.serving import ServingWriter
 
 log = logging.getLogger(__name__)
 
@@ -82,12 +82,12 @@ PIPELINED_OWN_SHARE = 0.1
 
 class Applier:
     """Keeps the serving store at the landing zone's last position (see the module docstring).
-    `open_store` opens the store (raises ServingUnavailable); the applier owns what it opens."""
+    `open_writer` opens the store (raises ServingUnavailable); the applier owns what it opens."""
 
     def __init__(
         self,
         catalog: Catalog,
-        open_store: Callable[[], ServingStore],
+        open_writer: Callable[[], ServingWriter],
         config: LiveConfig,
         *,
         clock: Callable[[], float] = time.monotonic,
@@ -97,9 +97,9 @@ class Applier:
         self.catalog = catalog
         self._metrics = metrics if metrics is not None else LiveRecorder()
         self.config = config
-        self._open_store = open_store
+        self._open_writer = open_writer
         self._clock = clock
-        self._store: ServingStore | None = None
+        self._store: ServingWriter | None = None
         self._fold: LiveFold | None = None
         # The per-item budget (None: unguarded, e.g. a fold in a test's own thread); opened
         # with the first fold, which is when the markers of an earlier process are read.
@@ -251,7 +251,7 @@ class Applier:
             log.info("caught up %d landed message(s) into the serving store", caught_up)
 
     def _beyond_landing(
-        self, store: ServingStore, position: LogPosition, landed: LogPosition
+        self, store: ServingWriter, position: LogPosition, landed: LogPosition
     ) -> str | None:
         """Why the store's position is not a place in this landing log, or None: the position
         must be within the log, and the message there the one the store applied (a landing
@@ -286,7 +286,7 @@ class Applier:
             f"what was landed after the rollback: {until}"
         )
 
-    def _halt(self, store: ServingStore, detail: str) -> None:
+    def _halt(self, store: ServingWriter, detail: str) -> None:
         """The store is beyond the landing (`detail`): record and log it, fold nothing, check
         again later (module docstring). Raises ServingUnavailable when it cannot be
         recorded."""
@@ -298,7 +298,7 @@ class Applier:
         self._retry.failed(self._clock())
         store.halt(STORE_BEYOND_LANDING, detail)
 
-    def _resume(self, store: ServingStore) -> None:
+    def _resume(self, store: ServingWriter) -> None:
         """The store is not beyond the landing: clear a halt recorded earlier, if any."""
         if self.halted is None and self._halt_checked:
             return
@@ -343,7 +343,7 @@ class Applier:
             return None
 
     def _prune(self, now: float) -> None:
-        """One bounded prune step (ServingStore.prune): again at the next idle turn while
+        """One bounded prune step (ServingWriter.prune): again at the next idle turn while
         history is left to prune, else after `prune_seconds`."""
         assert self._store is not None
         pruned = self._store.prune(self.config.serving_history)
@@ -380,7 +380,7 @@ class Applier:
         if store is not None:
             store.close()
 
-    def _connected(self) -> tuple[ServingStore, LiveFold]:
+    def _connected(self) -> tuple[ServingWriter, LiveFold]:
         if self._store is None or self._fold is None:
             if self._budget is None and self._budget_config is not None:
                 self._budget = LiveBudget.open(self._budget_config)
@@ -388,7 +388,7 @@ class Applier:
                 options = self.config.fold
                 setup = self._budget.worker_setup(selector=options.selector, limits=options.limits)
                 self._workers = FoldWorkers(self.config.fold_workers, setup)
-            store = self._open_store()
+            store = self._open_writer()
             fold = LiveFold(store, self.config.fold, self._budget, self._workers)
             self._store, self._fold = store, fold
             self.applied = None
@@ -415,7 +415,7 @@ class Applier:
         fold.committed(commit)
         self._committed(launched.messages)
 
-    def _commit(self, store: ServingStore, commit: GroupCommit) -> None:
+    def _commit(self, store: ServingWriter, commit: GroupCommit) -> None:
         """One store transaction, timed and counted (sis_platform/live/metrics.py)."""
         started = time.perf_counter()
         store.commit(commit)

@@ -3,7 +3,7 @@
 A stretch of the log (one landed group, or a run of groups while catching up) goes through the
 reference pipeline's own loop (`classify_stretch`, `fold_stretch` in
 sis_platform/domain/pipeline.py): deduplicated by message id against the stretch and the store
-(`ServingStore.seen`), the redelivery limit, classification, splitting, `fold_master` per
+(`ServingWriter.seen`), the redelivery limit, classification, splitting, `fold_master` per
 master in feed order with one `PatchCache`, dead letters with the original body. So the store
 ends with exactly the masters, versions, dead letters and outcomes of `ReferencePipeline` over
 the same log (docs/design.md, invariants 2-4 and 7).
@@ -61,7 +61,7 @@ log = logging.getLogger(__name__)
 
 
 class FoldStore(Protocol):
-    """What the fold reads of the serving store (sis_platform.serving.ServingStore)."""
+    """What the fold reads of the serving store (sis_platform.serving.ServingWriter)."""
 
     def masters_state(self, ids: Iterable[str]) -> dict[str, MasterRow]: ...
 

@@ -1,6 +1,6 @@
 """The lake's progress and lag as sis-live exports them (`sis_lake_*` on its /metrics), read
 without Spark or Delta: the lake's last committed fold step from the serving store (the row the
-fold records there, ServingStore.lake_progress) and what waits for it from the landing zone
+fold records there, ServingReader.lake_progress) and what waits for it from the landing zone
 sis-live writes.
 
 - lag in batches: the newest sealed batch landed minus the lake's last folded batch (0 when the

@@ -25,7 +25,7 @@ from sis_platform.log.landing import rows as landing_rows
 from sis_platform.log.seal import LogSeal, log_seal
 from sis_platform.queues.factory import open_configured_from_environment
 from sis_platform.runtime.heartbeat import Heartbeat
-from sis_platform.serving import ServingStore, open_store
+from sis_platform.serving import ServingWriter, open_writer
 from sis_platform.serving.location import shown_url
 from sis_platform.settings import LOG_KEY_VARIABLE, ConfigurationError, Settings, secret
 
@@ -46,8 +46,8 @@ def build_service(settings: Settings, traces: LiveTraces | None = None) -> LiveS
     )
     url = settings.serving.url
 
-    def store() -> ServingStore:
-        return open_store(url)
+    def store() -> ServingWriter:
+        return open_writer(url)
 
     return LiveService(
         open_configured_from_environment(settings.source),

@@ -84,7 +84,7 @@ from sis_platform.runtime.heartbeat import Health, Heartbeat
 from sis_platform.runtime.logs import concerning
 
 if TYPE_CHECKING:
-    from sis_platform.serving import ServingStore
+    from sis_platform.serving import ServingWriter
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ class LiveService:
         source: QueueSource,
         zone: LandingZone,
         lease: ConsumerLease,
-        open_store: Callable[[], ServingStore],
+        open_writer: Callable[[], ServingWriter],
         config: LiveConfig,
         *,
         clock: Callable[[], float] = time.monotonic,
@@ -123,7 +123,7 @@ class LiveService:
         self.recorder = tracing(self.metrics) if tracing is not None else self.metrics
         # `budget`: the fold's per-item budget and in-flight folder (sis_platform/live/budget.py)
         self.applier = Applier(
-            zone.catalog, open_store, config, clock=clock, budget=budget, metrics=self.recorder
+            zone.catalog, open_writer, config, clock=clock, budget=budget, metrics=self.recorder
         )
         self._clock = clock
         # Beaten each time the loop goes round (sis_platform/runtime/heartbeat.py): liveness.

@@ -1,10 +1,11 @@
 """The serving store as a Dagster resource: where sis-live commits what it folds.
 
 The resource holds the store's URL only (`sqlite:///<path>` or `postgresql://user@host/db`);
-the PostgreSQL password is never part of it: `sis_platform.serving.open_store` takes it from
-SIS_SERVING_PASSWORD when it connects. The reporter sensor and the live == lake check open the
-store through it, and the fold records the lake's progress in it (live intake only); sis-live
-itself never imports Dagster.
+the PostgreSQL password is never part of it: `sis_platform.serving.open_reader` and
+`open_writer` take it from
+SIS_SERVING_PASSWORD when they connect. The reporter sensor and the freshness check read the
+store through it, the live == lake check records its gate in it and the fold the lake's
+progress (live intake only); sis-live itself never imports Dagster.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from urllib.parse import urlsplit
 import dagster as dg
 from pydantic import Field
 
-from sis_platform.serving import ServingStore, open_store
+from sis_platform.serving import ServingReader, ServingWriter, open_reader, open_writer
 from sis_platform.settings import DEFAULT_LIVE_MAX_LAG_SECONDS
 
 
 class ServingStoreResource(dg.ConfigurableResource):
-    """The serving store sis-live keeps (docs/serving.md), opened for reading."""
+    """The serving store sis-live keeps (docs/serving.md), opened for reading or, by the
+    platform's own records, for writing."""
 
     url: str = Field(
         description="The store's URL (SIS_SERVING_URL): sqlite:///<absolute path> or "
@@ -36,13 +38,18 @@ class ServingStoreResource(dg.ConfigurableResource):
     records_lake_progress: bool = Field(
         default=False,
         description="Whether the fold records the lake's progress in the store after each run "
-        "(ServingStore.record_lake_progress), for sis-live's /metrics: on with live intake, "
+        "(ServingWriter.record_lake_progress), for sis-live's /metrics: on with live intake, "
         "off with sensor intake, where no sis-live keeps or reads a store.",
     )
 
-    def open_store(self) -> ServingStore:
-        """A connection to the store; the caller closes it."""
-        return open_store(self.url)
+    def open_reader(self) -> ServingReader:
+        """A reader of the store; the caller closes it."""
+        return open_reader(self.url)
+
+    def open_writer(self) -> ServingWriter:
+        """A writer of the store (the live == lake gate, the lake's progress); the caller
+        closes it."""
+        return open_writer(self.url)
 
     @property
     def kind(self) -> str:

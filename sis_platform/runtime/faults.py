@@ -85,7 +85,7 @@ LIVE_POINTS = (
 # Reached only with SIS_PRIORITY: a stretch's priority part committed, the rest not.
 LIVE_BETWEEN_PARTS = "live.between_parts"
 PRIORITY_POINTS = (LIVE_BETWEEN_PARTS,)
-# The serving store's history pruned (ServingStore.prune, in sis-live's idle turns).
+# The serving store's history pruned (ServingWriter.prune, in sis-live's idle turns).
 PRUNE_POINTS = (
     "serving.prune",  # inside the prune's transaction: rows deleted, not committed
     "serving.after_prune",  # the prune committed, its space not yet reclaimed

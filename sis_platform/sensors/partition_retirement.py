@@ -8,7 +8,7 @@ Only Dagster's key goes: the batch's landing file, its anchor and its Delta rows
 
 A batch is retired when all of these hold:
 - it is at or before the gate: the batch at which `live_matches_lake` last passed, as the
-  serving store records it (`ServingStore.retention`, the gate of the store's own pruning; the
+  serving store records it (`ServingReader.retention`, the gate of the store's own pruning; the
   check passes only at the lake's fold position, and the fold is gap-free up to it). With
   `SIS_INTAKE=sensor` there is no store and no check: the gate is the lake's fold position
   (the latest master_documents materialization's `last_batch`). No gate: nothing is retired;
@@ -82,7 +82,7 @@ def build_partition_retirement_sensor(
             serving: ServingStoreResource,
         ) -> dg.SensorResult:
             def gate() -> int | None:
-                store = serving.open_store()
+                store = serving.open_reader()
                 try:
                     return store.retention().checked_batch or None
                 finally:

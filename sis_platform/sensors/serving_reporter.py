@@ -157,7 +157,7 @@ def build_serving_reporter(
 
 
 def _status(serving: ServingStoreResource) -> StoreStatus:
-    store = serving.open_store()
+    store = serving.open_reader()
     try:
         return store.status()
     finally:

@@ -1,4 +1,4 @@
-"""The serving store in PostgreSQL, through psycopg 3 (the `postgres` extra).
+"""The serving store's PostgreSQL backend, through psycopg 3 (the `postgres` extra).
 
 The connection runs in autocommit mode with explicit transactions; a group's commit locks the
 position row (`FOR UPDATE`), so a second writer waits and is then refused. The commit sends
@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
 
+from sis_platform.serving.backend import StoreBackend
 from sis_platform.serving.location import PASSWORD_VARIABLE, PostgresLocation
 from sis_platform.serving.records import ServingUnavailable
 from sis_platform.serving.schema import TableDef
-from sis_platform.serving.store import ServingStore
 from sis_platform.settings import secret
 
 CHANNEL = "sis_serving_changes"
@@ -38,7 +38,7 @@ _KEEPALIVES: dict[str, Any] = {
 }
 
 
-class PostgresStore(ServingStore):
+class PostgresBackend(StoreBackend):
     dialect = "postgresql"
     placeholder = "%s"
 
@@ -48,7 +48,7 @@ class PostgresStore(ServingStore):
         self._conn: psycopg.Connection[Any] | None = None
         self._listener: psycopg.Connection[Any] | None = None
         self._listen_lock = threading.Lock()
-        self._run(self._prepare)
+        self.run(self._prepare)
 
     def _connect(self) -> psycopg.Connection[Any]:
         password = secret(PASSWORD_VARIABLE)
@@ -67,48 +67,48 @@ class PostgresStore(ServingStore):
         row = conn.execute("SELECT to_regclass('position')").fetchone()
         if row is None or row[0] is None:
             with conn.transaction():
-                self._lock_schema(conn)
-                self._create_schema(conn)
+                self.lock_schema(conn)
+                self.create_schema(conn)
         found = conn.execute("SELECT schema_version FROM position WHERE id = 1").fetchone()
         assert found is not None  # created with the schema
-        self._settle_schema(conn, int(found[0]))
+        self.settle_schema(conn, int(found[0]))
 
     # -- the backend's part --------------------------------------------------------------------
 
-    def _connection(self) -> psycopg.Connection[Any]:
+    def connection(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed or self._conn.broken:
-            self._drop_connection()
+            self.drop_connection()
             self._conn = self._connect()
         return self._conn
 
-    def _drop_connection(self) -> None:
+    def drop_connection(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
 
-    def _is_outage(self, exc: BaseException) -> bool:
+    def is_outage(self, exc: BaseException) -> bool:
         # Connection refused or lost, administrator shutdown, disk full, lock or statement
         # timeouts: psycopg's OperationalError (SQLSTATE classes 08, 53, 57, 58 and the like).
         return isinstance(exc, psycopg.OperationalError)
 
     @contextmanager
-    def _transaction(self, conn: psycopg.Connection[Any], *, write: bool) -> Iterator[None]:
+    def transaction(self, conn: psycopg.Connection[Any], *, write: bool) -> Iterator[None]:
         with conn.transaction():
             if not write:
                 # One snapshot for every statement of a read (status: position and last seq).
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             yield
 
-    def _lock_schema(self, conn: Any) -> None:
+    def lock_schema(self, conn: Any) -> None:
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK_KEY,))
 
-    def _position_for_update(self) -> str:
+    def position_for_update(self) -> str:
         return "SELECT batch_seq, msg_seq FROM position WHERE id = 1 FOR UPDATE"
 
-    def _ids(self, column: str, ids: Sequence[str]) -> tuple[str, Any]:
+    def ids(self, column: str, ids: Sequence[str]) -> tuple[str, Any]:
         return f"{column} = ANY(?)", list(ids)
 
-    def _insert(self, conn: Any, table: TableDef, rows: Sequence[Sequence[Any]]) -> None:
+    def insert(self, conn: Any, table: TableDef, rows: Sequence[Sequence[Any]]) -> None:
         # COPY streams the rows in one statement: several times faster than a pipelined
         # executemany once a group has thousands of model rows.
         if not rows:
@@ -117,26 +117,26 @@ class PostgresStore(ServingStore):
             for row in rows:
                 copy.write_row(row)
 
-    def _reclaim(self, conn: Any) -> None:
+    def reclaim(self, conn: Any) -> None:
         """Nothing: autovacuum (on by default) marks the pruned rows' space free for the rows
         committed after them, so the tables stop growing once a window's worth is held. The
         files do not shrink; VACUUM FULL would, under a lock no live path can wait for."""
 
-    def _before_commit(self, conn: Any, last_seq: int) -> None:
+    def before_commit(self, conn: Any, last_seq: int) -> None:
         conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(last_seq)))
 
-    def _after_commit(self, last_seq: int) -> None:
+    def after_commit(self, last_seq: int) -> None:
         """Nothing: the NOTIFY sent inside the transaction is delivered by its COMMIT."""
 
     # -- waiting -------------------------------------------------------------------------------
 
-    def wait_for_changes(self, after_seq: int, timeout: float) -> int:
+    def wait_for_changes(self, after_seq: int, timeout: float, last_seq: Callable[[], int]) -> int:
         deadline = time.monotonic() + timeout
         with self._listen_lock:
             listener = self._listening()
             while True:
                 # LISTEN is in effect before this look: a commit after it notifies the wait.
-                last = self.last_seq()
+                last = last_seq()
                 left = deadline - time.monotonic()
                 if last > after_seq or left <= 0:
                     return last
@@ -168,4 +168,4 @@ class PostgresStore(ServingStore):
         with self._listen_lock:
             self._drop_listener()
         with self._lock:
-            self._drop_connection()
+            self.drop_connection()

@@ -202,7 +202,7 @@ AHEAD = TableDef(
 
 # At most one row (id 1): why the writer stopped applying (and getting from the queue), until
 # the cause is put right: e.g. the store is beyond the landing zone's last message, a landing
-# rolled back under it (sis_platform/live/applier.py). Read by `ServingStore.status()`.
+# rolled back under it (sis_platform/live/applier.py). Read by `ServingReader.status()`.
 HALT = TableDef(
     "halt",
     (
@@ -214,7 +214,7 @@ HALT = TableDef(
     primary_key=("id",),
 )
 
-# One row (id 1): how far the history tables are pruned (ServingStore.prune) and the gate no
+# One row (id 1): how far the history tables are pruned (ServingWriter.prune) and the gate no
 # prune passes. `checked_batch`: the last batch at which live_matches_lake passed (written by
 # that check; 0: none yet). The change log is complete after `changes_pruned_seq` (below it only
 # each master's last change is kept), and `versions_at` answers for batches from
@@ -234,7 +234,7 @@ RETENTION = TableDef(
 )
 
 # At most one row (id 1): the lake's last committed fold step as the lake last recorded it
-# (ServingStore.record_lake_progress, from fold_steps: written by the fold asset after each
+# (ServingWriter.record_lake_progress, from fold_steps: written by the fold asset after each
 # run, live intake only), so sis-live exports the lake's progress without Spark or Delta.
 # `dead_letters`: the dead letters every committed step wrote, summed (a counter: it restarts
 # only when the lake is rebuilt). Absent until the lake first records.

@@ -1,4 +1,4 @@
-"""The serving store in SQLite: one file in WAL mode, one writer and readers in any process.
+"""The serving store's SQLite backend: one file in WAL mode, one writer and readers in any process.
 
 WAL lets readers read while sis-live writes. Commits run with synchronous=NORMAL: a commit is
 atomic and survives sis-live dying (it is in the WAL file when it returns), but is durable
@@ -24,7 +24,7 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from decimal import Decimal
@@ -34,7 +34,7 @@ from typing import Any
 from sis_platform.runtime.doorbell import Doorbell, ring
 from sis_platform.runtime.private import make_private_folder
 from sis_platform.runtime.walcheckpoint import WalCheckpointer
-from sis_platform.serving.store import ServingStore, as_utc
+from sis_platform.serving.backend import StoreBackend, as_utc
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def doorbell_folder(path: Path) -> Path:
     return path.with_name(path.name + ".doorbell")
 
 
-class SqliteStore(ServingStore):
+class SqliteBackend(StoreBackend):
     dialect = "sqlite"
 
     def __init__(
@@ -77,19 +77,19 @@ class SqliteStore(ServingStore):
         make_private_folder(self.path.parent)
         _private_file(self.path)
         Doorbell(self.doorbell)
-        self._run(self._prepare)
+        self.run(self._prepare)
 
     def _prepare(self, conn: sqlite3.Connection) -> None:
         """The schema, created if missing; refused if of another version."""
         if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'position'").fetchone():
-            with self._transaction(conn, write=True):
-                self._create_schema(conn)
+            with self.transaction(conn, write=True):
+                self.create_schema(conn)
         row = conn.execute("SELECT schema_version FROM position WHERE id = 1").fetchone()
-        self._settle_schema(conn, int(row[0]))
+        self.settle_schema(conn, int(row[0]))
 
     # -- the backend's part --------------------------------------------------------------------
 
-    def _connection(self) -> sqlite3.Connection:
+    def connection(self) -> sqlite3.Connection:
         if self._conn is None:
             conn = sqlite3.connect(
                 self.path,
@@ -100,7 +100,7 @@ class SqliteStore(ServingStore):
             try:
                 if conn.execute("PRAGMA page_count").fetchone()[0] == 0:
                     # A new store, before WAL mode writes its header: freed pages are given
-                    # back by `_reclaim`. An existing one keeps its mode (docs/operations.md:
+                    # back by `reclaim`. An existing one keeps its mode (docs/operations.md:
                     # converting one offline); setting it would wait for the write lock.
                     conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
                 conn.execute("PRAGMA journal_mode = WAL")
@@ -112,7 +112,7 @@ class SqliteStore(ServingStore):
             self._conn = conn
         return self._conn
 
-    def _drop_connection(self) -> None:
+    def drop_connection(self) -> None:
         if self._conn is not None:
             try:
                 self._conn.close()
@@ -120,14 +120,14 @@ class SqliteStore(ServingStore):
                 pass
             self._conn = None
 
-    def _is_outage(self, exc: BaseException) -> bool:
+    def is_outage(self, exc: BaseException) -> bool:
         if not isinstance(exc, sqlite3.OperationalError | sqlite3.DatabaseError):
             return False
         code = getattr(exc, "sqlite_errorcode", None)
         return code is not None and code & 0xFF in _OUTAGE_CODES
 
     @contextmanager
-    def _transaction(self, conn: sqlite3.Connection, *, write: bool) -> Iterator[None]:
+    def transaction(self, conn: sqlite3.Connection, *, write: bool) -> Iterator[None]:
         # IMMEDIATE takes the write lock at once: a second writer waits (busy timeout) before
         # reading the position rather than failing at its first write.
         conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
@@ -144,32 +144,32 @@ class SqliteStore(ServingStore):
                 conn.execute("ROLLBACK")
             raise
 
-    def _lock_schema(self, conn: sqlite3.Connection) -> None:
+    def lock_schema(self, conn: sqlite3.Connection) -> None:
         """Nothing more: the write transaction (IMMEDIATE) holds the database's write lock."""
 
-    def _ids(self, column: str, ids: Sequence[str]) -> tuple[str, Any]:
+    def ids(self, column: str, ids: Sequence[str]) -> tuple[str, Any]:
         # One parameter whatever the count (SQLite bounds the number of parameters).
         return f"{column} IN (SELECT value FROM json_each(?))", json.dumps(list(ids))
 
-    def _timestamp_in(self, value: datetime | None) -> Any:
+    def timestamp_in(self, value: datetime | None) -> Any:
         stamp = as_utc(value)
         return stamp.isoformat() if stamp is not None else None
 
-    def _timestamp_out(self, value: Any) -> datetime | None:
+    def timestamp_out(self, value: Any) -> datetime | None:
         return datetime.fromisoformat(value) if value is not None else None
 
-    def _decimal_in(self, value: Decimal | None) -> Any:
+    def decimal_in(self, value: Decimal | None) -> Any:
         return str(value) if value is not None else None
 
-    def _reclaim(self, conn: sqlite3.Connection) -> None:
+    def reclaim(self, conn: sqlite3.Connection) -> None:
         """Give back at most RECLAIM_PAGES free pages to the file system (a no-op on a store
         created without incremental auto-vacuum). executescript steps the pragma to its end."""
         conn.executescript(f"PRAGMA incremental_vacuum({RECLAIM_PAGES})")
 
-    def _before_commit(self, conn: Any, last_seq: int) -> None:
+    def before_commit(self, conn: Any, last_seq: int) -> None:
         """Nothing: the doorbell rings once the commit is done."""
 
-    def _after_commit(self, last_seq: int) -> None:
+    def after_commit(self, last_seq: int) -> None:
         if self._checkpointer is None:
             self._checkpointer = WalCheckpointer(self.path, name="serving-store-checkpoint")
         self._checkpointer.nudge()
@@ -179,13 +179,13 @@ class SqliteStore(ServingStore):
             # Committed already; a waiting reader still wakes at its timeout.
             log.warning("serving store %s: doorbell not rung: %s", self.shown, exc)
 
-    def wait_for_changes(self, after_seq: int, timeout: float) -> int:
+    def wait_for_changes(self, after_seq: int, timeout: float, last_seq: Callable[[], int]) -> int:
         deadline = time.monotonic() + timeout
         # Bound before the first look, so a commit after that look rings it.
         with Doorbell(self.doorbell).waiter() as waiter:
             while True:
                 waiter.clear()
-                last = self.last_seq()
+                last = last_seq()
                 left = deadline - time.monotonic()
                 if last > after_seq or left <= 0:
                     return last
@@ -193,7 +193,7 @@ class SqliteStore(ServingStore):
 
     def close(self) -> None:
         with self._lock:
-            self._drop_connection()
+            self.drop_connection()
             checkpointer, self._checkpointer = self._checkpointer, None
         if checkpointer is not None:
             checkpointer.close()

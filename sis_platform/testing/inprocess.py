@@ -58,7 +58,7 @@ from sis_platform.queues.factory import open_configured_from_environment
 from sis_platform.resources import config
 from sis_platform.sensors.landed_sensor import LANDED_SENSOR_NAME
 from sis_platform.sensors.queue_sensor import SENSOR_NAME
-from sis_platform.serving import ServingStore, open_store
+from sis_platform.serving import ServingReader, ServingWriter, open_reader, open_writer
 
 if TYPE_CHECKING:
     from sis_platform.lake.delta import Lake
@@ -140,9 +140,13 @@ class InProcessPlatform:
         """The serving store's URL (SIS_SERVING_URL; live intake keeps it)."""
         return self.settings.serving.url
 
-    def open_store(self) -> ServingStore:
-        """The serving store, opened (the caller closes it)."""
-        return open_store(self.serving_url)
+    def open_reader(self) -> ServingReader:
+        """The serving store, opened for reading (the caller closes it)."""
+        return open_reader(self.serving_url)
+
+    def open_writer(self) -> ServingWriter:
+        """The serving store, opened for writing as sis-live does (the caller closes it)."""
+        return open_writer(self.serving_url)
 
     def lake(self, spark: Any) -> Lake:
         """The lake's tables on `spark` (a SparkSession with Delta)."""
@@ -218,7 +222,7 @@ class InProcessPlatform:
             watched,
             self.zone,
             self.resources["landing"].lease(),
-            self.open_store,
+            self.open_writer,
             config,
         )
         run = LiveRun(service, watched)

@@ -21,7 +21,7 @@ from sis_platform.live.fold import FoldOptions, LiveFold
 from sis_platform.log.landing import START_POSITION, ClosedBy, GroupWriter
 from sis_platform.sensors.landed_sensor import build_landed_batches_sensor
 from sis_platform.sensors.live_check_sensor import build_live_check_sensor
-from sis_platform.serving import open_store
+from sis_platform.serving import open_reader, open_writer
 from tests.domain.sportsdata_fixtures import (
     ASCOT_1430,
     ASCOT_1500,
@@ -79,7 +79,7 @@ def folded_lake(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Harness
 def _live_store(h: Harness, db: Path, *, fold: bool = True) -> str:
     """A serving store at `db` with the whole landed log folded by sis-live's fold."""
     url = f"sqlite:///{db}"
-    store = open_store(url)
+    store = open_writer(url)
     try:
         if fold:
             live = LiveFold(store, FoldOptions())
@@ -105,7 +105,7 @@ def _values(evaluation: dg.AssetCheckEvaluation) -> dict[str, Any]:
 
 
 def _checked_batch(url: str) -> int:
-    store = open_store(url)
+    store = open_reader(url)
     try:
         return store.retention().checked_batch
     finally:
@@ -175,18 +175,18 @@ def test_each_fold_run_records_the_lakes_progress_in_the_serving_store(folded_la
     last = max(steps, key=lambda r: r["fold_step"])
     dead_letters = lake.read(DEAD_LETTERS).count()
     assert dead_letters == sum(r["dead_lettered"] for r in steps) > 0
-    with folded_lake.open_store() as store:
+    with folded_lake.open_writer() as store:
         recorded = store.lake_progress()
         assert recorded is not None
         assert recorded[:2] == (last["fold_step"], 2)
         assert recorded.committed_at == last["committed_at"].replace(tzinfo=UTC)
         assert recorded.dead_letters == dead_letters
         # As if the last run had died between its step's commit and this record.
-        store._run(lambda conn: conn.execute("DELETE FROM lake_progress"))
+        store._backend.run(lambda conn: conn.execute("DELETE FROM lake_progress"))
         assert store.lake_progress() is None
     again = folded_lake.materialize("0000000002", "master_documents")  # nothing new to fold
     assert not again.asset_materializations_for_node("fold_masters")
-    with folded_lake.open_store() as store:
+    with folded_lake.open_reader() as store:
         assert store.lake_progress() == recorded._replace(
             recorded_at=store.lake_progress().recorded_at  # type: ignore[union-attr]
         )

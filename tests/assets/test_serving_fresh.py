@@ -12,7 +12,7 @@ import pytest
 from sis_platform.assets.serving import live_store_fresh, serving_store_spec
 from sis_platform.log.landing import GroupWriter, LogPosition
 from sis_platform.resources import config
-from sis_platform.serving import GroupCommit, OutcomeRow, open_store
+from sis_platform.serving import GroupCommit, OutcomeRow, open_writer
 from tests.harness import received
 
 pytestmark = [pytest.mark.dagster]
@@ -45,7 +45,7 @@ def test_fails_as_an_error_while_landed_messages_wait_for_a_store_that_never_com
     assert stalled.severity is dg.AssetCheckSeverity.ERROR
     assert "never committed" in (stalled.description or "")
 
-    with open_store(resources["serving"].url) as store:
+    with open_writer(resources["serving"].url) as store:
         outcomes = [
             OutcomeRow(f"m{i}", 1, i, -1, None, "dead-lettered", "invalid-message")
             for i in range(2)
@@ -62,7 +62,7 @@ def test_fails_as_an_error_when_the_store_is_beyond_the_landing(tmp_path: Path):
     resources = config.resources(env)
     writer = GroupWriter(resources["landing"].zone().writer)
     writer.land([received(b"<m/>")])
-    with open_store(resources["serving"].url) as store:
+    with open_writer(resources["serving"].url) as store:
         outcomes = [
             OutcomeRow(f"m{i}", 1, i, -1, None, "dead-lettered", "invalid-message")
             for i in range(3)
@@ -79,7 +79,7 @@ def test_a_halt_recorded_in_the_store_fails_as_an_error_naming_it(tmp_path: Path
     env = {"SIS_DATA_DIR": str(tmp_path)}
     resources = config.resources(env)
     GroupWriter(resources["landing"].zone().writer).land([received(b"<m/>")])
-    with open_store(resources["serving"].url) as store:
+    with open_writer(resources["serving"].url) as store:
         store.halt("store-beyond-landing", "the serving store is at (1, 2), beyond (1, 0)")
     halted = _execute(env)
     assert not halted.passed

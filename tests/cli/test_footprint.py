@@ -12,7 +12,7 @@ import pytest
 
 from sis_platform.cli import footprint
 from sis_platform.log.landing import LandingZone
-from sis_platform.serving import open_store
+from sis_platform.serving import open_writer
 from tests.harness import received
 
 
@@ -61,7 +61,7 @@ def test_each_delta_table_s_files_are_counted_by_kind(tmp_path: Path) -> None:
 
 def test_the_serving_store_s_growing_tables_are_counted(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'serving.db'}"
-    open_store(url).close()
+    open_writer(url).close()
 
     size, rows = footprint.serving_footprint(url)
 

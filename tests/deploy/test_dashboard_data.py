@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sis_platform.serving import LakeProgress, open_store
+from sis_platform.serving import LakeProgress, open_writer
 from sis_platform.simulator.generator import generate_feed
 from sis_platform.testing.dashboard import Window, evaluate, panels, snapshot, substitute
 from tests.live.processes import start_live, stop
@@ -86,7 +86,7 @@ def test_every_dashboard_query_draws_real_data(tmp_path: Path) -> None:
             # They read the row the lake's fold records in the serving store after a run (no
             # lake runs here): written through the store's own API, sis-live (the lease holder)
             # exports it.
-            with open_store(place.url) as store:
+            with open_writer(place.url) as store:
                 store.record_lake_progress(LakeProgress(3, 0, datetime.now(UTC), 5))
             # rate() and increase() need two samples within their range: the lake's series
             # appear last, so once they are scraped twice every other series has been too.

@@ -128,7 +128,7 @@ def _wait_for(
 def _store_caught_up(h: Harness) -> bool:
     if h.intake != "live":
         return True
-    store = h.open_store()
+    store = h.open_reader()
     try:
         return store.position() == h.zone.catalog.last_position()
     finally:

@@ -176,7 +176,7 @@ def every_batch_processed(h: Harness, instance: dg.DagsterInstance) -> bool:
         if r.dagster_run.status == dg.DagsterRunStatus.SUCCESS
         and (batches := run_batches(r.dagster_run.tags)) is not None
     ]
-    store = h.open_store()
+    store = h.open_reader()
     try:
         caught_up = store.position() == h.zone.catalog.last_position()
     finally:

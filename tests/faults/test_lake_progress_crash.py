@@ -12,7 +12,7 @@ import pytest
 from sis_platform.log.landing import ClosedBy, GroupWriter
 from sis_platform.resources import config
 from sis_platform.runtime.faults import LAKE_PROGRESS_POINTS
-from sis_platform.serving import open_store
+from sis_platform.serving import open_reader
 from tests.domain.sportsdata_fixtures import ASCOT_1430, GO_SOFT, event, master, update
 from tests.faults.driver import instance, platform_env
 from tests.faults.processes import SIGKILLED, drive
@@ -42,11 +42,11 @@ def test_a_fold_killed_before_recording_its_progress_has_it_recorded_by_the_next
     assert drive(tmp_path, "run", B1, crash_at=point, extra_env=LIVE) == SIGKILLED
     # The step committed (fold_steps' first append after its creation), its record not written.
     assert (Path(settings.lake_path) / "fold_steps" / "_delta_log" / f"{1:020d}.json").is_file()
-    with open_store(settings.serving.url) as store:
+    with open_reader(settings.serving.url) as store:
         assert store.lake_progress() is None
 
     assert drive(tmp_path, "run", f"{B1}:fold_masters", crash_at=None, extra_env=LIVE) == 0
-    with open_store(settings.serving.url) as store:
+    with open_reader(settings.serving.url) as store:
         recorded = store.lake_progress()
     # Step 1, the killed process's: the re-execution had nothing new to fold.
     assert recorded is not None

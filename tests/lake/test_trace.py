@@ -29,7 +29,7 @@ from sis_platform.live.applier import Applier
 from sis_platform.live.config import LiveConfig
 from sis_platform.log.landing import LandedBatch
 from sis_platform.queues.base import new_message_id
-from sis_platform.serving import open_store
+from sis_platform.serving import open_reader, open_writer
 from tests.domain.sportsdata_fixtures import (
     ASCOT_1430,
     ASCOT_1500,
@@ -318,10 +318,10 @@ def test_as_of_with_the_serving_store_is_what_its_readers_were_shown(log: Log, s
     url = f"sqlite:///{tmp_path / 'serving.db'}"
     # A commit per message, as sis-live makes at the feed's pace (a catch-up commits a chunk).
     config = LiveConfig(group_max_messages=1)
-    applier = Applier(log.harness.zone.catalog, lambda: open_store(url), config)
+    applier = Applier(log.harness.zone.catalog, lambda: open_writer(url), config)
     applier.catch_up(log.harness.zone.catalog.last_position())
     applier.close()
-    with open_store(url) as store:
+    with open_reader(url) as store:
         changes = [c for c in store.changes(limit=100) if c.master_id == ASCOT_1430]
         assert [c.version for c in changes] == [1, 2, 3]  # sis-live applied batch 3 too
         first, _, third = changes

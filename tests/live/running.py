@@ -19,7 +19,7 @@ from sis_platform.live.service import LiveService
 from sis_platform.log.landing import START_POSITION, LandingZone
 from sis_platform.queues.embedded import EmbeddedQueue
 from sis_platform.runtime.heartbeat import Heartbeat
-from sis_platform.serving import ServingStore, open_store
+from sis_platform.serving import ServingWriter, open_writer
 from sis_platform.simulator.generator import SimulatedMessage
 from tests.live.store_view import assert_store_matches_reference
 from tests.reference import reference_for
@@ -74,7 +74,7 @@ def drained(service: LiveService) -> bool:
 def running(
     place: Place,
     config: LiveConfig = CONFIG,
-    open_store_: Callable[[], ServingStore] | None = None,
+    open_writer_: Callable[[], ServingWriter] | None = None,
     source: Any = None,
     budget: BudgetConfig | None = None,
     heartbeat: Heartbeat | None = None,
@@ -91,7 +91,7 @@ def running(
         source if source is not None else place.queue,
         zone if zone is not None else place.zone,
         lease if lease is not None else place.lease(),
-        open_store_ or (lambda: open_store(place.url)),
+        open_writer_ or (lambda: open_writer(place.url)),
         config,
         budget=budget,
         heartbeat=heartbeat,

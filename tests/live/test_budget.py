@@ -45,7 +45,7 @@ from sis_platform.domain.reasons import Outcome, Reason
 from sis_platform.live.budget import CLASSIFY, FACTS_FILE, FOLD, Failures
 from sis_platform.log.landing import START_POSITION
 from sis_platform.runtime.guard import TIMEOUT, InFlightFolder, InFlightRecord
-from sis_platform.serving import ServingStore, open_store
+from sis_platform.serving import ServingWriter, open_writer
 from tests.domain.sportsdata_fixtures import (
     ASCOT_1430,
     ASCOT_1500,
@@ -152,7 +152,7 @@ def _killed_run(place: Place, log: Path, variables: dict[str, str]) -> None:
     assert code == SIGKILLED, log.read_text(errors="replace")[-4000:]
 
 
-def _drained(place: Place, store: ServingStore, feed: list[tuple[str, bytes]] = FEED) -> bool:
+def _drained(place: Place, store: ServingWriter, feed: list[tuple[str, bytes]] = FEED) -> bool:
     """The whole feed is landed, off the queue and applied to the store."""
     logged = place.zone.catalog.landed_after(START_POSITION, CONFIG.message_limits)
     if {m.message.message_id for m in logged} != {message_id for message_id, _ in feed}:
@@ -165,7 +165,7 @@ def _run_until_drained(
 ) -> None:
     """One sis-live run until the whole feed is landed and applied, then stopped (exit 0)."""
     proc = start_live(place.root, log, **variables)
-    store = open_store(place.url)  # its schema is created by whichever opens it first
+    store = open_writer(place.url)  # its schema is created by whichever opens it first
     try:
         deadline = time.monotonic() + BOUND_SECONDS
         seq = 0
@@ -217,7 +217,7 @@ def _assert_1500_quarantined(place: Place, detail: str) -> None:
 
 
 def _dead_letters(place: Place) -> list[tuple[str, str | None, str, str]]:
-    store = open_store(place.url)
+    store = open_writer(place.url)
     try:
         return [(d.message_id, d.master_id, d.reason, d.detail) for d in store.dead_letters()]
     finally:

@@ -11,7 +11,7 @@ import sys
 from datetime import UTC, datetime
 
 from sis_platform.log.landing import START_POSITION
-from sis_platform.serving import open_store
+from sis_platform.serving import open_writer
 from sis_platform.simulator.generator import generate_feed
 from tests.live.processes import REPO, finish, live_env, start_live
 from tests.live.running import BOUND_SECONDS, Place
@@ -102,7 +102,7 @@ def _wait_for_store(place, proc):
     opened = None
     for _ in range(int(BOUND_SECONDS * 10)):
         if place.db.exists():
-            opened = open_store(place.url)
+            opened = open_writer(place.url)
             break
         assert proc.poll() is None
         # Waiting on the process (it must not exit): the store file has no event to await

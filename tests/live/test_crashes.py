@@ -13,7 +13,7 @@ import pytest
 
 from sis_platform.log.landing import START_POSITION
 from sis_platform.runtime.faults import LIVE_POINTS
-from sis_platform.serving import open_store
+from sis_platform.serving import open_writer
 from sis_platform.simulator.generator import generate_feed
 from tests.live.feed import INVALID
 from tests.live.processes import SIGKILLED, finish, start_live
@@ -40,7 +40,7 @@ def test_a_kill_at_a_crash_point_loses_nothing_and_applies_nothing_twice(tmp_pat
     code = finish(proc, BOUND_SECONDS, log)
     assert code == SIGKILLED, log.read_text(errors="replace")[-4000:]
     killed_at = place.zone.catalog.last_position()
-    store = open_store(place.url)
+    store = open_writer(place.url)
     try:
         applied = store.position()
     finally:
@@ -75,7 +75,7 @@ def test_a_kill_with_a_pipelined_group_in_flight_loses_nothing(tmp_path, point):
     proc = start_live(place.root, log, SIS_CRASH_AT=point, **groups)
     code = finish(proc, BOUND_SECONDS, log)
     assert code == SIGKILLED, log.read_text(errors="replace")[-4000:]
-    store = open_store(place.url)
+    store = open_writer(place.url)
     try:
         assert store.position() < place.zone.catalog.last_position()
     finally:
@@ -101,7 +101,7 @@ def test_random_kills_while_a_mixed_feed_arrives_leave_the_store_equal_to_the_re
     cuts = sorted(rng.sample(range(60, len(feed) - 60), KILLS))
     chunks = [feed[a:b] for a, b in zip([0, *cuts], [*cuts, len(feed)], strict=True)]
     log = tmp_path / "sis-live.log"
-    store = open_store(place.url)
+    store = open_writer(place.url)
     try:
         seen = store.last_seq()
         for chunk in chunks[:-1]:

@@ -12,7 +12,7 @@ import pytest
 
 from sis_platform.live.service import LiveService
 from sis_platform.log.landing import batch_key
-from sis_platform.serving import open_store
+from sis_platform.serving import open_writer
 from sis_platform.simulator.generator import generate_feed
 from tests.live.feed import INVALID
 from tests.live.running import (
@@ -62,7 +62,7 @@ def test_sis_live_expires_checked_batches_and_a_store_behind_them_halts(tmp_path
     assert_live_equals_reference(place, feed)
     logged = read_back(zone)
 
-    store = open_store(place.url)
+    store = open_writer(place.url)
     store.record_checked(3)  # live_matches_lake passed at batch 3
     store.close()
     with running(place, EXPIRING, zone=zone) as service:
@@ -74,6 +74,6 @@ def test_sis_live_expires_checked_batches_and_a_store_behind_them_halts(tmp_path
     assert zone.catalog.keys() == [batch_key(4), batch_key(5)]
 
     empty = f"sqlite:///{tmp_path / 'empty.db'}"
-    with running(place, EXPIRING, open_store_=lambda: open_store(empty), zone=zone) as service:
+    with running(place, EXPIRING, open_writer_=lambda: open_writer(empty), zone=zone) as service:
         assert service.wait_until(lambda s: s.applier.halted is not None, BOUND_SECONDS)
         assert "restore a newer backup" in (service.applier.halted or "")

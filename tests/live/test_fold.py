@@ -12,7 +12,7 @@ import pytest
 from sis_platform.domain.reasons import Outcome, Reason
 from sis_platform.live.fold import FoldOptions, LiveFold
 from sis_platform.log.landing import LandedMessage
-from sis_platform.serving import open_store
+from sis_platform.serving import open_writer
 from sis_platform.standards.selector import Selector
 from tests.live.feed import groups_of_varying_size, landed_feed
 from tests.live.store_view import assert_store_matches_reference
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.cost(25)
 def _fold_into_store(
     db: Path, groups: list[list[LandedMessage]], options: FoldOptions, restart_every: int = 0
 ) -> None:
-    store = open_store(f"sqlite:///{db}")
+    store = open_writer(f"sqlite:///{db}")
     try:
         fold = LiveFold(store, options)
         for number, group in enumerate(groups, 1):
@@ -89,7 +89,7 @@ def test_the_model_leaves_out_filtered_masters_and_keeps_stale_ones(tmp_path):
 
 def test_a_cached_master_is_not_reloaded_and_a_miss_is_loaded_once_per_group(tmp_path):
     log = landed_feed(seed=13, messages=300)
-    store = open_store(f"sqlite:///{tmp_path / 'serving.db'}")
+    store = open_writer(f"sqlite:///{tmp_path / 'serving.db'}")
     calls: list[list[str]] = []
     real = store.masters_state
 
@@ -112,7 +112,7 @@ def test_a_cached_master_is_not_reloaded_and_a_miss_is_loaded_once_per_group(tmp
 
 
 def test_an_empty_stretch_is_refused(tmp_path):
-    store = open_store(f"sqlite:///{tmp_path / 'serving.db'}")
+    store = open_writer(f"sqlite:///{tmp_path / 'serving.db'}")
     try:
         with pytest.raises(ValueError):
             LiveFold(store, FoldOptions()).fold([])

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from sis_platform.queues.embedded import EmbeddedQueue
-from sis_platform.serving import open_store
+from sis_platform.serving import open_writer
 from sis_platform.simulator.generator import generate_feed
 from tests.live.feed import INVALID
 from tests.live.processes import SIGKILLED, finish, start_live
@@ -49,7 +49,7 @@ def _drain(place: Place, proc: Any, log: Path) -> None:
     """Wait, on the serving store's doorbell, until nothing is left on the queue (in flight
     or not): every group got is landed, applied and committed (the queue commits last)."""
     queue = EmbeddedQueue(place.root / "queue")
-    store = open_store(place.url)
+    store = open_writer(place.url)
     deadline = time.monotonic() + BOUND_SECONDS
     try:
         seen = store.last_seq()

@@ -26,7 +26,7 @@ from sis_platform.live.metrics import OUTCOMES, LiveMetrics, reason_label
 from sis_platform.live.service import LiveService
 from sis_platform.log.landing.backlog import backlog_after
 from sis_platform.runtime.heartbeat import Heartbeat
-from sis_platform.serving import LakeProgress, open_store
+from sis_platform.serving import LakeProgress, open_writer
 from sis_platform.serving.records import GroupCommit, OutcomeRow
 from sis_platform.simulator.generator import generate_feed
 from tests.live.running import BOUND_SECONDS, CONFIG, Place, drained, running
@@ -151,7 +151,7 @@ def test_the_lakes_progress_lag_and_dead_letters_are_exported_from_its_record_in
             return lake is not None and lake.progress.fold_step == step
 
         committed = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
-        with open_store(place.url) as store:  # as the lake's fold records it
+        with open_writer(place.url) as store:  # as the lake's fold records it
             store.record_lake_progress(LakeProgress(4, 2, committed, 3))
         assert service.wait_until(lambda s: exported(4), BOUND_SECONDS)
         # The measure of the lake_lag_within_bounds check.
@@ -170,7 +170,7 @@ def test_the_lakes_progress_lag_and_dead_letters_are_exported_from_its_record_in
         assert types["sis_lake_dead_letters"] == "counter"
         assert types["sis_lake_lag_seconds"] == "gauge"
 
-        with open_store(place.url) as store:  # the lake has folded every sealed batch
+        with open_writer(place.url) as store:  # the lake has folded every sealed batch
             store.record_lake_progress(LakeProgress(5, newest, committed, 7))
         assert service.wait_until(lambda s: exported(5), BOUND_SECONDS)
         samples, _ = scraped(base)

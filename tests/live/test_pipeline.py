@@ -16,7 +16,7 @@ import pytest
 from sis_platform.live.budget import BudgetConfig
 from sis_platform.live.workers import FoldWorkers
 from sis_platform.log.landing import START_POSITION
-from sis_platform.serving import ServingStore, ServingUnavailable, open_store
+from sis_platform.serving import ServingUnavailable, ServingWriter, open_writer
 from sis_platform.simulator.generator import generate_feed
 from tests.live.feed import INVALID
 from tests.live.running import (
@@ -82,7 +82,7 @@ def test_a_stop_commits_the_group_in_flight(tmp_path: Path):
         assert service.wait_until(lambda s: s.applier.in_flight, BOUND_SECONDS)
         service.request_stop()  # with groups still on the queue: one is in flight at the stop
     landed = place.zone.catalog.last_position()
-    store = open_store(place.url)
+    store = open_writer(place.url)
     try:
         assert store.position() == landed  # not one group behind
     finally:
@@ -104,13 +104,13 @@ class _FailingCommits:
         self.commits = 0
         self.opened = 0
 
-    def open(self) -> ServingStore:
+    def open(self) -> ServingWriter:
         self.opened += 1
-        return _Store(open_store(self.url), self)  # type: ignore[return-value]
+        return _Store(open_writer(self.url), self)  # type: ignore[return-value]
 
 
 class _Store:
-    def __init__(self, store: ServingStore, counter: _FailingCommits) -> None:
+    def __init__(self, store: ServingWriter, counter: _FailingCommits) -> None:
         self._store, self._counter = store, counter
 
     def __getattr__(self, name: str) -> Any:

@@ -15,7 +15,7 @@ import pytest
 from sis_platform.live.config import LiveConfig
 from sis_platform.live.service import LiveService
 from sis_platform.log.landing import START_POSITION
-from sis_platform.serving import ServingStore, open_store
+from sis_platform.serving import ServingWriter, open_writer
 from sis_platform.simulator.generator import generate_feed
 from tests.live.feed import INVALID
 from tests.live.running import BOUND_SECONDS, Place, drained, running
@@ -58,10 +58,10 @@ def test_postgresql_stopped_while_the_feed_arrives_loses_nothing_and_catches_up(
     feed = list(generate_feed(41, 300, invalid=INVALID, duplicates=0.02))
     attempts = 0  # stores opened or tried by the service
 
-    def opener() -> ServingStore:
+    def opener() -> ServingWriter:
         nonlocal attempts
         attempts += 1
-        return open_store(url)  # raises ServingUnavailable while the server is down
+        return open_writer(url)  # raises ServingUnavailable while the server is down
 
     caplog.set_level(logging.WARNING, logger="sis_platform.live")
     place.put(feed[:100])
@@ -99,7 +99,7 @@ def test_postgresql_stopped_while_the_feed_arrives_loses_nothing_and_catches_up(
     ]
     # Nothing lost, nothing landed twice (the queue never failed).
     assert Counter(m.message_id for m in log) == Counter(m.message_id for m in feed)
-    with open_store(url) as store:
+    with open_writer(url) as store:
         status = store.status()
     assert status.position == place.zone.catalog.last_position()
     assert status.messages == len(log)  # every landed message applied once

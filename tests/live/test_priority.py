@@ -12,9 +12,8 @@ from sis_platform.domain.pipeline import ReferencePipeline
 from sis_platform.domain.priority import Priority
 from sis_platform.live.fold import FoldOptions, LiveFold
 from sis_platform.runtime.faults import LIVE_BETWEEN_PARTS
-from sis_platform.serving import open_store
+from sis_platform.serving import ServingWriter, open_writer
 from sis_platform.serving.records import GroupCommit
-from sis_platform.serving.store import ServingStore
 from sis_platform.simulator.generator import generate_feed
 from tests.live.feed import INVALID, groups_of_varying_size, landed_feed
 from tests.live.processes import SIGKILLED, finish, start_live
@@ -35,12 +34,12 @@ OPTIONS = FoldOptions(priority=Priority.compile(PRIORITY))
 pytestmark = pytest.mark.cost(40)
 
 
-def _commit(store: ServingStore, fold: LiveFold, part: GroupCommit) -> None:
+def _commit(store: ServingWriter, fold: LiveFold, part: GroupCommit) -> None:
     store.commit(part)
     fold.committed(part)
 
 
-def _shown(store: ServingStore, master_id: str) -> tuple[int, bytes] | None:
+def _shown(store: ServingWriter, master_id: str) -> tuple[int, bytes] | None:
     shown = store.master(master_id)
     return None if shown is None else (shown.version, shown.document)
 
@@ -57,7 +56,7 @@ def test_priority_masters_are_published_first_and_the_store_ends_as_the_referenc
     stretches = groups_of_varying_size(log, seed=5, largest=300)
     ref = ReferencePipeline()
     ahead_parts = 0
-    with open_store(f"sqlite:///{tmp_path / 'serving.db'}") as store:
+    with open_writer(f"sqlite:///{tmp_path / 'serving.db'}") as store:
         fold = LiveFold(store, OPTIONS)
         for stretch in stretches:
             before = ReferencePipeline()
@@ -93,7 +92,7 @@ def test_a_stretch_cut_short_between_its_parts_is_refolded_without_the_masters_a
     log = landed_feed(seed=22, messages=900)
     first, rest = log[:600], log[600:]
     db = tmp_path / "serving.db"
-    with open_store(f"sqlite:///{db}") as store:
+    with open_writer(f"sqlite:///{db}") as store:
         fold = LiveFold(store, OPTIONS)
         part = next(iter(fold.parts(first)))  # the crash: only the first part committed
         _commit(store, fold, part)
@@ -149,14 +148,14 @@ def test_a_live_feed_s_groups_commit_at_once_in_one_part(tmp_path):
     # Every update's master is a priority master: a group split in parts would show.
     config = replace(CONFIG, fold=FoldOptions(priority=Priority.compile("category = 'update'")))
     commits: list[tuple[str, ...]] = []
-    commit = ServingStore.commit
+    commit = ServingWriter.commit
 
     def recording(self, group):
         commits.append(group.ahead)
         return commit(self, group)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(ServingStore, "commit", recording)
+        patch.setattr(ServingWriter, "commit", recording)
         with running(place, config) as service:
             for message in feed:  # one at a time: no group is full, no backlog
                 place.put([message])
@@ -175,7 +174,7 @@ def test_a_kill_between_the_parts_loses_nothing_and_applies_nothing_twice(tmp_pa
     proc = start_live(place.root, log, SIS_CRASH_AT=f"{LIVE_BETWEEN_PARTS}@2", **variables)
     assert finish(proc, BOUND_SECONDS, log) == SIGKILLED, log.read_text(errors="replace")[-4000:]
     assert "SIS_PRIORITY: 2 selector(s)" in log.read_text(errors="replace")  # the operator sees it
-    with open_store(place.url) as store:
+    with open_writer(place.url) as store:
         assert store.ahead()  # killed with a stretch half committed
     with running(place, replace(CONFIG, fold=OPTIONS, priority_window=150)) as service:
         assert service.wait_until(drained, BOUND_SECONDS)

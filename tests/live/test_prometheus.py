@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from sis_platform.intake.lease import ConsumerLease
-from sis_platform.serving import LakeProgress, open_store
+from sis_platform.serving import LakeProgress, open_writer
 from sis_platform.simulator.generator import generate_feed
 from tests.live.processes import start_live, stop
 from tests.live.running import Place
@@ -69,7 +69,7 @@ def test_prometheus_scrapes_every_message_counted_and_the_lease_lost(tmp_path: P
             # lease holder exports it on its next turn, and the messages it has not folded wait.
             assert server.value("sis_lake_last_fold_step") is None  # nothing recorded yet
             committed = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
-            with open_store(place.url) as store:
+            with open_writer(place.url) as store:
                 store.record_lake_progress(LakeProgress(3, 0, committed, 5))
             step = "sis_lake_last_fold_step"
             server.wait_for(lambda: server.equals(step, 3), "the lake's progress exported")

@@ -1,4 +1,4 @@
-"""sis-live prunes the serving store's history in its idle turns (ServingStore.prune), only up to
+"""sis-live prunes the serving store's history in its idle turns (ServingWriter.prune), only up to
 the batch live == lake passed at; SIGKILLed in the middle of a prune (its crash points), it is
 restarted and the store resumes: current state whole, live == lake still true at the gate."""
 
@@ -12,7 +12,7 @@ import pytest
 
 from sis_platform.log.landing import START_POSITION
 from sis_platform.runtime.faults import PRUNE_POINTS
-from sis_platform.serving import ChangesPruned, ServingStore, open_store
+from sis_platform.serving import ChangesPruned, ServingWriter, open_writer
 from sis_platform.simulator.generator import generate_feed
 from tests.live.feed import INVALID
 from tests.live.processes import SIGKILLED, finish, start_live
@@ -39,7 +39,7 @@ def _reference_versions_at(place: Place, batch_seq: int) -> dict[str, tuple[int,
     }
 
 
-def _live_equals_lake_at(store: ServingStore, place: Place, batch_seq: int) -> None:
+def _live_equals_lake_at(store: ServingWriter, place: Place, batch_seq: int) -> None:
     """The live side of live_matches_lake at `batch_seq`, for every master the lake has."""
     lake = _reference_versions_at(place, batch_seq)
     live = store.versions_at(batch_seq)
@@ -47,7 +47,7 @@ def _live_equals_lake_at(store: ServingStore, place: Place, batch_seq: int) -> N
 
 
 def _pruned(place: Place) -> bool:
-    with open_store(place.url) as store:
+    with open_writer(place.url) as store:
         return store.retention().changes_pruned_seq > 0
 
 
@@ -55,7 +55,7 @@ def _put_and_checked(place: Place) -> None:
     """A feed of five batches put on the queue, and live == lake recorded as passed at GATE
     (standing in for the lake, which would fold and check batches 1 and 2 meanwhile)."""
     place.put(list(generate_feed(53, 300, invalid=INVALID, duplicates=0.02)))
-    with open_store(place.url) as store:
+    with open_writer(place.url) as store:
         store.record_checked(GATE)
 
 
@@ -64,7 +64,7 @@ def test_sis_live_prunes_checked_history_in_idle_turns(tmp_path):
     _put_and_checked(place)
     with running(place, PRUNING) as service:
         assert service.wait_until(lambda s: drained(s) and _pruned(place), BOUND_SECONDS)
-    with open_store(place.url) as store:
+    with open_writer(place.url) as store:
         held = store.retention()
         assert held.changes_pruned_batch == GATE and held.dead_letters_pruned_seq > 0
         with pytest.raises(ChangesPruned):
@@ -85,13 +85,13 @@ def test_sis_live_killed_in_a_prune_resumes_with_live_equal_to_lake(tmp_path, po
     proc = start_live(place.root, log, SIS_CRASH_AT=point, SIS_SERVING_HISTORY_DAYS="0")
     code = finish(proc, BOUND_SECONDS, log)
     assert code == SIGKILLED, log.read_text(errors="replace")[-4000:]
-    with open_store(place.url) as store:
+    with open_writer(place.url) as store:
         assert store.position() == place.zone.catalog.last_position()  # idle: everything applied
         assert (store.retention().changes_pruned_seq > 0) == (point == "serving.after_prune")
         _live_equals_lake_at(store, place, GATE)
     with running(place, PRUNING) as service:
         assert service.wait_until(lambda s: drained(s) and _pruned(place), BOUND_SECONDS)
-    with open_store(place.url) as store:
+    with open_writer(place.url) as store:
         assert store.retention().changes_pruned_batch == GATE
         kept = [r for r in table(store, "changes", "seq")]
         floor = store.retention().changes_pruned_seq

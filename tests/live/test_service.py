@@ -23,7 +23,7 @@ from sis_platform.log.landing import START_POSITION, GroupWriter, ZoneWriter
 from sis_platform.queues.base import SourceUnavailable
 from sis_platform.queues.embedded import EmbeddedQueue
 from sis_platform.runtime.heartbeat import Heartbeat, health, read_beat
-from sis_platform.serving import ServingStore, ServingUnavailable, open_store
+from sis_platform.serving import ServingUnavailable, ServingWriter, open_writer
 from sis_platform.simulator.generator import generate_feed
 from tests.harness import received
 from tests.live.feed import INVALID
@@ -96,15 +96,15 @@ class _Switch:
         self.down = threading.Event()
         self.opened = 0
 
-    def open(self) -> ServingStore:
+    def open(self) -> ServingWriter:
         if self.down.is_set():
             raise ServingUnavailable("store switched off by the test")
         self.opened += 1
-        return _Flaky(open_store(self.url), self.down)  # type: ignore[return-value]
+        return _Flaky(open_writer(self.url), self.down)  # type: ignore[return-value]
 
 
 class _Flaky:
-    def __init__(self, store: ServingStore, down: threading.Event) -> None:
+    def __init__(self, store: ServingWriter, down: threading.Event) -> None:
         self._store, self._down = store, down
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
@@ -275,7 +275,7 @@ class _WatchedSession:
         return self._session.get(wait_seconds=wait_seconds)
 
     def commit(self) -> None:
-        store = open_store(self._source.place.url)
+        store = open_writer(self._source.place.url)
         try:
             self._source.commits.append(
                 (store.position(), self._source.place.zone.catalog.last_position())
@@ -397,7 +397,7 @@ def test_a_failing_fold_leaves_landing_going_and_is_retried(tmp_path, monkeypatc
 
 def _log_rows(place: Place) -> tuple[list[Any], list[Any]]:
     """The change log and the dead letters, without the times of their commits."""
-    store = open_store(place.url)
+    store = open_writer(place.url)
     try:
         changes = [c._replace(committed_at=None) for c in store.changes(0, 10_000)]
         dead = [d._replace(recorded_at=None) for d in store.dead_letters(0, 10_000)]
@@ -465,7 +465,7 @@ def test_a_landing_rolled_back_under_the_store_halts_intake_loudly_until_put_rig
     assert (probe.alive, probe.ready) == (True, False)
     assert "halted" in probe.reason and "beyond the landing zone" in probe.reason
     assert place.queue.depth() == 50  # nothing was got while the store was beyond the landing
-    store = open_store(place.url)
+    store = open_writer(place.url)
     try:
         status = store.status()
     finally:
@@ -475,7 +475,7 @@ def test_a_landing_rolled_back_under_the_store_halts_intake_loudly_until_put_rig
     _put_back(place.zone.catalog.root, latest)
     with running(place) as service:
         assert service.wait_until(drained, BOUND_SECONDS)
-    store = open_store(place.url)
+    store = open_writer(place.url)
     try:
         assert store.status().halt is None
     finally:
@@ -610,7 +610,7 @@ def test_a_landing_rolled_back_and_landed_past_the_store_again_halts_too(tmp_pat
         assert halted.seen.wait(BOUND_SECONDS)
     logging.getLogger().removeHandler(halted)
     assert place.queue.depth() == 5
-    store = open_store(place.url)
+    store = open_writer(place.url)
     try:
         status = store.status()
     finally:

@@ -25,7 +25,7 @@ from sis_platform.live.traces import (
     LiveTraces,
     destination,
 )
-from sis_platform.serving import open_store
+from sis_platform.serving import open_writer
 from sis_platform.settings import (
     EmbeddedSourceSettings,
     IbmMqSourceSettings,
@@ -186,7 +186,7 @@ def test_a_collector_that_is_down_never_holds_up_the_live_path(
     # one 'Queue full' per 20 s; one line per failed export, at most one per batch).
     told = [r for r in caplog.records if r.name.startswith("opentelemetry")]
     assert told and len(told) <= 10, [r.getMessage() for r in told]
-    store = open_store(place.url)
+    store = open_writer(place.url)
     try:
         assert store.seen(m.message_id for m in feed) == {m.message_id for m in feed}
         assert store.position() == landed

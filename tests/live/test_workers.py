@@ -30,7 +30,7 @@ from sis_platform.live.workers import (
 )
 from sis_platform.log.landing import LandedMessage
 from sis_platform.runtime.guard import budget_detail, quarantine_detail
-from sis_platform.serving import ServingStore, open_store
+from sis_platform.serving import ServingWriter, open_writer
 from sis_platform.standards.selector import Selector
 from tests.live.feed import groups_of_varying_size, landed_feed
 from tests.live.store_view import assert_store_matches_reference
@@ -61,7 +61,7 @@ class Place:
 
     def __init__(self, root: Path, quarantine_after: int = 2) -> None:
         self.db = root / "serving.db"
-        self.store: ServingStore = open_store(f"sqlite:///{self.db}")
+        self.store: ServingWriter = open_writer(f"sqlite:///{self.db}")
         config = BudgetConfig(root / "inflight", BUDGET_SECONDS, quarantine_after)
         self.budget = LiveBudget.open(config)
         self.folder = config.folder / FOLD

@@ -73,7 +73,7 @@ class Site:
 
     def check(self, batch_seq: int) -> None:
         """live_matches_lake passed at `batch_seq`, as the check records it."""
-        store = self.resources["serving"].open_store()  # type: ignore[attr-defined]
+        store = self.resources["serving"].open_writer()  # type: ignore[attr-defined]
         try:
             store.record_checked(batch_seq)
         finally:

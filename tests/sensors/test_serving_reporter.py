@@ -26,8 +26,8 @@ from sis_platform.serving import (
     GroupCommit,
     MasterRow,
     OutcomeRow,
-    ServingStore,
-    open_store,
+    ServingWriter,
+    open_writer,
 )
 from tests.harness import received
 
@@ -37,7 +37,7 @@ REPORT_SECONDS = 5.0
 MAX_LAG = 30.0
 
 
-def _commit(store: ServingStore, position: LogPosition, first_msg_seq: int) -> None:
+def _commit(store: ServingWriter, position: LogPosition, first_msg_seq: int) -> None:
     """A group applying the messages first_msg_seq..position.msg_seq of position's batch, one
     new master each."""
     masters, changes, outcomes = [], [], []
@@ -80,8 +80,8 @@ class Reporter:
         self.sensor = build_serving_reporter(REPORT_SECONDS, MAX_LAG, clock=lambda: self.now)
         self.cursor: str | None = None
 
-    def store(self) -> ServingStore:
-        return open_store(self.url)
+    def store(self) -> ServingWriter:
+        return open_writer(self.url)
 
     def tick(self, at_seconds: float) -> str:
         self.now = self.start + timedelta(seconds=at_seconds)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sis_platform.serving import ServingStore, open_store
+from sis_platform.serving import ServingReader, ServingWriter, open_reader, open_writer
 from tests.pg import PASSWORD_VARIABLE, PgCluster, cluster
 
 BACKENDS = ("sqlite", "postgresql")
@@ -38,12 +38,12 @@ def store_url(
 
 
 @pytest.fixture
-def open_stores(store_url: str) -> Iterator[Callable[[], ServingStore]]:
-    """Opens stores (each its own connection) on `store_url`; all closed after the test."""
-    opened: list[ServingStore] = []
+def open_writers(store_url: str) -> Iterator[Callable[[], ServingWriter]]:
+    """Opens writers (each its own connection) on `store_url`; all closed after the test."""
+    opened: list[ServingWriter] = []
 
-    def opener() -> ServingStore:
-        opened.append(open_store(store_url))
+    def opener() -> ServingWriter:
+        opened.append(open_writer(store_url))
         return opened[-1]
 
     yield opener
@@ -52,5 +52,20 @@ def open_stores(store_url: str) -> Iterator[Callable[[], ServingStore]]:
 
 
 @pytest.fixture
-def store(open_stores: Callable[[], ServingStore]) -> ServingStore:
-    return open_stores()
+def open_readers(store_url: str) -> Iterator[Callable[[], ServingReader]]:
+    """Opens readers (each its own connection) on `store_url`, as Opportunity Management does;
+    all closed after the test."""
+    opened: list[ServingReader] = []
+
+    def opener() -> ServingReader:
+        opened.append(open_reader(store_url))
+        return opened[-1]
+
+    yield opener
+    for reader in opened:
+        reader.close()
+
+
+@pytest.fixture
+def store(open_writers: Callable[[], ServingWriter]) -> ServingWriter:
+    return open_writers()

@@ -15,7 +15,7 @@ from sis_platform.serving import (
     GroupCommit,
     MasterRow,
     OutcomeRow,
-    ServingStore,
+    ServingWriter,
 )
 
 PUT_TIME = datetime(2026, 11, 25, 6, 0, 0, 123456, tzinfo=UTC)
@@ -89,6 +89,8 @@ def group(
     return GroupCommit(LogPosition(batch_seq, last), rows, model, changes, letters, outcomes)
 
 
-def table(store: ServingStore, name: str, order: str = "master_id") -> list[tuple[Any, ...]]:
+def table(store: ServingWriter, name: str, order: str = "master_id") -> list[tuple[Any, ...]]:
     """Every row of a table, as a reader's SQL sees it."""
-    return store._run(lambda conn: store._all(conn, f"SELECT * FROM {name} ORDER BY {order}"))
+    return store._backend.run(
+        lambda conn: store._backend.fetch_all(conn, f"SELECT * FROM {name} ORDER BY {order}")
+    )

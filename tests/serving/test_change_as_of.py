@@ -1,4 +1,4 @@
-"""`ServingStore.change_as_of`: the version a store's readers were shown at an instant (the
+"""`ServingWriter.change_as_of`: the version a store's readers were shown at an instant (the
 serving side of `sis-trace --as-of`), on SQLite and PostgreSQL."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-import sis_platform.serving.store as store_module
-from sis_platform.serving import ServingStore
+import sis_platform.serving.writer as writer_module
+from sis_platform.serving import ServingWriter
 from tests.serving.groups import group
 
 T0 = datetime(2026, 11, 21, 14, 29, 58, tzinfo=UTC)
@@ -17,18 +17,18 @@ TICK = timedelta(microseconds=1)
 
 
 def _commit_at(
-    store: ServingStore,
+    store: ServingWriter,
     monkeypatch: pytest.MonkeyPatch,
     when: datetime,
     position: tuple[int, int],
     masters: list[tuple[str, int]],
 ) -> None:
-    monkeypatch.setattr(store_module, "utc_now", lambda: when)
+    monkeypatch.setattr(writer_module, "utc_now", lambda: when)
     store.commit(group(position, masters))
 
 
 def test_the_version_shown_at_an_instant(
-    store: ServingStore, monkeypatch: pytest.MonkeyPatch
+    store: ServingWriter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _commit_at(store, monkeypatch, T0, (1, 1), [("M1", 1), ("M2", 1)])
     _commit_at(store, monkeypatch, T0 + SECOND, (2, 0), [("M1", 2)])
@@ -55,7 +55,7 @@ def test_the_version_shown_at_an_instant(
 
 
 def test_a_clock_stepped_back_never_moves_committed_at_backwards(
-    store: ServingStore, monkeypatch: pytest.MonkeyPatch
+    store: ServingWriter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The host's clock is stepped back an hour between two commits (NTP, a VM restored): the
     # second commit is later in the change log, so no reader may have been shown it earlier.

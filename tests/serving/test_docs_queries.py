@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from sis_platform.serving import ServingStore
+from sis_platform.serving import ServingWriter
 from tests.serving.groups import group
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "serving.md"
@@ -25,7 +25,7 @@ def example_queries() -> list[tuple[str, str]]:
     return queries
 
 
-def test_the_documented_queries_run(store: ServingStore, backend: str) -> None:
+def test_the_documented_queries_run(store: ServingWriter, backend: str) -> None:
     store.commit(group((1, 1), [("EV-123", 1), ("EV-124", 1)], dead=["ID:4142..."]))
     queries = example_queries()
     assert len(queries) >= 7
@@ -33,12 +33,12 @@ def test_the_documented_queries_run(store: ServingStore, backend: str) -> None:
     for comment, sql in queries:
         if "(PostgreSQL)" in comment and backend != "postgresql":
             continue
-        rows = store._run(lambda conn, sql=sql: store._all(conn, sql))
+        rows = store._backend.run(lambda conn, sql=sql: store._backend.fetch_all(conn, sql))
         assert isinstance(rows, list), comment
         ran += 1
     assert ran >= 6
-    document = store._run(
-        lambda conn: store._all(
+    document = store._backend.run(
+        lambda conn: store._backend.fetch_all(
             conn, "SELECT version, document FROM masters WHERE master_id = 'EV-123'"
         )
     )

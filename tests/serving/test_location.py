@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from sis_platform.serving import open_store
+from sis_platform.serving import open_reader, open_writer
 from sis_platform.serving.location import (
     PostgresLocation,
     SqliteLocation,
@@ -76,9 +77,12 @@ def test_postgresql_urls(url: str, expected: str) -> None:
         "postgresql://om@db.example.com/serving?password=hunter2",
     ],
 )
-def test_a_password_in_the_url_is_refused_without_showing_it(url: str) -> None:
+@pytest.mark.parametrize("opener", [open_reader, open_writer])
+def test_a_password_in_the_url_is_refused_without_showing_it(
+    url: str, opener: Callable[[str], object]
+) -> None:
     with pytest.raises(ValueError, match="SIS_SERVING_PASSWORD") as raised:
-        open_store(url)
+        opener(url)
     assert "hunter2" not in str(raised.value)
 
 
@@ -91,9 +95,10 @@ def test_a_password_in_the_url_is_refused_without_showing_it(url: str) -> None:
         "postgresql://om@db.example.com:notaport/serving",
     ],
 )
-def test_urls_that_name_no_store(url: str) -> None:
+@pytest.mark.parametrize("opener", [open_reader, open_writer])
+def test_urls_that_name_no_store(url: str, opener: Callable[[str], object]) -> None:
     with pytest.raises(ValueError, match="serving store URL"):
-        open_store(url)
+        opener(url)
 
 
 def test_shown_url_masks_a_password() -> None:

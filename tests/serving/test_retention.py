@@ -1,4 +1,4 @@
-"""The serving store's history retention (ServingStore.prune), on SQLite and PostgreSQL: the
+"""The serving store's history retention (ServingWriter.prune), on SQLite and PostgreSQL: the
 change log and dead letters pruned past the window and the live == lake gate, each master's
 last change kept, readers told what is pruned, and a prune killed at its crash points leaving a
 store that resumes to the same end."""
@@ -19,10 +19,10 @@ from sis_platform.serving import (
     ChangesPruned,
     DeadLettersPruned,
     Pruned,
-    ServingStore,
-    open_store,
+    ServingWriter,
+    open_writer,
 )
-from sis_platform.serving import store as store_module
+from sis_platform.serving import writer as writer_module
 from tests.serving.groups import group, table
 
 DAY0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -32,27 +32,27 @@ GATE = 6  # live == lake passed at batch 6
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _season(store: ServingStore, monkeypatch: pytest.MonkeyPatch, days: int = DAYS) -> None:
+def _season(store: ServingWriter, monkeypatch: pytest.MonkeyPatch, days: int = DAYS) -> None:
     """A group a day, in batch day + 1: masters A and B a new version each, C only on day 0,
     and a dead letter."""
     with monkeypatch.context() as patch:
         for day in range(days):
-            patch.setattr(store_module, "utc_now", lambda day=day: DAY0 + timedelta(days=day))
+            patch.setattr(writer_module, "utc_now", lambda day=day: DAY0 + timedelta(days=day))
             masters = [("A", day + 1), ("B", day + 1)] + ([("C", 1)] if day == 0 else [])
             store.commit(group((day + 1, len(masters)), masters, dead=[f"dead-{day}"]))
 
 
-def _prune_all(store: ServingStore, window: timedelta = WINDOW, chunk: int = 1000) -> None:
+def _prune_all(store: ServingWriter, window: timedelta = WINDOW, chunk: int = 1000) -> None:
     while store.prune(window, chunk).more:
         pass
 
 
-def _changes(store: ServingStore) -> list[tuple[Any, ...]]:
+def _changes(store: ServingWriter) -> list[tuple[Any, ...]]:
     """(seq, master id, version, batch) of every change row held."""
     return [(r[0], r[1], r[2], r[8]) for r in table(store, "changes", "seq")]
 
 
-def _dead(store: ServingStore) -> list[tuple[Any, ...]]:
+def _dead(store: ServingWriter) -> list[tuple[Any, ...]]:
     return [(r[0], r[1], r[6]) for r in table(store, "dead_letters", "seq")]
 
 
@@ -109,7 +109,7 @@ def test_the_window_counts_from_the_change_logs_newest_commit_not_the_wall_clock
     _season(store, monkeypatch)
     store.record_checked(DAYS)
     # The host's clock a year ahead (stepped, or the feed idle): nothing more is old.
-    monkeypatch.setattr(store_module, "utc_now", lambda: DAY0 + timedelta(days=365))
+    monkeypatch.setattr(writer_module, "utc_now", lambda: DAY0 + timedelta(days=365))
     _prune_all(store)
     assert min(b for _, m, _, b in _changes(store) if m != "C") == GATE
     assert [b for _, _, b in _dead(store)] == [7, 8, 9, 10]
@@ -153,8 +153,8 @@ def test_a_prune_in_small_chunks_ends_where_one_large_step_does(store, monkeypat
 _PRUNE_SCRIPT = """
 import sys
 from datetime import timedelta
-from sis_platform.serving import open_store
-store = open_store(sys.argv[1])
+from sis_platform.serving import open_writer
+store = open_writer(sys.argv[1])
 while store.prune(timedelta(days=3), chunk=2).more:
     pass
 """
@@ -213,13 +213,13 @@ def test_a_version_3_store_is_upgraded_with_nothing_pruned(store, store_url, mon
     _season(store, monkeypatch)
 
     def downgrade(conn: Any) -> None:
-        with store._transaction(conn, write=True):
+        with store._backend.transaction(conn, write=True):
             conn.execute("DROP TABLE retention")
             conn.execute("UPDATE position SET schema_version = 3")
 
-    store._run(downgrade)
+    store._backend.run(downgrade)
     store.close()
-    with open_store(store_url) as upgraded:
+    with open_writer(store_url) as upgraded:
         assert upgraded.retention() == (0, 0, 0, None, 0)
         assert len(upgraded.changes(0)) == 2 * DAYS + 1
         assert upgraded.prune(timedelta(0)) == Pruned(0, 0, False)

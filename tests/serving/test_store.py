@@ -16,13 +16,14 @@ from pathlib import Path
 
 import pytest
 
-import sis_platform.serving.store as store_module
+import sis_platform.serving.writer as writer_module
 from sis_platform.log.landing import LogPosition
 from sis_platform.serving import (
     PositionConflict,
-    ServingStore,
+    ServingReader,
+    ServingWriter,
     StoredMaster,
-    open_store,
+    open_writer,
 )
 from sis_platform.serving.schema import SCHEMA_VERSION
 from tests.serving.groups import PUT_TIME, document, group, sha, table
@@ -33,7 +34,7 @@ JOIN_SECONDS = 60
 NEVER = 600.0
 
 
-def test_a_new_store_is_at_the_start_of_the_log(store: ServingStore) -> None:
+def test_a_new_store_is_at_the_start_of_the_log(store: ServingWriter) -> None:
     status = store.status()
     assert store.position() == LogPosition(0, -1)
     assert (status.last_seq, status.masters, status.messages) == (0, 0, 0)
@@ -42,7 +43,7 @@ def test_a_new_store_is_at_the_start_of_the_log(store: ServingStore) -> None:
     assert store.master("M1") is None
 
 
-def test_a_commit_is_read_back(store: ServingStore) -> None:
+def test_a_commit_is_read_back(store: ServingWriter) -> None:
     store.commit(group((1, 2), [("M1", 1), ("M2", 1)], dead=["bad-1"]))
 
     assert store.master("M1") == StoredMaster(1, document("M1", 1))
@@ -70,7 +71,7 @@ def test_a_commit_is_read_back(store: ServingStore) -> None:
     assert status.committed_at == first.committed_at
 
 
-def test_the_model_rows_follow_the_masters(store: ServingStore) -> None:
+def test_the_model_rows_follow_the_masters(store: ServingWriter) -> None:
     store.commit(group((1, 1), [("M1", 1), ("M2", 1)], runners=3))
     assert [r[:2] for r in table(store, "events")] == [("M1", 1), ("M2", 1)]
     assert len(table(store, "selections")) == 6
@@ -88,7 +89,7 @@ def test_the_model_rows_follow_the_masters(store: ServingStore) -> None:
 
 
 def test_a_commit_that_fails_before_its_end_leaves_nothing(
-    store: ServingStore, monkeypatch: pytest.MonkeyPatch
+    store: ServingWriter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store.commit(group((1, 0), [("M1", 1)]))
     before = store.status()
@@ -97,7 +98,7 @@ def test_a_commit_that_fails_before_its_end_leaves_nothing(
         assert name == "live.store_commit"
         raise RuntimeError("injected before COMMIT")
 
-    monkeypatch.setattr(store_module, "crash_point", fail)
+    monkeypatch.setattr(writer_module, "crash_point", fail)
     with pytest.raises(RuntimeError, match="injected"):
         store.commit(group((1, 2), [("M1", 2), ("M2", 1)], dead=["bad"]))
     monkeypatch.undo()
@@ -109,15 +110,15 @@ def test_a_commit_that_fails_before_its_end_leaves_nothing(
     assert store.master("M1") == StoredMaster(2, document("M1", 2))
 
 
-def test_a_kill_inside_the_commit_leaves_nothing(store: ServingStore, store_url: str) -> None:
+def test_a_kill_inside_the_commit_leaves_nothing(store: ServingWriter, store_url: str) -> None:
     """SIGKILL at the crash point between the writes and COMMIT, in a writer process."""
     store.commit(group((1, 0), [("M1", 1)]))
     before = store.status()
     script = textwrap.dedent(
         f"""
-        from sis_platform.serving import open_store
+        from sis_platform.serving import open_writer
         from tests.serving.groups import group
-        store = open_store({store_url!r})
+        store = open_writer({store_url!r})
         store.commit(group((1, 2), [("M1", 2), ("M2", 1)], dead=["bad"]))
         """
     )
@@ -132,7 +133,7 @@ def test_a_kill_inside_the_commit_leaves_nothing(store: ServingStore, store_url:
     assert [c.master_id for c in store.changes(after_seq=before.last_seq)] == ["M1", "M2"]
 
 
-def _assert_only_the_first_group(store: ServingStore, before: object) -> None:
+def _assert_only_the_first_group(store: ServingWriter, before: object) -> None:
     assert store.status() == before
     assert store.position() == LogPosition(1, 0)
     assert store.master("M1") == StoredMaster(1, document("M1", 1))
@@ -143,7 +144,7 @@ def _assert_only_the_first_group(store: ServingStore, before: object) -> None:
     assert [r[:2] for r in table(store, "events")] == [("M1", 1)]
 
 
-def test_the_position_must_advance(store: ServingStore) -> None:
+def test_the_position_must_advance(store: ServingWriter) -> None:
     store.commit(group((2, 5), [("M1", 1)]))
     for position in ((2, 5), (2, 4), (1, 9)):
         with pytest.raises(PositionConflict, match="not after the stored"):
@@ -155,16 +156,16 @@ def test_the_position_must_advance(store: ServingStore) -> None:
 
 
 def test_two_writers_the_second_is_refused(
-    open_stores: Callable[[], ServingStore],
+    open_writers: Callable[[], ServingWriter],
 ) -> None:
-    first, second = open_stores(), open_stores()
+    first, second = open_writers(), open_writers()
     first.commit(group((1, 0), [("M1", 1)]))
     with pytest.raises(PositionConflict):
         second.commit(group((1, 0), [("M1", 1)]))
     assert len(second.changes()) == 1
 
 
-def test_the_writer_reads_its_state_back(store: ServingStore) -> None:
+def test_the_writer_reads_its_state_back(store: ServingWriter) -> None:
     store.commit(group((1, 1), [("M1", 1), ("M2", 1)]))
     state = store.masters_state(["M1", "M2", "M9", "M1"])
     assert sorted(state) == ["M1", "M2"]
@@ -179,7 +180,7 @@ def test_the_writer_reads_its_state_back(store: ServingStore) -> None:
 
 
 def test_a_part_committed_ahead_shows_its_masters_and_waits_for_the_position(
-    store: ServingStore,
+    store: ServingWriter,
 ) -> None:
     store.commit(group((1, 0), [("M1", 1)]))
     ahead = dataclasses.replace(group((1, 4), [("M2", 1)], first_msg_seq=2), ahead=("M2", "M3"))
@@ -198,25 +199,25 @@ def test_a_part_committed_ahead_shows_its_masters_and_waits_for_the_position(
     assert store.seen(["msg-M1-1", "msg-M2-1"]) == {"msg-M1-1", "msg-M2-1"}
 
 
-def test_a_version_1_store_is_upgraded_in_place(store: ServingStore, store_url: str) -> None:
+def test_a_version_1_store_is_upgraded_in_place(store: ServingWriter, store_url: str) -> None:
     store.commit(group((1, 0), [("M1", 1)]))
 
     def downgrade(conn):
-        with store._transaction(conn, write=True):
+        with store._backend.transaction(conn, write=True):
             conn.execute("DROP TABLE ahead")
             conn.execute("UPDATE position SET schema_version = 1")
 
-    store._run(downgrade)
+    store._backend.run(downgrade)
     store.close()
-    with open_store(store_url) as upgraded:
+    with open_writer(store_url) as upgraded:
         assert upgraded.ahead() == {} and upgraded.master("M1") is not None
-        version = upgraded._run(
+        version = upgraded._backend.run(
             lambda conn: conn.execute("SELECT schema_version FROM position").fetchone()
         )
         assert tuple(version) == (SCHEMA_VERSION,)
 
 
-def test_changes_are_paged_in_order(store: ServingStore) -> None:
+def test_changes_are_paged_in_order(store: ServingWriter) -> None:
     for n in range(1, 6):
         store.commit(group((1, n), [(f"M{n}", 1)]))
     assert [c.seq for c in store.changes(after_seq=0, limit=2)] == [1, 2]
@@ -227,7 +228,7 @@ def test_changes_are_paged_in_order(store: ServingStore) -> None:
         store.changes(limit=0)
 
 
-def test_versions_at_a_batch_end(store: ServingStore) -> None:
+def test_versions_at_a_batch_end(store: ServingWriter) -> None:
     store.commit(group((1, 1), [("M1", 1), ("M2", 1)]))
     store.commit(group((2, 0), [("M1", 2)]))
     store.commit(group((3, 1), [("M1", 3), ("M3", 1)]))
@@ -243,7 +244,7 @@ def test_versions_at_a_batch_end(store: ServingStore) -> None:
     assert store.versions_at(9) == store.versions_at(3)
 
 
-def test_heartbeat(store: ServingStore) -> None:
+def test_heartbeat(store: ServingWriter) -> None:
     store.heartbeat()
     first = store.status().heartbeat_at
     assert first is not None
@@ -253,21 +254,21 @@ def test_heartbeat(store: ServingStore) -> None:
     assert store.position() == LogPosition(0, -1)
 
 
-def test_wait_for_changes_returns_at_once_when_already_past(store: ServingStore) -> None:
+def test_wait_for_changes_returns_at_once_when_already_past(store: ServingWriter) -> None:
     store.commit(group((1, 0), [("M1", 1)]))
     assert store.wait_for_changes(0, NEVER) == 1
 
 
-def test_wait_for_changes_returns_the_last_seq_at_the_timeout(store: ServingStore) -> None:
+def test_wait_for_changes_returns_the_last_seq_at_the_timeout(store: ServingWriter) -> None:
     assert store.wait_for_changes(0, 0.05) == 0
     store.commit(group((1, 0), [("M1", 1)]))
     assert store.wait_for_changes(1, 0.05) == 1
 
 
 def test_wait_for_changes_wakes_on_a_commit_from_another_connection(
-    open_stores: Callable[[], ServingStore],
+    open_readers: Callable[[], ServingReader], store: ServingWriter
 ) -> None:
-    reader, writer = open_stores(), open_stores()
+    reader, writer = open_readers(), store
     looked = _signal_first_look(reader)
     result: list[int] = []
     thread = threading.Thread(target=lambda: result.append(reader.wait_for_changes(0, NEVER)))
@@ -280,7 +281,7 @@ def test_wait_for_changes_wakes_on_a_commit_from_another_connection(
 
 
 def test_wait_for_changes_wakes_on_a_commit_from_another_process(
-    store: ServingStore, store_url: str
+    store: ServingWriter, store_url: str
 ) -> None:
     looked = _signal_first_look(store)
     result: list[int] = []
@@ -289,9 +290,9 @@ def test_wait_for_changes_wakes_on_a_commit_from_another_process(
     assert looked.wait(JOIN_SECONDS)
     script = textwrap.dedent(
         f"""
-        from sis_platform.serving import open_store
+        from sis_platform.serving import open_writer
         from tests.serving.groups import group
-        with open_store({store_url!r}) as store:
+        with open_writer({store_url!r}) as store:
             store.commit(group((1, 1), [("M1", 1), ("M2", 1)]))
         """
     )
@@ -300,7 +301,7 @@ def test_wait_for_changes_wakes_on_a_commit_from_another_process(
     assert not thread.is_alive() and result == [2]
 
 
-def _signal_first_look(store: ServingStore) -> threading.Event:
+def _signal_first_look(store: ServingReader) -> threading.Event:
     """An event set once `store`'s waiter has read the last seq for the first time (its wake-up
     is armed by then)."""
     looked = threading.Event()
@@ -315,7 +316,7 @@ def _signal_first_look(store: ServingStore) -> threading.Event:
     return looked
 
 
-def test_a_naive_put_time_is_taken_as_utc(store: ServingStore) -> None:
+def test_a_naive_put_time_is_taken_as_utc(store: ServingWriter) -> None:
     commit = group((1, 0), [("M1", 1)])
     naive = PUT_TIME.replace(tzinfo=None)
     change = dataclasses.replace(commit.changes[0], put_time=naive)
@@ -323,14 +324,14 @@ def test_a_naive_put_time_is_taken_as_utc(store: ServingStore) -> None:
     assert store.changes()[0].put_time == PUT_TIME
 
 
-def test_message_at_names_the_message_applied_at_a_log_position(store: ServingStore):
+def test_message_at_names_the_message_applied_at_a_log_position(store: ServingWriter):
     store.commit(group((1, 2), [("M1", 1), ("M2", 1)], dead=["bad-1"]))
     assert store.message_at(LogPosition(1, 1)) == "msg-M2-1"
     assert store.message_at(LogPosition(1, 2)) == "bad-1"
     assert store.message_at(LogPosition(1, 3)) is None
 
 
-def test_a_halt_is_recorded_read_back_and_cleared(store: ServingStore):
+def test_a_halt_is_recorded_read_back_and_cleared(store: ServingWriter):
     assert store.status().halt is None
     store.halt("store-beyond-landing", "first")
     store.halt("store-beyond-landing", "again")
