@@ -45,15 +45,16 @@ def shown_url(url: str) -> str:
         has_password = parts.password is not None
     except ValueError:
         return "(a malformed URL)"
+    params = parse_qsl(parts.query, keep_blank_values=True)
+    if not has_password and all(k != "password" for k, _ in params):
+        # As given: urlunsplit would drop the empty host of sqlite:///path (sqlite:/path).
+        return url
     if has_password:
         login, _, host = parts.netloc.rpartition("@")
         parts = parts._replace(netloc=f"{login.partition(':')[0]}:***@{host}")
-    if parts.query:
-        params = [
-            (k, "***" if k == "password" else v)
-            for k, v in parse_qsl(parts.query, keep_blank_values=True)
-        ]
-        parts = parts._replace(query=urlencode(params, quote_via=quote, safe="/*"))
+    if params:
+        masked = [(k, "***" if k == "password" else v) for k, v in params]
+        parts = parts._replace(query=urlencode(masked, quote_via=quote, safe="/*"))
     return urlunsplit(parts)
 
 

@@ -101,6 +101,11 @@ def test_urls_that_name_no_store(url: str, opener: Callable[[str], object]) -> N
         opener(url)
 
 
+def test_shown_url_keeps_a_url_without_a_password_as_given() -> None:
+    for url in ("sqlite:////srv/sis/serving.db", "sqlite:///data/serving.db"):
+        assert shown_url(url) == url
+
+
 def test_shown_url_masks_a_password() -> None:
     assert shown_url("postgresql://om:secret@db/x") == "postgresql://om:***@db/x"
     assert shown_url("postgresql://om@db/x") == "postgresql://om@db/x"
