@@ -32,6 +32,7 @@ from sis_platform.serving.records import (
     ServingUnavailable,
     StoredMaster,
     StoreHalt,
+    StoreNotReady,
     StoreStatus,
 )
 from sis_platform.serving.writer import CRASH_POINT, ServingWriter, open_writer
@@ -56,6 +57,7 @@ __all__ = [
     "ServingUnavailable",
     "ServingWriter",
     "StoreHalt",
+    "StoreNotReady",
     "StoreStatus",
     "StoredMaster",
     "open_reader",

@@ -4,8 +4,10 @@
 (`sqlite.py`, `postgres.py`) supplies the connection, its transactions, how a list of ids is
 bound, how an error is told apart as an outage, how waiting readers are woken and what happens
 around a commit. SQL is written with `?` placeholders and rewritten once per statement for a
-`%s` driver. Opening a store creates its schema if missing and upgrades an older one
-(`settle_schema`). What is read and written through it: `reader.py` and `writer.py`.
+`%s` driver. Opening a store for writing creates its schema if missing and upgrades an older
+one; a read-only backend (a reader's: the database refuses its writes) creates nothing and
+refuses a store it cannot read yet with `StoreNotReady` (`prepare`). What is read and written
+through it: `reader.py` and `writer.py`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from decimal import Decimal
 from typing import Any, TypeVar
 
 from sis_platform.serving import rows as R
-from sis_platform.serving.records import ServingUnavailable
+from sis_platform.serving.records import ServingUnavailable, StoreNotReady
 from sis_platform.serving.schema import (
     SCHEMA_VERSION,
     UPGRADES,
@@ -43,13 +45,15 @@ def as_utc(value: datetime | None) -> datetime | None:
 
 
 class StoreBackend(ABC):
-    """The connection to a serving store at `shown` (its URL, password-free)."""
+    """The connection to a serving store at `shown` (its URL, password-free); `read_only`: a
+    connection the database itself keeps from writing (a reader's)."""
 
     dialect: str = ""
     placeholder: str = "?"
 
-    def __init__(self, shown: str) -> None:
+    def __init__(self, shown: str, *, read_only: bool) -> None:
         self.shown = shown
+        self.read_only = read_only
         self._lock = threading.RLock()
         self._sql_cache: dict[str, str] = {}
         self.converters = R.Converters(self.timestamp_in, self.decimal_in)
@@ -67,6 +71,10 @@ class StoreBackend(ABC):
     @abstractmethod
     def is_outage(self, exc: BaseException) -> bool:
         """Whether `exc` means the store is unreachable or unwritable for now."""
+
+    @abstractmethod
+    def schema_version(self, conn: Any) -> int | None:
+        """The stored schema version; None if the store has no tables yet."""
 
     @abstractmethod
     def transaction(self, conn: Any, *, write: bool) -> AbstractContextManager[Any]:
@@ -178,6 +186,41 @@ class StoreBackend(ABC):
             "dead_letters_pruned_seq) VALUES (1, 0, 0, 0, 0) ON CONFLICT (id) DO NOTHING"
         )
 
+    def prepare(self, conn: Any) -> None:
+        """On opening: a writer creates the schema if missing and upgrades an older one; a
+        reader, which can do neither, refuses such a store (`StoreNotReady`). Either refuses a
+        version this code cannot read."""
+        version = self.schema_version(conn)
+        if self.read_only:
+            self.check_readable(version)
+            return
+        if version is None:
+            with self.transaction(conn, write=True):
+                self.lock_schema(conn)
+                self.create_schema(conn)
+            version = self.schema_version(conn)
+            assert version is not None  # created with the schema
+        self.settle_schema(conn, version)
+
+    def check_readable(self, version: int | None) -> None:
+        """Refuse a store a reader cannot read as it is: none yet or older (`StoreNotReady`:
+        the writer creates and upgrades it), or newer than this code."""
+        if version is None:
+            raise self.not_created()
+        if version in UPGRADES:
+            raise StoreNotReady(
+                f"serving store {self.shown} has schema version {version}; this code reads "
+                f"version {SCHEMA_VERSION}: sis-live upgrades it when it opens the store "
+                "(open_writer), a reader cannot"
+            )
+        self.refuse_other_version(version)
+
+    def not_created(self) -> StoreNotReady:
+        return StoreNotReady(
+            f"no serving store at {self.shown}: sis-live creates it when it first opens the "
+            "store (open_writer); a reader cannot"
+        )
+
     def settle_schema(self, conn: Any, version: int) -> None:
         """Bring a store of an older version this code can upgrade up to date (its missing
         tables created; the position row is kept), or refuse one of another version."""
@@ -190,6 +233,10 @@ class StoreBackend(ABC):
                     (SCHEMA_VERSION,),
                 )
             return
+        self.refuse_other_version(version)
+
+    def refuse_other_version(self, version: int) -> None:
+        """Refuse a store of a version this code neither reads nor upgrades (a newer one)."""
         if version != SCHEMA_VERSION:
             raise RuntimeError(
                 f"serving store {self.shown} has schema version {version}; this code reads "

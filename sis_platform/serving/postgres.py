@@ -6,6 +6,12 @@ position row (`FOR UPDATE`), so a second writer waits and is then refused. The c
 connection of its own. The password comes from SIS_SERVING_PASSWORD, read at each connect,
 never from the URL. A lost or refused connection, an administrator shutdown or a full disk
 raises `ServingUnavailable`; the next call connects again.
+
+A reader's connections (its queries' and its LISTEN's) are read-only sessions (`SET SESSION
+CHARACTERISTICS AS TRANSACTION READ ONLY` at connect): every transaction on them is read-only,
+so PostgreSQL refuses a write with its own error (SQLSTATE 25006). That guards against a bug,
+not against a process that changes the session back: Opportunity Management's role should hold
+SELECT only (docs/serving.md).
 """
 
 from __future__ import annotations
@@ -42,18 +48,18 @@ class PostgresBackend(StoreBackend):
     dialect = "postgresql"
     placeholder = "%s"
 
-    def __init__(self, location: PostgresLocation) -> None:
-        super().__init__(location.shown)
+    def __init__(self, location: PostgresLocation, *, read_only: bool = False) -> None:
+        super().__init__(location.shown, read_only=read_only)
         self.location = location
         self._conn: psycopg.Connection[Any] | None = None
         self._listener: psycopg.Connection[Any] | None = None
         self._listen_lock = threading.Lock()
-        self.run(self._prepare)
+        self.run(self.prepare)
 
     def _connect(self) -> psycopg.Connection[Any]:
         password = secret(PASSWORD_VARIABLE)
         extra: dict[str, Any] = {"password": password} if password else {}
-        return psycopg.connect(
+        conn = psycopg.connect(
             self.location.url,
             autocommit=True,
             connect_timeout=CONNECT_TIMEOUT_SECONDS,
@@ -61,19 +67,24 @@ class PostgresBackend(StoreBackend):
             **_KEEPALIVES,
             **extra,
         )
-
-    def _prepare(self, conn: psycopg.Connection[Any]) -> None:
-        """The schema, created if missing; refused if of another version."""
-        row = conn.execute("SELECT to_regclass('position')").fetchone()
-        if row is None or row[0] is None:
-            with conn.transaction():
-                self.lock_schema(conn)
-                self.create_schema(conn)
-        found = conn.execute("SELECT schema_version FROM position WHERE id = 1").fetchone()
-        assert found is not None  # created with the schema
-        self.settle_schema(conn, int(found[0]))
+        if self.read_only:
+            # A statement rather than `options=-c default_transaction_read_only=on`, which
+            # would replace any `options` the URL gives.
+            try:
+                conn.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+            except BaseException:
+                conn.close()
+                raise
+        return conn
 
     # -- the backend's part --------------------------------------------------------------------
+
+    def schema_version(self, conn: psycopg.Connection[Any]) -> int | None:
+        row = conn.execute("SELECT to_regclass('position')").fetchone()
+        if row is None or row[0] is None:
+            return None
+        found = conn.execute("SELECT schema_version FROM position WHERE id = 1").fetchone()
+        return None if found is None else int(found[0])
 
     def connection(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed or self._conn.broken:

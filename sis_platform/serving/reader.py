@@ -3,9 +3,10 @@
 `ServingReader` answers from committed state only, in any process, beside the one writer
 (`writer.py`): the current masters, the change log and the versions at a batch, the dead
 letters, the store's status and position, the lake's recorded progress and how far history is
-pruned, and a wait for the next changes. It has no method that writes (tests/serving pin that);
-`open_reader(url)` opens one. A read of pruned history raises `ChangesPruned` or
-`DeadLettersPruned` rather than answering short (docs/serving.md).
+pruned, and a wait for the next changes. It has no method that writes (tests/serving pin that),
+and `open_reader(url)` opens it on a read-only connection: the database refuses a write through
+it (sqlite.py, postgres.py), and it creates no store (a writer does). A read of pruned history
+raises `ChangesPruned` or `DeadLettersPruned` rather than answering short (docs/serving.md).
 """
 
 from __future__ import annotations
@@ -52,11 +53,13 @@ _VERSIONS_AT = (
 def open_reader(
     url: str | None = None, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT_SECONDS
 ) -> ServingReader:
-    """A reader of the serving store at `url` (None: the configured SIS_SERVING_URL), its
-    schema created if missing. ValueError (naming the URL, password-free) for a URL that names
-    no store; ServingUnavailable if it cannot be reached. `busy_timeout`: how long SQLite waits
-    for a lock before ServingUnavailable."""
-    return ServingReader(open_backend(url, busy_timeout))
+    """A reader of the serving store at `url` (None: the configured SIS_SERVING_URL), on a
+    connection the database keeps from writing. The store must exist: `StoreNotReady` (a
+    ServingUnavailable) while it has no database, no tables or an older schema, which the
+    writer (sis-live) creates and upgrades. ValueError (naming the URL, password-free) for a
+    URL that names no store; ServingUnavailable if it cannot be reached. `busy_timeout`: how
+    long SQLite waits for a lock before ServingUnavailable."""
+    return ServingReader(open_backend(url, busy_timeout, read_only=True))
 
 
 class ServingReader:

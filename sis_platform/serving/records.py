@@ -21,6 +21,12 @@ class ServingUnavailable(Exception):
     locked past its busy timeout, disk full): retry later; nothing of the call was committed."""
 
 
+class StoreNotReady(ServingUnavailable):
+    """A reader met no store it can read: no database, no tables, or tables of an older schema
+    version. A reader cannot create or upgrade them (its connection is read-only): the writer
+    does, when sis-live opens the store; until then the store is unavailable to readers."""
+
+
 class PositionConflict(RuntimeError):
     """A commit whose position is not after the stored one: a bug in the caller or a second
     writer. Nothing of the group was committed."""

@@ -12,6 +12,14 @@ docs/serving.md, "What a reader can rely on"). The folder is created 0700 and th
 (SQLite gives its -wal and -shm files the database's mode). A writer that meets the lock past
 the busy timeout, a full disk or an I/O error raises `ServingUnavailable`.
 
+A reader's connection is read-only (`mode=ro`): SQLite refuses any write through it
+(SQLITE_READONLY), and the reader creates no file or folder of the store's. It needs the WAL's
+`-shm` and `-wal` files beside the database: SQLite opens them read-write (the index is shared
+memory every connection updates) and creates them, with the database's mode, when the last
+writer has closed and removed them; so a reader needs write access to the folder, which the
+owner of the 0700 folder has. What the reader leaves there on closing is the writer's to
+checkpoint and remove.
+
 Waiting readers are woken by a doorbell (`sis_platform.runtime.doorbell`) beside the database
 (`<file>.doorbell/`): the writer rings it after each commit, and nudges a checkpoint thread
 (`sis_platform.runtime.walcheckpoint`), so the log is copied into the database off the commit path.
@@ -65,38 +73,44 @@ class SqliteBackend(StoreBackend):
     dialect = "sqlite"
 
     def __init__(
-        self, path: Path, busy_timeout: float = DEFAULT_BUSY_TIMEOUT_SECONDS, shown: str = ""
+        self,
+        path: Path,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT_SECONDS,
+        shown: str = "",
+        *,
+        read_only: bool = False,
     ) -> None:
-        super().__init__(shown or f"sqlite:///{path}")
+        super().__init__(shown or f"sqlite:///{path}", read_only=read_only)
         self.path = path.absolute()
         self.busy_timeout = busy_timeout
         self.doorbell = doorbell_folder(self.path)
         self._conn: sqlite3.Connection | None = None
         # Started at the first commit (a reader never commits): checkpoints off the commit path.
         self._checkpointer: WalCheckpointer | None = None
-        make_private_folder(self.path.parent)
-        _private_file(self.path)
-        Doorbell(self.doorbell)
-        self.run(self._prepare)
-
-    def _prepare(self, conn: sqlite3.Connection) -> None:
-        """The schema, created if missing; refused if of another version."""
-        if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'position'").fetchone():
-            with self.transaction(conn, write=True):
-                self.create_schema(conn)
-        row = conn.execute("SELECT schema_version FROM position WHERE id = 1").fetchone()
-        self.settle_schema(conn, int(row[0]))
+        if read_only:
+            # SQLite's own error for a missing file is "unable to open database file".
+            if not self.path.is_file():
+                raise self.not_created()
+        else:
+            make_private_folder(self.path.parent)
+            _private_file(self.path)
+            Doorbell(self.doorbell)
+        self.run(self.prepare)
 
     # -- the backend's part --------------------------------------------------------------------
 
+    def schema_version(self, conn: sqlite3.Connection) -> int | None:
+        if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'position'").fetchone():
+            return None
+        row = conn.execute("SELECT schema_version FROM position WHERE id = 1").fetchone()
+        return None if row is None else int(row[0])
+
     def connection(self) -> sqlite3.Connection:
         if self._conn is None:
-            conn = sqlite3.connect(
-                self.path,
-                timeout=self.busy_timeout,
-                isolation_level=None,  # transactions are explicit (BEGIN IMMEDIATE to write)
-                check_same_thread=False,  # calls are serialised by the store's lock
-            )
+            if self.read_only:
+                self._conn = self._connect(f"{self.path.as_uri()}?mode=ro", uri=True)
+                return self._conn
+            conn = self._connect(str(self.path), uri=False)
             try:
                 if conn.execute("PRAGMA page_count").fetchone()[0] == 0:
                     # A new store, before WAL mode writes its header: freed pages are given
@@ -111,6 +125,15 @@ class SqliteBackend(StoreBackend):
                 raise
             self._conn = conn
         return self._conn
+
+    def _connect(self, database: str, *, uri: bool) -> sqlite3.Connection:
+        return sqlite3.connect(
+            database,
+            timeout=self.busy_timeout,
+            isolation_level=None,  # transactions are explicit (BEGIN IMMEDIATE to write)
+            check_same_thread=False,  # calls are serialised by the store's lock
+            uri=uri,
+        )
 
     def drop_connection(self) -> None:
         if self._conn is not None:

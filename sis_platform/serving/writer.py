@@ -67,7 +67,7 @@ def open_writer(
     schema created if missing. ValueError (naming the URL, password-free) for a URL that names
     no store; ServingUnavailable if it cannot be reached. `busy_timeout`: how long a SQLite
     writer waits for the lock before ServingUnavailable."""
-    return ServingWriter(open_backend(url, busy_timeout))
+    return ServingWriter(open_backend(url, busy_timeout, read_only=False))
 
 
 class ServingWriter(ServingReader):
