@@ -41,7 +41,7 @@ from sis_platform.log.landing import Catalog, LogPosition, batch_key
 from sis_platform.resources.platform import DeltaLakeResource, LandingZoneResource
 from sis_platform.resources.serving import ServingStoreResource, store_kind
 from sis_platform.runtime.logs import concerning
-from sis_platform.serving import StoreStatus
+from sis_platform.serving import StoreNotReady, StoreStatus
 
 SERVING_STORE = "serving_store"
 SERVING_STORE_KEY = dg.AssetKey(SERVING_STORE)
@@ -330,19 +330,31 @@ def freshness_evaluation(fresh: Freshness, metadata: Mapping[str, Any]) -> dg.As
     name=LIVE_STORE_FRESH,
     description="The live path keeps up: fails (WARN) when messages landed more than "
     "SIS_LIVE_MAX_LAG_SECONDS ago are not in the serving store yet, or (ERROR) when messages "
-    "wait and the store has had no commit or heartbeat for that long. Reported without a run "
+    "wait and the store has had no commit or heartbeat for that long, or sis-live has not "
+    "created (or upgraded) the store. Reported without a run "
     "by serving_store_reporter when its result changes; executed from the UI it sees a stall "
     "only.",
 )
 def live_store_fresh(
     landing: LandingZoneResource, serving: ServingStoreResource
 ) -> dg.AssetCheckResult:
-    store = serving.open_reader()
+    landed = landing.catalog().last_position()
+    try:
+        store = serving.open_reader()
+    except StoreNotReady as error:
+        # No store sis-live has created (or upgraded) yet: a failed check, as the reporter
+        # shows it, rather than a failed step.
+        unready = store_unavailable(error)
+        return dg.AssetCheckResult(
+            passed=unready.passed,
+            severity=unready.severity,
+            description=unready.description,
+            metadata={"landed_position": position_text(landed)},
+        )
     try:
         status = store.status()
     finally:
         store.close()
-    landed = landing.catalog().last_position()
     fresh = assess_freshness(status, landed, datetime.now(UTC), serving.max_lag_seconds)
     return dg.AssetCheckResult(
         passed=fresh.passed,

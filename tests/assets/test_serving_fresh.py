@@ -40,6 +40,14 @@ def test_fails_as_an_error_while_landed_messages_wait_for_a_store_that_never_com
     writer = GroupWriter(resources["landing"].zone().writer)
     landed = writer.land([received(b"<m/>"), received(b"<m/>")])
 
+    # sis-live has not even created its store.
+    missing = _execute(env)
+    assert not missing.passed
+    assert missing.severity is dg.AssetCheckSeverity.ERROR
+    assert "no serving store at" in (missing.description or "")
+    assert not (tmp_path / "serving" / "serving.db").exists()  # the check made none
+
+    open_writer(resources["serving"].url).close()
     stalled = _execute(env)
     assert not stalled.passed
     assert stalled.severity is dg.AssetCheckSeverity.ERROR

@@ -28,6 +28,7 @@ import pytest
 
 from sis_platform.assets.run_tags import run_batches
 from sis_platform.queues.embedded import EmbeddedQueue
+from sis_platform.serving import StoreNotReady
 from sis_platform.simulator.generator import generate_feed
 from tests.harness import Harness
 from tests.modes import INTAKES, assert_live_path, harness
@@ -128,7 +129,10 @@ def _wait_for(
 def _store_caught_up(h: Harness) -> bool:
     if h.intake != "live":
         return True
-    store = h.open_reader()
+    try:
+        store = h.open_reader()
+    except StoreNotReady:  # sis-live has not created it yet
+        return False
     try:
         return store.position() == h.zone.catalog.last_position()
     finally:

@@ -22,6 +22,7 @@ import pytest
 from sis_platform.assets.run_tags import run_batches
 from sis_platform.lake.tables import Table
 from sis_platform.sensors.batch_runs import FEED_PRIORITY
+from sis_platform.serving import StoreNotReady
 from sis_platform.simulator.generator import generate_feed
 from tests.e2e.sis_run import REPO, RunningPlatform, assert_sigterm_stops_everything
 from tests.e2e.sis_run import running_platform as start_platform
@@ -176,7 +177,10 @@ def every_batch_processed(h: Harness, instance: dg.DagsterInstance) -> bool:
         if r.dagster_run.status == dg.DagsterRunStatus.SUCCESS
         and (batches := run_batches(r.dagster_run.tags)) is not None
     ]
-    store = h.open_reader()
+    try:
+        store = h.open_reader()
+    except StoreNotReady:  # sis-live has not created it yet
+        return False
     try:
         caught_up = store.position() == h.zone.catalog.last_position()
     finally:

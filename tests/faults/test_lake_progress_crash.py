@@ -12,7 +12,7 @@ import pytest
 from sis_platform.log.landing import ClosedBy, GroupWriter
 from sis_platform.resources import config
 from sis_platform.runtime.faults import LAKE_PROGRESS_POINTS
-from sis_platform.serving import open_reader
+from sis_platform.serving import open_reader, open_writer
 from tests.domain.sportsdata_fixtures import ASCOT_1430, GO_SOFT, event, master, update
 from tests.faults.driver import instance, platform_env
 from tests.faults.processes import SIGKILLED, drive
@@ -37,6 +37,8 @@ def test_a_fold_killed_before_recording_its_progress_has_it_recorded_by_the_next
     writer.land([received(update("NOPE-1", GO_SOFT))])
     writer.seal(ClosedBy.MESSAGES)
     instance(tmp_path / "dagster").add_dynamic_partitions("batches", [B1])
+    # sis-live's store, which live intake runs beside (its readers below cannot create it).
+    open_writer(settings.serving.url).close()
 
     (point,) = LAKE_PROGRESS_POINTS
     assert drive(tmp_path, "run", B1, crash_at=point, extra_env=LIVE) == SIGKILLED

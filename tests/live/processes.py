@@ -1,13 +1,17 @@
 """Running the `sis-live` console script's code (python -m sis_platform.cli.live) in its own
-process over a test's data folder, with a clean SIS_* environment."""
+process over a test's data folder, with a clean SIS_* environment, and reading its store."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+from sis_platform.serving import ServingReader, StoreNotReady, open_reader
 
 REPO = Path(__file__).resolve().parents[2]
 SIGKILLED = -signal.SIGKILL
@@ -63,3 +67,22 @@ def finish(proc: subprocess.Popen[bytes], timeout: float, log: Path) -> int:
             f"sis-live did not exit within {timeout}s; log tail:\n"
             + log.read_text(errors="replace")[-4000:]
         ) from None
+
+
+def open_store_once_created(
+    url: str, proc: subprocess.Popen[bytes], timeout: float, log: Path
+) -> ServingReader:
+    """A reader of the serving store at `url` once the sis-live process `proc` has created it
+    (a reader cannot create it); the process must not exit meanwhile."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return open_reader(url)
+        except StoreNotReady:
+            tail = log.read_text(errors="replace")[-3000:]
+            assert proc.poll() is None, f"sis-live exited before creating its store:\n{tail}"
+            assert time.monotonic() < deadline, f"sis-live never created its store:\n{tail}"
+        # Waiting on the process (it must not exit): a store not yet created has no event to
+        # await.
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=0.1)

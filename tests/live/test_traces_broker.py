@@ -14,9 +14,8 @@ import pytest
 
 from sis_platform.live.traces import GROUP_SPAN
 from sis_platform.queues.factory import open_source
-from sis_platform.serving import open_reader
 from sis_platform.simulator.generator import generate_feed
-from tests.live.processes import finish, start_live
+from tests.live.processes import finish, open_store_once_created, start_live
 from tests.live.running import BOUND_SECONDS, Place
 from tests.otlp import otlp_receiver
 from tests.queues.broker import Broker, activemq
@@ -66,7 +65,7 @@ def test_the_spans_of_a_broker_fed_sis_live_name_the_broker_and_count_every_mess
 def _wait_for_messages(place: Place, live, log: Path, messages: int) -> None:
     """Until the serving store holds `messages` messages, on its doorbell (bounded)."""
     deadline = time.monotonic() + BOUND_SECONDS
-    store = open_reader(place.url)  # created here if sis-live has not yet: the same schema
+    store = open_store_once_created(place.url, live, BOUND_SECONDS, log)
     try:
         seen = store.last_seq()
         while store.status().messages < messages:

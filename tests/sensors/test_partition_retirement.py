@@ -66,6 +66,9 @@ class Site:
             _date(self.zone, key, age, now)
         self.instance = instance or dg.DagsterInstance.ephemeral()
         self.instance.add_dynamic_partitions("batches", self.keys)
+        if live:
+            # sis-live's store, where the gate is read (a reader cannot create it).
+            self.resources["serving"].open_writer().close()  # type: ignore[attr-defined]
         self.sensor = build_partition_retirement_sensor(30, live=live)
         self.cursor: str | None = None
         # The landed-batches sensor on the same instance, as the daemon ticks it.

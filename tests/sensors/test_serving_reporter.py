@@ -207,6 +207,7 @@ def test_the_cursor_round_trips(reporter):
     state = ReporterState.load(None)
     assert state == ReporterState()
     _land(GroupWriter(reporter.zone.writer), 1)
+    reporter.store().close()  # sis-live's store, created and not yet committed to
     reporter.tick(0)
     loaded = ReporterState.load(reporter.cursor)
     assert loaded.ticked_at == reporter.now
@@ -223,3 +224,13 @@ def test_an_unreachable_store_is_a_freshness_error_and_no_materialization(tmp_pa
     assert "the serving store is unavailable" in summary
     assert reporter.freshness() == [(False, "ERROR")]
     assert reporter.materializations() == []
+
+
+def test_a_store_sis_live_has_not_created_is_a_freshness_error_naming_it(reporter):
+    _land(GroupWriter(reporter.zone.writer), 1)
+    summary = reporter.tick(0)
+    assert "the serving store is unavailable: no serving store at " in summary
+    assert "sis-live creates it" in summary
+    assert reporter.freshness() == [(False, "ERROR")]
+    assert reporter.materializations() == []
+    assert not (Path(reporter.url.removeprefix("sqlite:///"))).exists()  # the sensor made none
