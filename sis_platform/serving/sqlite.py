@@ -13,7 +13,8 @@ docs/serving.md, "What a reader can rely on"). The folder is created 0700 and th
 the busy timeout, a full disk or an I/O error raises `ServingUnavailable`.
 
 A reader's connection is read-only (`mode=ro`): SQLite refuses any write through it
-(SQLITE_READONLY), and the reader creates no file or folder of the store's. It needs the WAL's
+(SQLITE_READONLY), and opening a reader creates neither the database nor its folder (a wait
+binds its socket in the doorbell the writer made). The connection needs the WAL's
 `-shm` and `-wal` files beside the database: SQLite opens them read-write (the index is shared
 memory every connection updates) and creates them, with the database's mode, when the last
 writer has closed and removed them; so a reader needs write access to the folder, which the
