@@ -45,6 +45,7 @@ from sis_platform.resources.serving import ServingStoreResource
 from sis_platform.runtime.faults import crash_point
 from sis_platform.sensors.batch_runs import IN_FLIGHT
 from sis_platform.sensors.live_check_sensor import lake_fold_position
+from sis_platform.serving import StoreNotReady
 
 RETIREMENT_SENSOR_NAME = "batch_partition_retirement_sensor"
 RETIRE_CHUNK = 500
@@ -82,7 +83,10 @@ def build_partition_retirement_sensor(
             serving: ServingStoreResource,
         ) -> dg.SensorResult:
             def gate() -> int | None:
-                store = serving.open_reader()
+                try:
+                    store = serving.open_reader()
+                except StoreNotReady:  # sis-live has not created its store yet: none checked
+                    return None
                 try:
                     return store.retention().checked_batch or None
                 finally:

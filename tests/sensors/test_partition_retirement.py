@@ -55,6 +55,7 @@ class Site:
         ages: list[float],
         *,
         live: bool = True,
+        store: bool = True,
         instance: dg.DagsterInstance | None = None,
     ) -> None:
         env = {"SIS_DATA_DIR": str(tmp_path)}
@@ -66,7 +67,7 @@ class Site:
             _date(self.zone, key, age, now)
         self.instance = instance or dg.DagsterInstance.ephemeral()
         self.instance.add_dynamic_partitions("batches", self.keys)
-        if live:
+        if live and store:
             # sis-live's store, where the gate is read (a reader cannot create it).
             self.resources["serving"].open_writer().close()  # type: ignore[attr-defined]
         self.sensor = build_partition_retirement_sensor(30, live=live)
@@ -128,6 +129,12 @@ def test_never_retires_a_batch_past_the_live_lake_gate(tmp_path):
     site.tick()
     assert site.registered() == site.keys[5:]  # batch 6 is the gate itself: never older
     assert site.cursor == "5"
+
+
+def test_before_sis_live_has_created_its_store_nothing_is_checked_and_nothing_retired(tmp_path):
+    site = Site(tmp_path, [100, 97, 0], store=False)
+    assert "gate: none" in _skipped(site.tick())
+    assert site.registered() == site.keys
 
 
 def test_in_sensor_intake_the_gate_is_the_lake_fold_position(tmp_path):
