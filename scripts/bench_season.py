@@ -1,0 +1,431 @@
+"""The season benchmark, lake part (issue 51): what a batch costs the lake on day 1, 30, 90 and
+365 of the feed at the default two-minute batches (720 a day), and what the lake holds then.
+
+    python scripts/bench_season.py [--days 1,30,90,365] [--base-batches 10] [--per-batch 50]
+        [--on-top 10] [--seed 1] [--out bench-out/season] [--keep]
+
+1. The base (real). The simulator's feed, `--base-batches` x `--per-batch` messages (20 minutes
+   of the feed, in batches of its average size), is put on the embedded queue and landed by the
+   queue sensor, one batch per tick; each batch is then folded by its own `process_batch` run
+   (raw_messages, the chain check, message_items, the fold step, the model), executed in this
+   process through Dagster (sis_platform.testing.inprocess) with one warm Spark driver: one
+   batch, one run, one fold step, as at the feed's real cadence.
+2. For each day D, the history the days before it leave, built in bulk. Every table of the lake
+   gets copies of the base's rows until it holds batches 1..720 x D - `--on-top`: copy k
+   of batch b is batch k x B + b, its fold step the same number, its message ids and master ids
+   suffixed `~k` (new messages of new races, as each hour of the feed brings); the last step's
+   `fold_steps` row is committed by the fold's own `commit_step`, recording the tables'
+   versions after the copies (recovery keeps them). The copies are appended in a few large
+   commits, then `OPTIMIZE`d: the file layout the fold's upkeep leaves (compacted, 128 MiB
+   bins), with raw_messages and message_items one folder per batch, as the lake keeps them.
+   The landing zone ends where the lake's history does, as expiry leaves it after a season:
+   every landed batch is folded, so the expiry record is moved to the last copied batch (its
+   anchor signed with the log key, its head the copied batch's last link) and the batches it
+   covers are removed by expiry's own removal. The `batches` partitions of the last
+   SIS_PARTITION_RETAIN_DAYS (30) days are registered in Dagster, as partition retirement
+   leaves them (their materialization events are not).
+3. On top of it, `--on-top` new batches of the same simulated feed (its next messages: new
+   message ids, new races) are landed and folded, one run per batch, each run timed, with the
+   time of each of its steps (Dagster's step stats).
+
+Prints, per day: the runs' wall p50 / max and each step's p50, the ratio of day D's run p50 to
+day 1's (issue 51's target: within 1.2x), and each table's rows, files, deletion vectors and log
+entries; writes results.json into `--out` (default bench-out/season, not committed).
+
+What it does not measure: sis-live over the season (scripts/bench_live.py; its stores are
+bounded by the serving store's pruning and landing expiry), a driver per run (the daemon's:
+scripts/bench_catchup.py and `bench.py --mode daemon` measure that fixed cost, which does not
+depend on the day), the Delta log's length (bulk copies are a few commits each; a year's log
+is kept at SIS_LAKE_RETAIN_HOURS of commits and checkpointed every 10), and Dagster's event log
+(bounded by run retention: tests/sensors/test_run_retention.py). Writes only under a temporary
+folder; starts one local Spark driver.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import bench_worker
+import dagster as dg
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from sis_platform.assets.partitions import BATCHES
+from sis_platform.lake.delta import Lake
+from sis_platform.lake.spark.fold.ledger import FoldStepResult, commit_step
+from sis_platform.lake.tables import (
+    BATCH_LOG,
+    CLASSIFY_FAILURES,
+    DEAD_LETTERS,
+    EVENTS,
+    FOLD_FAILURES,
+    FOLD_STEPS,
+    MARKETS,
+    MASTER_DOCUMENTS,
+    MASTER_VERSIONS,
+    MESSAGE_ITEMS,
+    MESSAGE_OUTCOMES,
+    MODEL_FAILURES,
+    MODEL_STEPS,
+    RAW_MESSAGES,
+    SELECTIONS,
+    Table,
+)
+from sis_platform.lake.upkeep import optimize, table_files
+from sis_platform.log.chain import Anchor
+from sis_platform.log.landing.expiry import _write_record
+from sis_platform.log.landing.rows import batch_key
+from sis_platform.settings import DEFAULT_PARTITION_RETAIN_DAYS
+from sis_platform.settings.environment import python_workers_use_this_interpreter
+from sis_platform.simulator.generator import generate_feed
+from sis_platform.testing.inprocess import InProcessPlatform
+
+REPO = Path(__file__).resolve().parents[1]
+BATCHES_PER_DAY = 720
+# Issue 51's target: day 365's lake run time per batch within 1.2x of day 1's.
+TARGET_RATIO = 1.2
+# Every table a season's lake holds, in the order they are copied; fold_steps last (its final
+# row is the commit point of the copied history).
+TABLES = (
+    RAW_MESSAGES,
+    MESSAGE_ITEMS,
+    BATCH_LOG,
+    CLASSIFY_FAILURES,
+    MASTER_VERSIONS,
+    MASTER_DOCUMENTS,
+    DEAD_LETTERS,
+    MESSAGE_OUTCOMES,
+    FOLD_FAILURES,
+    EVENTS,
+    MARKETS,
+    SELECTIONS,
+    MODEL_FAILURES,
+    MODEL_STEPS,
+    FOLD_STEPS,
+)
+# Columns numbered by batch or by step: a copy shifts them by its batches (one step a batch).
+SHIFTED = ("batch_seq", "first_batch_seq", "last_batch_seq", "fold_step", "model_step")
+# Columns naming a message or a master: a copy suffixes them (new messages, new races).
+SUFFIXED = ("message_id", "master_id")
+DIGEST = re.compile(r'"([0-9a-f]{64})"')
+
+
+# --- 1. the base --------------------------------------------------------------------------
+
+
+def land_and_fold(platform: InProcessPlatform, feed: Iterator[Any], messages: int) -> list[Run]:
+    """Put the feed's next `messages` on the queue, land them (a batch per sensor tick) and
+    fold each batch in a run of its own; each run's figures."""
+    with platform.resources["queue"].open().producer() as producer:
+        producer.put_many((m.body, m.message_id) for m in _take(feed, messages))
+    before = len(platform.requested_runs)
+    platform.drain()
+    runs = []
+    for keys in platform.requested_runs[before:]:
+        if len(keys) != 1:
+            raise RuntimeError(f"the sensor asked for a run of {len(keys)} batches")
+        start = time.perf_counter()
+        result = platform.run(keys[0])
+        wall = time.perf_counter() - start
+        stats = platform.instance.get_run_step_stats(result.run_id)
+        steps = {
+            s.step_key: round(s.end_time - s.start_time, 2)
+            for s in stats
+            if s.end_time is not None and s.start_time is not None
+        }
+        runs.append(Run(keys[0], round(wall, 2), steps))
+        print(f"  batch {keys[0]}: {wall:.1f} s", flush=True)
+    return runs
+
+
+def _take(feed: Iterator[Any], n: int) -> Iterator[Any]:
+    for _ in range(n):
+        yield next(feed)
+
+
+class Run(NamedTuple):
+    batch: str
+    wall_s: float
+    steps: dict[str, float]  # step key -> seconds
+
+
+# --- 2. a season's history in bulk -------------------------------------------------------------
+
+
+class Base(NamedTuple):
+    """The base's tables, pinned at the version its last run left."""
+
+    batches: int
+    versions: dict[str, int]
+
+
+def check_base(lake: Lake, batches: int) -> Base:
+    steps = lake.read(FOLD_STEPS).collect()
+    if sorted((r["fold_step"], r["first_batch_seq"], r["last_batch_seq"]) for r in steps) != [
+        (n, n, n) for n in range(1, batches + 1)
+    ]:
+        raise RuntimeError("the base was not folded one batch per step")
+    versions = {t.name: lake.version(t) for t in TABLES if lake.exists(t)}
+    return Base(batches, versions)
+
+
+def copies(lake: Lake, base: Base, table: Table, after: int, through: int) -> DataFrame:
+    """The rows copies of the base add to `table` for batches (and steps) after..through."""
+    rows = lake.read(table, version=base.versions[table.name])
+    first, last = after // base.batches, (through - 1) // base.batches
+    k = F.col("_copy")
+    shift = k * F.lit(base.batches)
+    out = rows.crossJoin(lake.spark.range(max(first, 1), last + 1).withColumnRenamed("id", "_copy"))
+    names = table.schema().fieldNames()
+    columns = []
+    for name in names:
+        col = F.col(name)
+        if name in SHIFTED:
+            col = col + shift
+        elif name == "batch_key":
+            col = F.lpad((col.cast("bigint") + shift).cast("string"), 10, "0")
+        elif name in SUFFIXED:
+            col = F.when(col.isNotNull(), F.concat(col, F.lit("~"), k.cast("string")))
+        elif name == "items_digest" and table is FOLD_STEPS:
+            col = F.format_string(
+                '{"%d": "%s"}',
+                F.col("last_batch_seq") + shift,
+                F.regexp_extract(col, DIGEST.pattern, 1),
+            )
+        columns.append(col.cast(table.schema()[name].dataType).alias(name))
+    order = next((c for c in ("batch_seq", "fold_step") if c in names), None)
+    copied = out.select(*columns)
+    if order is None:
+        return copied
+    return copied.where((F.col(order) > after) & (F.col(order) <= through))
+
+
+def build_history(lake: Lake, base: Base, after: int, through: int) -> dict[str, float]:
+    """Batches after..through copied into every table (module docstring, 2); seconds per
+    table, the compaction included."""
+    seconds: dict[str, float] = {}
+    for table in TABLES:
+        if table.name not in base.versions:
+            continue
+        start = time.perf_counter()
+        last_step = table is FOLD_STEPS
+        rows = copies(lake, base, table, after, through - 1 if last_step else through)
+        if table.partition_by:
+            rows = rows.repartition(*table.partition_by)
+        lake.append(table, rows)
+        if last_step:
+            _commit_last(lake, base, through)
+        if not table.partition_by:
+            optimize(lake, table)
+        seconds[table.name] = round(time.perf_counter() - start, 1)
+        print(f"    {table.name}: {seconds[table.name]:.1f} s", flush=True)
+    return seconds
+
+
+def _commit_last(lake: Lake, base: Base, through: int) -> None:
+    """The copied history's last step committed as the fold commits a step, so its row records
+    the tables' versions after the copies (the next step's recovery keeps them)."""
+    key = batch_key(through)
+    log = lake.read(BATCH_LOG).where(F.col("batch_key") == key).first()
+    source = (through - 1) % base.batches + 1
+    row = lake.read(FOLD_STEPS, version=base.versions[FOLD_STEPS.name])
+    step = row.where(F.col("fold_step") == source).first()
+    if log is None or step is None:
+        raise RuntimeError(f"batch {key} was not copied")
+    result = FoldStepResult(
+        fold_step=through,
+        first_batch_seq=through,
+        last_batch_seq=through,
+        messages=step["messages"],
+        applied=step["applied"],
+        duplicates=step["duplicates"],
+        filtered=step["filtered"],
+        dead_lettered=step["dead_lettered"],
+        masters_changed=step["masters_changed"],
+    )
+    commit_step(
+        lake,
+        result,
+        first_batch_seq=through,
+        digests={through: log["items_digest"]},
+        items_version=lake.version(MESSAGE_ITEMS),
+        log_version=lake.version(BATCH_LOG),
+        run_id=None,
+        committed_at=datetime.now(UTC),
+    )
+
+
+def expire_landing(platform: InProcessPlatform, lake: Lake, through: int) -> None:
+    """The landing zone as expiry leaves it once batches up to `through` are folded: the record
+    at batch `through` (signed, its head that batch's last link in raw_messages), every batch
+    it covers removed."""
+    zone = platform.zone.catalog
+    key = batch_key(through)
+    links = lake.read(RAW_MESSAGES).where(F.col("batch_key") == key)
+    last = links.orderBy(F.col("msg_seq").desc()).select("chain_link").first()
+    first = links.orderBy("msg_seq").select("prev_link").first()
+    count = links.count()
+    if last is None or first is None:
+        raise RuntimeError(f"batch {key} has no rows in raw_messages")
+    anchor = zone.signer.sign(Anchor(key, count, first["prev_link"], last["chain_link"]))
+    _write_record(zone, anchor)
+    # Expiry's removal probes down from the record's batch (the record moves a batch at a
+    # time); the record jumped over the copied batches, so the landed ones are removed as it
+    # removes them: file, then anchor, oldest first.
+    for landed in zone.anchors.keys():
+        if int(landed) <= through:
+            zone.batch_path(landed).unlink(missing_ok=True)
+            zone.anchors.path(landed).unlink()
+
+
+def register_partitions(instance: dg.DagsterInstance, after: int, through: int) -> None:
+    """The `batches` partitions partition retirement keeps (its window) among after..through."""
+    window = int(DEFAULT_PARTITION_RETAIN_DAYS * BATCHES_PER_DAY)
+    start = max(after + 1, through - window + 1)
+    keys = [batch_key(s) for s in range(start, through + 1)]
+    for i in range(0, len(keys), 10_000):
+        instance.add_dynamic_partitions(BATCHES, keys[i : i + 10_000])
+
+
+# --- 3. the figures ----------------------------------------------------------------------------
+
+
+def table_figures(lake: Lake) -> dict[str, dict[str, int | None]]:
+    figures = {}
+    for table in TABLES:
+        if not lake.exists(table):
+            continue
+        files = table_files(lake, table)
+        figures[table.name] = {
+            "rows": lake.read(table).count(),
+            "files": files.active_files,
+            "bytes": files.active_bytes,
+            "deletion_vectors": files.deletion_vector_files,
+            "log_entries": files.log_entries,
+        }
+    return figures
+
+
+def _median(values: list[float]) -> float:
+    return round(statistics.median(values), 2) if values else 0.0
+
+
+def day_figures(day: int, runs: list[Run], tables: dict[str, Any], build_s: float) -> dict:
+    step_keys = sorted({k for r in runs for k in r.steps})
+    return {
+        "day": day,
+        "batches": day * BATCHES_PER_DAY,
+        "history_build_s": round(build_s, 1),
+        "run_p50_s": _median([r.wall_s for r in runs]),
+        "run_max_s": max((r.wall_s for r in runs), default=0.0),
+        "step_p50_s": {k: _median([r.steps[k] for r in runs if k in r.steps]) for k in step_keys},
+        "runs": [r._asdict() for r in runs],
+        "tables": tables,
+    }
+
+
+def print_day(figures: dict, first: dict | None) -> None:
+    ratio = figures["run_p50_s"] / first["run_p50_s"] if first and first["run_p50_s"] else 1.0
+    print(
+        f"day {figures['day']}: {figures['batches']:,} batches; run p50 {figures['run_p50_s']} s"
+        f" (max {figures['run_max_s']} s), {ratio:.2f}x day {first['day'] if first else 1}"
+        f" (target {TARGET_RATIO}x)",
+        flush=True,
+    )
+    steps = ", ".join(f"{k} {v}" for k, v in figures["step_p50_s"].items())
+    print(f"  step p50 s: {steps}", flush=True)
+    print(f"  {'table':<20} {'rows':>12} {'files':>7} {'MB':>9} {'DVs':>5} {'log':>5}")
+    for name, t in figures["tables"].items():
+        print(
+            f"  {name:<20} {t['rows']:>12,} {t['files']:>7} {t['bytes'] / 1e6:>9.1f}"
+            f" {t['deletion_vectors'] if t['deletion_vectors'] is not None else '-':>5}"
+            f" {t['log_entries'] if t['log_entries'] is not None else '-':>5}",
+            flush=True,
+        )
+
+
+# --- command line ------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--days", default="1,30,90,365")
+    parser.add_argument("--base-batches", type=int, default=10, help="the real base: batches")
+    parser.add_argument("--per-batch", type=int, default=50, help="messages per batch")
+    parser.add_argument("--on-top", type=int, default=10, help="real batches folded per day")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=REPO / "bench-out" / "season")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    args = parser.parse_args(argv)
+    args.days = sorted({int(d) for d in args.days.split(",")})
+    if args.days[0] < 1 or args.base_batches < 1 or args.per_batch < 1 or args.on_top < 1:
+        parser.error("days, batches and messages must be positive")
+    if args.days[0] * BATCHES_PER_DAY - args.on_top < args.base_batches:
+        parser.error("the first day must hold the base and the batches on top")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix="sis-bench-season-"))  # 0700
+    try:
+        (root / "dagster").mkdir()
+        platform = InProcessPlatform(
+            root / "data",
+            {"SIS_BATCH_MAX_MESSAGES": str(args.per_batch)},
+            dg.DagsterInstance.local_temp(str(root / "dagster")),
+        )
+        # One warm driver for every run, tuned as the long-lived driver it is.
+        python_workers_use_this_interpreter()
+        bench_worker.start_long_lived_driver(platform)
+        spark = SparkSession.getActiveSession()
+        assert spark is not None
+        needed = (args.base_batches + args.on_top * len(args.days)) * args.per_batch
+        feed = generate_feed(seed=args.seed, messages=needed)
+        print(f"the base: {args.base_batches} batches in {root}", flush=True)
+        land_and_fold(platform, feed, args.base_batches * args.per_batch)
+        lake = platform.lake(spark)
+        base = check_base(lake, args.base_batches)
+        last = args.base_batches
+        results: list[dict] = []
+        for day in args.days:
+            history = day * BATCHES_PER_DAY - args.on_top
+            print(f"day {day}: copying batches {last + 1}..{history}", flush=True)
+            start = time.perf_counter()
+            build_history(lake, base, last, history)
+            expire_landing(platform, lake, history)
+            register_partitions(platform.instance, last, history)
+            build_s = time.perf_counter() - start
+            print(f"  history built in {build_s:.0f} s; {args.on_top} batches on top", flush=True)
+            runs = land_and_fold(platform, feed, args.on_top * args.per_batch)
+            last = history + args.on_top
+            figures = day_figures(day, runs, table_figures(lake), build_s)
+            results.append(figures)
+            print_day(figures, results[0])
+            (args.out / "results.json").write_text(json.dumps(results, indent=2))
+        print(f"results: {args.out / 'results.json'}", flush=True)
+        return 0
+    except KeyboardInterrupt:
+        print("stopped", file=sys.stderr)
+        return 130
+    finally:
+        if args.keep:
+            print(f"kept {root}", flush=True)
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
