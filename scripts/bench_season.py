@@ -66,23 +66,12 @@ from sis_platform.lake.delta import Lake
 from sis_platform.lake.spark.fold.ledger import FoldStepResult, commit_step
 from sis_platform.lake.tables import (
     BATCH_LOG,
-    CLASSIFY_FAILURES,
-    DEAD_LETTERS,
-    EVENTS,
-    FOLD_FAILURES,
     FOLD_STEPS,
-    MARKETS,
-    MASTER_DOCUMENTS,
-    MASTER_VERSIONS,
     MESSAGE_ITEMS,
-    MESSAGE_OUTCOMES,
-    MODEL_FAILURES,
-    MODEL_STEPS,
     RAW_MESSAGES,
-    SELECTIONS,
     Table,
 )
-from sis_platform.lake.upkeep import optimize, table_files
+from sis_platform.lake.upkeep import UPKEEP_TABLES, optimize, table_files
 from sis_platform.log.chain import Anchor
 from sis_platform.log.landing.expiry import _write_record
 from sis_platform.log.landing.rows import batch_key
@@ -95,23 +84,12 @@ REPO = Path(__file__).resolve().parents[1]
 BATCHES_PER_DAY = 720
 # Issue 51's target: day 365's lake run time per batch within 1.2x of day 1's.
 TARGET_RATIO = 1.2
-# Every table a season's lake holds, in the order they are copied; fold_steps last (its final
-# row is the commit point of the copied history).
+# Every table a season's lake holds: the two the upkeep leaves one folder per batch, then those
+# it compacts, fold_steps last (its final row is the commit point of the copied history).
 TABLES = (
     RAW_MESSAGES,
     MESSAGE_ITEMS,
-    BATCH_LOG,
-    CLASSIFY_FAILURES,
-    MASTER_VERSIONS,
-    MASTER_DOCUMENTS,
-    DEAD_LETTERS,
-    MESSAGE_OUTCOMES,
-    FOLD_FAILURES,
-    EVENTS,
-    MARKETS,
-    SELECTIONS,
-    MODEL_FAILURES,
-    MODEL_STEPS,
+    *(t for t in UPKEEP_TABLES if t is not FOLD_STEPS),
     FOLD_STEPS,
 )
 # Columns numbered by batch or by step: a copy shifts them by its batches (one step a batch).
@@ -239,8 +217,8 @@ def _commit_last(lake: Lake, base: Base, through: int) -> None:
     key = batch_key(through)
     log = lake.read(BATCH_LOG).where(F.col("batch_key") == key).first()
     source = (through - 1) % base.batches + 1
-    row = lake.read(FOLD_STEPS, version=base.versions[FOLD_STEPS.name])
-    step = row.where(F.col("fold_step") == source).first()
+    base_steps = lake.read(FOLD_STEPS, version=base.versions[FOLD_STEPS.name])
+    step = base_steps.where(F.col("fold_step") == source).first()
     if log is None or step is None:
         raise RuntimeError(f"batch {key} was not copied")
     result = FoldStepResult(

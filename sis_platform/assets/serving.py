@@ -339,31 +339,25 @@ def live_store_fresh(
     landing: LandingZoneResource, serving: ServingStoreResource
 ) -> dg.AssetCheckResult:
     landed = landing.catalog().last_position()
+    metadata = {"landed_position": position_text(landed)}
     try:
         store = serving.open_reader()
     except StoreNotReady as error:
         # No store sis-live has created (or upgraded) yet: a failed check, as the reporter
         # shows it, rather than a failed step.
-        unready = store_unavailable(error)
-        return dg.AssetCheckResult(
-            passed=unready.passed,
-            severity=unready.severity,
-            description=unready.description,
-            metadata={"landed_position": position_text(landed)},
-        )
-    try:
-        status = store.status()
-    finally:
-        store.close()
-    fresh = assess_freshness(status, landed, datetime.now(UTC), serving.max_lag_seconds)
+        fresh = store_unavailable(error)
+    else:
+        try:
+            status = store.status()
+        finally:
+            store.close()
+        fresh = assess_freshness(status, landed, datetime.now(UTC), serving.max_lag_seconds)
+        metadata["store_position"] = position_text(status.position)
     return dg.AssetCheckResult(
         passed=fresh.passed,
         severity=fresh.severity,
         description=fresh.description,
-        metadata={
-            "store_position": position_text(status.position),
-            "landed_position": position_text(landed),
-        },
+        metadata=metadata,
     )
 
 
