@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sis_platform.serving import LakeProgress, ServingWriter, open_writer
+from tests.serving.downgrade import downgrade
 from tests.serving.groups import table
 
 AT = datetime(2026, 3, 1, 12, 0, 0, 250000, tzinfo=UTC)
@@ -44,13 +45,7 @@ def test_each_record_replaces_the_one_row_and_another_connection_reads_it(
 def test_a_version_4_store_is_upgraded_with_no_lake_progress(
     store: ServingWriter, store_url: str
 ) -> None:
-    def downgrade(conn: Any) -> None:
-        with store._backend.transaction(conn, write=True):
-            conn.execute("DROP TABLE lake_progress")
-            conn.execute("UPDATE position SET schema_version = 4")
-
-    store._backend.run(downgrade)
-    store.close()
+    downgrade(store, to=4, without="lake_progress")
     with open_writer(store_url) as upgraded:
         assert upgraded.lake_progress() is None
         upgraded.record_lake_progress(LakeProgress(1, 1, AT, 0))

@@ -6,7 +6,6 @@ import inspect
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
@@ -21,6 +20,7 @@ from sis_platform.serving import (
     open_reader,
     open_writer,
 )
+from tests.serving.downgrade import downgrade
 from tests.serving.groups import document, group
 
 # The read API (docs/serving.md): a method added to the reader is added here on purpose.
@@ -197,13 +197,7 @@ def test_a_reader_of_an_older_schema_fails_until_a_writer_upgrades_it(
 ) -> None:
     store.commit(group((1, 0), [("M1", 1)]))
 
-    def downgrade(conn: Any) -> None:
-        with store._backend.transaction(conn, write=True):
-            conn.execute("DROP TABLE lake_progress")
-            conn.execute("UPDATE position SET schema_version = 4")
-
-    store._backend.run(downgrade)
-    store.close()
+    downgrade(store, to=4, without="lake_progress")
 
     with pytest.raises(StoreNotReady, match=r"schema version 4.*sis-live upgrades it"):
         open_reader(store_url)

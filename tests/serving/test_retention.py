@@ -23,6 +23,7 @@ from sis_platform.serving import (
     open_writer,
 )
 from sis_platform.serving import writer as writer_module
+from tests.serving.downgrade import downgrade
 from tests.serving.groups import group, table
 
 DAY0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -212,13 +213,7 @@ def test_a_new_sqlite_store_gives_pruned_space_back(store, monkeypatch):
 def test_a_version_3_store_is_upgraded_with_nothing_pruned(store, store_url, monkeypatch):
     _season(store, monkeypatch)
 
-    def downgrade(conn: Any) -> None:
-        with store._backend.transaction(conn, write=True):
-            conn.execute("DROP TABLE retention")
-            conn.execute("UPDATE position SET schema_version = 3")
-
-    store._backend.run(downgrade)
-    store.close()
+    downgrade(store, to=3, without="retention")
     with open_writer(store_url) as upgraded:
         assert upgraded.retention() == (0, 0, 0, None, 0)
         assert len(upgraded.changes(0)) == 2 * DAYS + 1
