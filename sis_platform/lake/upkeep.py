@@ -18,7 +18,9 @@ a crash does the same upkeep again.
 
 OPTIMIZE bin-packs the files under `COMPACT_BELOW_BYTES` into files of at most that size, and so
 rewrites at most that much per table and compaction however old the table is; it purges the
-deletion vectors of the files it rewrites. It changes no row (`dataChange=false`). VACUUM goes by
+deletion vectors of the files it rewrites. It changes no row (`dataChange=false`). It runs with
+Spark's generated code even on a run's driver, which evaluates without it (BULK_WRITE_SQL): the
+rows it rewrites are a table's, not a step's. VACUUM goes by
 the tables' own `delta.deletedFileRetentionDuration` (set here from SIS_LAKE_RETAIN_HOURS:
 Delta 4 ignores a RETAIN shorter than it), and `delta.logRetentionDuration` (the same) bounds the
 transaction log: Delta writes a checkpoint every `delta.checkpointInterval` (10) commits and then
@@ -27,11 +29,13 @@ drops log entries older than it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sis_platform.lake.driver.conf import BULK_WRITE_SQL
 from sis_platform.lake.tables import (
     BATCH_LOG,
     CLASSIFY_FAILURES,
@@ -76,10 +80,13 @@ UPKEEP_TABLES = FOLD_UPKEEP_TABLES + MODEL_UPKEEP_TABLES
 # 128 MiB a compaction rewrites at most that much per table, and a year's table stays at tens
 # of files.
 COMPACT_BELOW_BYTES = 128 * 1024 * 1024
-_BIN_CONF = (
-    "spark.databricks.delta.optimize.minFileSize",
-    "spark.databricks.delta.optimize.maxFileSize",
-)
+# The session's settings while the upkeep compacts, put back after it: the bins, and generated
+# code for the rows it rewrites (BULK_WRITE_SQL: a run's driver evaluates without it).
+COMPACTION_SQL = {
+    "spark.databricks.delta.optimize.minFileSize": str(COMPACT_BELOW_BYTES),
+    "spark.databricks.delta.optimize.maxFileSize": str(COMPACT_BELOW_BYTES),
+    **BULK_WRITE_SQL,
+}
 RETENTION_PROPERTIES = ("delta.deletedFileRetentionDuration", "delta.logRetentionDuration")
 
 
@@ -116,19 +123,18 @@ def run_upkeep(
     ):
         return UpkeepDone()
     present = [t for t in tables if lake.exists(t)]
-    for name in _BIN_CONF:
-        lake.spark.conf.set(name, str(COMPACT_BELOW_BYTES))
     optimized: list[str] = []
     removed = added = 0
-    for i, table in enumerate(present):
-        _retention(lake, table, settings.retain_hours)
-        files_removed, files_added = optimize(lake, table)
-        if files_removed:
-            optimized.append(table.name)
-        removed += files_removed
-        added += files_added
-        if i == 0:
-            crash_point(f"{role}.mid_optimize")
+    with _session_conf(lake, COMPACTION_SQL):
+        for i, table in enumerate(present):
+            _retention(lake, table, settings.retain_hours)
+            files_removed, files_added = optimize(lake, table)
+            if files_removed:
+                optimized.append(table.name)
+            removed += files_removed
+            added += files_added
+            if i == 0:
+                crash_point(f"{role}.mid_optimize")
     crash_point(f"{role}.after_optimize")
     vacuumed: list[str] = []
     if due(settings.vacuum_every, before, after):
@@ -137,6 +143,23 @@ def run_upkeep(
             vacuumed.append(table.name)
         crash_point(f"{role}.after_vacuum")
     return UpkeepDone(tuple(optimized), removed, added, tuple(vacuumed))
+
+
+@contextmanager
+def _session_conf(lake: Lake, settings: Mapping[str, str]) -> Iterator[None]:
+    """The session's SQL `settings` for the block, each put back as it was after it (unset if
+    it was unset)."""
+    before = {name: lake.spark.conf.get(name, None) for name in settings}
+    for name, value in settings.items():
+        lake.spark.conf.set(name, value)
+    try:
+        yield
+    finally:
+        for name, was in before.items():
+            if was is None:
+                lake.spark.conf.unset(name)
+            else:
+                lake.spark.conf.set(name, was)
 
 
 def optimize(lake: Lake, table: Table) -> tuple[int, int]:

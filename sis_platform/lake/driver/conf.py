@@ -44,6 +44,12 @@ SHORT_LIVED_SQL = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
 }
+# What a run's driver sets back while it rewrites a table's files in bulk (the upkeep's
+# compaction). Delta computes every written row's data-skipping statistics with a projection,
+# which without generated code costs ~160 us a row: 16 s for 100,000 rows of `selections`
+# against 2.7 s with it (scripts/bench_season.py's day 30). Nothing for a step's few thousand
+# rows; for a compaction's millions, minutes that grow with the table.
+BULK_WRITE_SQL = {"spark.sql.codegen.factoryMode": "FALLBACK"}
 
 
 # What Spark counts opening a file as when it splits a scan into tasks (Spark's default: 4 MiB),

@@ -51,6 +51,21 @@ def test_due_when_a_step_passes_a_multiple():
     assert not due(3, 3, 3)  # nothing new
 
 
+FACTORY_MODE = "spark.sql.codegen.factoryMode"
+
+
+class _CodegenAtOptimize:
+    """Stands in for `spark.sql`: notes the code generation setting each OPTIMIZE runs under."""
+
+    def __init__(self, spark) -> None:
+        self.spark, self.sql, self.seen = spark, spark.sql, []
+
+    def __call__(self, statement: str, *args, **kwargs):
+        if statement.startswith("OPTIMIZE"):
+            self.seen.append(self.spark.conf.get(FACTORY_MODE, None))
+        return self.sql(statement, *args, **kwargs)
+
+
 def _operations(lake: Lake, table) -> list[str]:
     history = lake.spark.sql(f"DESCRIBE HISTORY {lake.sql_table(table)}")
     return [r["operation"] for r in history.orderBy("version").collect()]
@@ -68,9 +83,16 @@ def _feed() -> list[list]:
 
 @pytest.mark.spark
 @pytest.mark.cost(120)
-def test_a_due_step_compacts_before_its_commit_and_the_next_step_keeps_it(spark, tmp_path):
+def test_a_due_step_compacts_before_its_commit_and_the_next_step_keeps_it(
+    spark, tmp_path, monkeypatch
+):
     upkeep = LakeUpkeepSettings(optimize_every=3, vacuum_every=0)
     lake = Lake(spark, str(tmp_path / "lake"), upkeep=upkeep)
+    # The session evaluates without generated code, as a run's driver does; the compaction
+    # rewrites its rows with it (BULK_WRITE_SQL) and gives the session its setting back.
+    codegen = _CodegenAtOptimize(spark)
+    monkeypatch.setattr(spark, "sql", codegen)
+    spark.conf.set(FACTORY_MODE, "NO_CODEGEN")
     batches = _feed()
     for seq, batch in enumerate(batches[:3], start=1):
         log_batch(lake, seq, batch)
@@ -80,6 +102,8 @@ def test_a_due_step_compacts_before_its_commit_and_the_next_step_keeps_it(spark,
             assert not over.passed and over.files is not None and over.files.active_files == 2
             assert over.files.log_entries is not None and over.files.log_entries > 2
             assert files_within_bound(lake, MASTER_VERSIONS, 2).passed
+    assert codegen.seen and set(codegen.seen) == {"FALLBACK"}
+    assert spark.conf.get(FACTORY_MODE) == "NO_CODEGEN"
     assert files_within_bound(lake, MASTER_VERSIONS, 1).passed
     assert files_within_bound(lake, EVENTS, 1).files is None  # no model yet: passes
     # Step 3 compacted each table it writes into one file, deletion vectors purged.
