@@ -2,7 +2,7 @@
 365 of the feed at the default two-minute batches (720 a day), and what the lake holds then.
 
     python scripts/bench_season.py [--days 1,30,90,365] [--base-batches 10] [--per-batch 50]
-        [--on-top 10] [--seed 1] [--out bench-out/season] [--keep]
+        [--on-top 10] [--seed 1] [--out bench-out/season] [--keep] [--fresh-driver] [--profile]
 
 1. The base (real). The simulator's feed, `--base-batches` x `--per-batch` messages (20 minutes
    of the feed, in batches of its average size), is put on the embedded queue and landed by the
@@ -27,6 +27,12 @@
 3. On top of it, `--on-top` new batches of the same simulated feed (its next messages: new
    message ids, new races) are landed and folded, one run per batch, each run timed, with the
    time of each of its steps (Dagster's step stats).
+
+`--fresh-driver` starts a new Spark driver (JVM) before each day's batches on top, configured as
+the daemon's run drivers are (short-lived: C1 only, no code generation), so that they measure
+the tables as deployed and not the age of the warm driver that built them. `--profile` times
+every Spark action and Delta write by the line of sis_platform that made it
+(scripts/profile_step.py's timers) and prints each day's heaviest lines.
 
 Prints, per day: the runs' wall p50 / max and each step's p50, the ratio of day D's run p50 to
 day 1's (issue 51's target: within 1.2x), and each table's rows, files, deletion vectors and log
@@ -58,6 +64,7 @@ from typing import Any, NamedTuple
 
 import bench_worker
 import dagster as dg
+import profile_step
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -84,6 +91,7 @@ REPO = Path(__file__).resolve().parents[1]
 BATCHES_PER_DAY = 720
 # Issue 51's target: day 365's lake run time per batch within 1.2x of day 1's.
 TARGET_RATIO = 1.2
+PROFILE_LINES = 25
 # Every table a season's lake holds: the two the upkeep leaves one folder per batch, then those
 # it compacts, fold_steps last (its final row is the commit point of the copied history).
 TABLES = (
@@ -102,9 +110,15 @@ DIGEST = re.compile(r'"([0-9a-f]{64})"')
 # --- 1. the base --------------------------------------------------------------------------
 
 
-def land_and_fold(platform: InProcessPlatform, feed: Iterator[Any], messages: int) -> list[Run]:
+def land_and_fold(
+    platform: InProcessPlatform,
+    feed: Iterator[Any],
+    messages: int,
+    calls: list[profile_step.Record] | None = None,
+) -> list[Run]:
     """Put the feed's next `messages` on the queue, land them (a batch per sensor tick) and
-    fold each batch in a run of its own; each run's figures."""
+    fold each batch in a run of its own; each run's figures. `calls`: the list the Spark call
+    timers (--profile) record into."""
     with platform.resources["queue"].open().producer() as producer:
         producer.put_many((m.body, m.message_id) for m in _take(feed, messages))
     before = len(platform.requested_runs)
@@ -113,6 +127,8 @@ def land_and_fold(platform: InProcessPlatform, feed: Iterator[Any], messages: in
     for keys in platform.requested_runs[before:]:
         if len(keys) != 1:
             raise RuntimeError(f"the sensor asked for a run of {len(keys)} batches")
+        if calls is not None:
+            calls.clear()
         start = time.perf_counter()
         result = platform.run(keys[0])
         wall = time.perf_counter() - start
@@ -122,7 +138,11 @@ def land_and_fold(platform: InProcessPlatform, feed: Iterator[Any], messages: in
             for s in stats
             if s.end_time is not None and s.start_time is not None
         }
-        runs.append(Run(keys[0], round(wall, 2), steps))
+        by_site: dict[str, float] = {}
+        for call in calls or ():
+            key = f"{call.method} {call.site}"
+            by_site[key] = round(by_site.get(key, 0.0) + call.seconds, 3)
+        runs.append(Run(keys[0], round(wall, 2), steps, by_site))
         print(f"  batch {keys[0]}: {wall:.1f} s", flush=True)
     return runs
 
@@ -136,6 +156,30 @@ class Run(NamedTuple):
     batch: str
     wall_s: float
     steps: dict[str, float]  # step key -> seconds
+    calls: dict[str, float]  # with --profile: the line that made a Spark call -> its seconds
+
+
+def restart_driver(platform: InProcessPlatform) -> SparkSession:
+    """Stop the Spark driver, JVM and all, and start a new one configured as a run's driver is
+    (the spark resource's settings: the short-lived JIT and no code generation), as under the
+    daemon (`--fresh-driver`): the runs after it measure the tables, not the age of the driver
+    that built them."""
+    from pyspark import SparkContext
+
+    spark = SparkSession.getActiveSession()
+    if spark is not None:
+        spark.stop()
+    gateway = SparkContext._gateway
+    if gateway is not None:
+        gateway.shutdown()
+        gateway.proc.stdin.close()  # the JVM's gateway server exits on its stdin's end
+        gateway.proc.wait()
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+    builder = SparkSession.builder
+    for key, value in platform.resources["spark"].spark_config.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
 
 
 # --- 2. a season's history in bulk -------------------------------------------------------------
@@ -299,6 +343,14 @@ def _median(values: list[float]) -> float:
     return round(statistics.median(values), 2) if values else 0.0
 
 
+def _call_medians(runs: list[Run]) -> dict[str, float]:
+    """Each call site's median seconds per run (0 in a run that did not make it), heaviest
+    first."""
+    sites = {site for r in runs for site in r.calls}
+    medians = {site: _median([r.calls.get(site, 0.0) for r in runs]) for site in sites}
+    return dict(sorted(medians.items(), key=lambda item: -item[1]))
+
+
 def day_figures(day: int, runs: list[Run], tables: dict[str, Any], build_s: float) -> dict:
     step_keys = sorted({k for r in runs for k in r.steps})
     return {
@@ -308,6 +360,7 @@ def day_figures(day: int, runs: list[Run], tables: dict[str, Any], build_s: floa
         "run_p50_s": _median([r.wall_s for r in runs]),
         "run_max_s": max((r.wall_s for r in runs), default=0.0),
         "step_p50_s": {k: _median([r.steps[k] for r in runs if k in r.steps]) for k in step_keys},
+        "call_p50_s": _call_medians(runs[1:] or runs),
         "runs": [r._asdict() for r in runs],
         "tables": tables,
     }
@@ -323,6 +376,10 @@ def print_day(figures: dict, first: dict | None) -> None:
     )
     steps = ", ".join(f"{k} {v}" for k, v in figures["step_p50_s"].items())
     print(f"  step p50 s: {steps}", flush=True)
+    if figures["call_p50_s"]:
+        print("  Spark calls p50 s (runs after the day's first), heaviest first:")
+        for site, seconds in list(figures["call_p50_s"].items())[:PROFILE_LINES]:
+            print(f"    {seconds:7.2f}  {site}", flush=True)
     print(f"  {'table':<20} {'rows':>12} {'files':>7} {'MB':>9} {'DVs':>5} {'log':>5}")
     for name, t in figures["tables"].items():
         print(
@@ -345,6 +402,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", type=Path, default=REPO / "bench-out" / "season")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    parser.add_argument(
+        "--fresh-driver",
+        action="store_true",
+        help="a new Spark driver (JVM), configured as a run's, before each day's batches on top",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="time each Spark call by the line that made it; print each day's heaviest",
+    )
     args = parser.parse_args(argv)
     args.days = sorted({int(d) for d in args.days.split(",")})
     if args.days[0] < 1 or args.base_batches < 1 or args.per_batch < 1 or args.on_top < 1:
@@ -373,7 +440,8 @@ def main(argv: list[str] | None = None) -> int:
         needed = (args.base_batches + args.on_top * len(args.days)) * args.per_batch
         feed = generate_feed(seed=args.seed, messages=needed)
         print(f"the base: {args.base_batches} batches in {root}", flush=True)
-        land_and_fold(platform, feed, args.base_batches * args.per_batch)
+        calls = profile_step.time_spark_calls() if args.profile else None
+        land_and_fold(platform, feed, args.base_batches * args.per_batch, calls)
         lake = platform.lake(spark)
         base = check_base(lake, args.base_batches)
         last = args.base_batches
@@ -387,7 +455,10 @@ def main(argv: list[str] | None = None) -> int:
             register_partitions(platform.instance, last, history)
             build_s = time.perf_counter() - start
             print(f"  history built in {build_s:.0f} s; {args.on_top} batches on top", flush=True)
-            runs = land_and_fold(platform, feed, args.on_top * args.per_batch)
+            if args.fresh_driver:
+                spark = restart_driver(platform)
+                lake = platform.lake(spark)
+            runs = land_and_fold(platform, feed, args.on_top * args.per_batch, calls)
             last = history + args.on_top
             figures = day_figures(day, runs, table_figures(lake), build_s)
             results.append(figures)

@@ -43,13 +43,23 @@ class Record(NamedTuple):
 
 
 def _call_site() -> str:
+    """The innermost line of sis_platform on the stack, past the Lake's generic helpers
+    (lake/delta.py), which write every table: their caller names the table."""
     for frame in reversed(traceback.extract_stack()[:-2]):
-        if "sis_platform" in frame.filename:
+        if "sis_platform" in frame.filename and not frame.filename.endswith("lake/delta.py"):
             return f"{Path(frame.filename).name}:{frame.lineno} {(frame.line or '').strip()[:70]}"
     return "?"
 
 
 _depth = threading.local()
+
+
+def _named(method: str, args: tuple[Any, ...]) -> str:
+    """A write's method with the table it writes (the last folder of its path): writes made
+    from worker threads have no line of sis_platform on their stack to tell them apart."""
+    if method == "save" and len(args) > 1 and isinstance(args[1], str):
+        return f"save {Path(args[1]).name}"
+    return method
 
 
 def _timed(cls: type, name: str, records: list[Record]) -> None:
@@ -67,9 +77,26 @@ def _timed(cls: type, name: str, records: list[Record]) -> None:
         finally:
             _depth.n = depth
             if depth == 0:
-                records.append(Record(site, name, time.perf_counter() - t0))
+                records.append(Record(site, _named(name, args), time.perf_counter() - t0))
 
     setattr(cls, name, wrapper)
+
+
+def time_spark_calls() -> list[Record]:
+    """From now on, record every Spark action and Delta write this process makes, with the line
+    of sis_platform that made it, into the list returned."""
+    records: list[Record] = []
+    for name in ("collect", "count", "first", "localCheckpoint", "toLocalIterator", "toArrow"):
+        _timed(DataFrame, name, records)
+    _timed(DataFrameWriter, "save", records)
+    for cls, name in (
+        (dt.DeltaMergeBuilder, "execute"),
+        (dt.DeltaTable, "delete"),
+        (dt.DeltaTable, "restoreToVersion"),
+        (dt.DeltaTable, "update"),
+    ):
+        _timed(cls, name, records)
+    return records
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,17 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     env = {**BASE_ENV, "SIS_DATA_DIR": str(data), "SIS_BATCH_MAX_MESSAGES": str(per_batch)}
     try:
         h = landed_and_classified(data, env, args.messages, args.seed)
-        records: list[Record] = []
-        for name in ("collect", "count", "first", "localCheckpoint", "toLocalIterator", "toArrow"):
-            _timed(DataFrame, name, records)
-        _timed(DataFrameWriter, "save", records)
-        for cls, name in (
-            (dt.DeltaMergeBuilder, "execute"),
-            (dt.DeltaTable, "delete"),
-            (dt.DeltaTable, "restoreToVersion"),
-            (dt.DeltaTable, "update"),
-        ):
-            _timed(cls, name, records)
+        records = time_spark_calls()
         lake = h.lake(SparkSession.builder.getOrCreate())
         t0 = time.perf_counter()
         fold_step(lake, max_batches=1)
