@@ -39,12 +39,13 @@ day 1's (issue 51's target: within 1.2x), and each table's rows, files, deletion
 entries; writes results.json into `--out` (default bench-out/season, not committed).
 
 What it does not measure: sis-live over the season (scripts/bench_live.py; its stores are
-bounded by the serving store's pruning and landing expiry), a driver per run (the daemon's:
-scripts/bench_catchup.py and `bench.py --mode daemon` measure that fixed cost, which does not
-depend on the day), the Delta log's length (bulk copies are a few commits each; a year's log
-is kept at SIS_LAKE_RETAIN_HOURS of commits and checkpointed every 10), and Dagster's event log
-(bounded by run retention: tests/sensors/test_run_retention.py). Writes only under a temporary
-folder; starts one local Spark driver.
+bounded by the serving store's pruning and landing expiry), a driver started for every run (the
+daemon's; `--fresh-driver` starts one per day, whose later runs are warmer than a run's own
+driver; scripts/bench_catchup.py and `bench.py --mode daemon` measure a start's fixed cost,
+which does not depend on the day), the Delta log's length (bulk copies are a few commits each; a
+year's log is kept at SIS_LAKE_RETAIN_HOURS of commits and checkpointed every 10), and Dagster's
+event log (bounded by run retention: tests/sensors/test_run_retention.py). Writes only under a
+temporary folder; starts one local Spark driver (one a day more with `--fresh-driver`).
 """
 
 from __future__ import annotations
