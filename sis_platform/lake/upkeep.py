@@ -20,11 +20,11 @@ OPTIMIZE bin-packs the files under `COMPACT_BELOW_BYTES` into files of at most t
 rewrites at most that much per table and compaction however old the table is; it purges the
 deletion vectors of the files it rewrites. It changes no row (`dataChange=false`). It runs with
 Spark's generated code even on a run's driver, which evaluates without it (BULK_WRITE_SQL): the
-rows it rewrites are a table's, not a step's. VACUUM goes by
-the tables' own `delta.deletedFileRetentionDuration` (set here from SIS_LAKE_RETAIN_HOURS:
-Delta 4 ignores a RETAIN shorter than it), and `delta.logRetentionDuration` (the same) bounds the
-transaction log: Delta writes a checkpoint every `delta.checkpointInterval` (10) commits and then
-drops log entries older than it.
+rows it rewrites are a table's, not a step's. VACUUM goes by the tables' own
+`delta.deletedFileRetentionDuration` (set here from SIS_LAKE_RETAIN_HOURS: Delta 4 ignores a
+RETAIN shorter than it), and `delta.logRetentionDuration` (the same) bounds the transaction log:
+Delta writes a checkpoint every `delta.checkpointInterval` (10) commits and then drops log
+entries older than it.
 """
 
 from __future__ import annotations

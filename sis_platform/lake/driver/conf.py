@@ -46,9 +46,9 @@ SHORT_LIVED_SQL = {
 }
 # What a run's driver sets back while it rewrites a table's files in bulk (the upkeep's
 # compaction). Delta computes every written row's data-skipping statistics with a projection,
-# which without generated code costs ~160 us a row: 16 s for 100,000 rows of `selections`
-# against 2.7 s with it (scripts/bench_season.py's day 30). Nothing for a step's few thousand
-# rows; for a compaction's millions, minutes that grow with the table.
+# which without generated code costs ~160 us a row: 16 s for 100,000 rows of day 30's
+# `selections` against 2.7 s with it (BENCHMARKS.md, "Running for a season"). Nothing for a
+# step's few thousand rows; for a compaction's millions, minutes that grow with the table.
 BULK_WRITE_SQL = {"spark.sql.codegen.factoryMode": "FALLBACK"}
 
 
