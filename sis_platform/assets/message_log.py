@@ -8,13 +8,12 @@ from typing import Any
 
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
-from pyspark.sql import functions as F
 
 from sis_platform.assets.partitions import batches_partitions
 from sis_platform.assets.policies import TRANSIENT_RETRY
 from sis_platform.assets.run_tags import CHAIN_HEAD_TAG, MESSAGES_TAG, run_batches
 from sis_platform.assets.table_specs import KINDS, OWNERS, column_schema, location, table_spec
-from sis_platform.lake.delta import Lake, sql_identifier
+from sis_platform.lake.delta import Lake
 from sis_platform.lake.spark.chain import RunAnchor, verify_batches
 from sis_platform.lake.spark.items import ItemsSummary, batch_condition, log_items
 from sis_platform.lake.tables import BATCH_LOG, CLASSIFY_FAILURES, MESSAGE_ITEMS, RAW_MESSAGES
@@ -57,25 +56,11 @@ def raw_messages(
     session = spark.spark_session
     lk = lake.lake(session)
     lk.ensure(RAW_MESSAGES)
-    if added := add_missing_columns(lk):
-        context.log.warning(
-            f"raw_messages: added the column(s) {', '.join(added)} (rows logged "
-            "before they existed hold nulls)"
-        )
     zone = landing.zone()
-    # Each batch's file, or its parts (a batch landed in groups). Files landed before bodies
-    # could be moved aside have no body_size: the schemas are merged, and their sizes counted.
+    # Each batch's file, or its parts (a batch landed in groups), read with the table's schema
+    # (the landing files' own, log/landing/rows.py): no file's footer is read to infer it.
     files = [str(p) for key in keys for p in zone.catalog.landed_files(key)]
-    landed = session.read.option("mergeSchema", "true").parquet(*files)
-    if "body_size" not in landed.columns:
-        landed = landed.withColumn("body_size", F.length("body")).withColumn(
-            "body_location", F.lit(None).cast("string")
-        )
-    else:
-        landed = landed.withColumn("body_size", F.coalesce("body_size", F.length("body")))
-    rows = landed.select(
-        *[F.col(f.name).cast(f.dataType).alias(f.name) for f in RAW_MESSAGES.schema().fields]
-    )
+    rows = session.read.schema(RAW_MESSAGES.schema()).parquet(*files)
     lk.replace_where(RAW_MESSAGES, rows, batch_condition(keys))
 
     # The rows just written are the landing files' rows: counted there, without a Spark job.
@@ -98,19 +83,6 @@ def raw_messages(
             "landing_file": dg.MetadataValue.path(str(zone.catalog.batch_location(keys[-1]))),
         },
     )
-
-
-def add_missing_columns(lake: Lake) -> list[str]:
-    """Add to an existing raw_messages table the columns its schema gained since it was
-    created (nullable, as Delta adds them); the names added."""
-    existing = set(lake.read(RAW_MESSAGES).columns)
-    missing = [f for f in RAW_MESSAGES.schema().fields if f.name not in existing]
-    if missing:
-        columns = ", ".join(
-            f"{sql_identifier(f.name)} {f.dataType.simpleString()}" for f in missing
-        )
-        lake.spark.sql(f"ALTER TABLE {lake.sql_table(RAW_MESSAGES)} ADD COLUMNS ({columns})")
-    return [f.name for f in missing]
 
 
 def _hash_chain_intact(

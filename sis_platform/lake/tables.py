@@ -238,9 +238,7 @@ def _fold_failures() -> StructType:
             T.StructField("run_id", T.StringType(), True),
             T.StructField("released", T.BooleanType(), False),
             # error (the fold raised), crash (its worker died), timeout (an item overran the
-            # per-item budget: message_id/position name it). Null in rows of a lake from
-            # before kinds, which were errors or crashes. Nullable: added to such a lake's
-            # table in place (lake/spark/fold/quarantine.py).
+            # per-item budget: message_id/position name it).
             T.StructField("kind", T.StringType(), True),
             T.StructField("message_id", T.StringType(), True),
             T.StructField("position", T.IntegerType(), True),

@@ -354,18 +354,13 @@ def anchor_problems(
     previous: Anchor | None,
     *,
     first: bool,
-    unanchored_head: str | None = None,
 ) -> AnchorCheck:
     """The link the batch must start from, and what is wrong with its anchors: the batch's own
     must exist in the current format and start where the previous batch's anchor ends (the
-    genesis link for the first batch). `unanchored_head` is the last link of a previous batch
-    landed before chain format 2 (no anchor, no chain metadata): the batch after the upgrade
-    starts from it, and the older batch is reported by its own verification."""
+    genesis link for the first batch)."""
     problems: list[Problem] = []
     if first:
         expected = GENESIS_LINK.hex()
-    elif previous is None and unanchored_head is not None:
-        expected = unanchored_head
     elif previous is None:
         problems.append(
             Problem(

@@ -425,59 +425,19 @@ def test_a_run_over_a_tampered_landing_file_stops_before_message_items(tmp_path,
     assert materialized == {"raw_messages"}  # message_items never read the batch
 
 
-def _rewrite_as_format_1(zone: Any, key: str) -> None:
-    """Make batch `key` look landed before chain format 2: no size/location columns, the old
-    link (sha256(previous || message id || sha256(body))), no chain metadata, no anchor."""
-    path = zone.catalog.batch_path(key)
-    table = pq.read_table(path).drop_columns(["body_size", "body_location"])
-    link, prev_links, links = bytes(32), [], []
-    for message_id, body in zip(
-        table.column("message_id").to_pylist(), table.column("body").to_pylist(), strict=True
-    ):
-        prev_links.append(link.hex())
-        link = hashlib.sha256(link + message_id.encode() + hashlib.sha256(body).digest()).digest()
-        links.append(link.hex())
-    for name, values in (("prev_link", prev_links), ("chain_link", links)):
-        index = table.schema.get_field_index(name)
-        table = table.set_column(index, table.schema.field(index), pa.array(values))
-    pq.write_table(table.replace_schema_metadata(None), path)
-    zone.catalog.anchors.path(key).unlink()
-
-
-def test_a_log_from_before_chain_format_2_upgrades_and_later_batches_pass(
-    tmp_path, spark, monkeypatch, capsys
-):
-    h = Harness(tmp_path / "data")
-    old = h.zone.writer.land([received(master(event(ASCOT_1430)))]).key
-    _rewrite_as_format_1(h.zone, old)
-    lake = h.lake(spark)
-    # raw_messages as created before it had body_size and body_location.
-    columns = ", ".join(
-        f"{f.name} {f.dataType.simpleString()}"
-        for f in RAW_MESSAGES.schema().fields
-        if f.name not in ("body_size", "body_location")
-    )
-    spark.sql(
-        f"CREATE TABLE delta.`{lake.path(RAW_MESSAGES)}` ({columns}) USING delta "
-        "PARTITIONED BY (batch_key)"
-    )
-    new = h.zone.writer.land([received(update(ASCOT_1430, GO_SOFT))]).key
-    h.instance.add_dynamic_partitions("batches", [old, new])
-
-    result = h.defs.resolve_job_def("process_batch").execute_in_process(
-        partition_key=old,
-        instance=h.instance,
-        raise_on_error=False,
-        asset_selection=[dg.AssetKey("raw_messages")],
-    )
-    (evaluation,) = result.get_asset_check_evaluations()
-    assert not evaluation.passed  # the old batch is not protected by an anchor, and says so
-    assert "no chain metadata" in evaluation.metadata["problems"].value
-    h.materialize(new, "raw_messages")  # its check passes: it starts from the old batch's head
-    assert lake.read(RAW_MESSAGES).count() == 2
-
-    for name, value in h.env.items():
-        monkeypatch.setenv(name, value)
-    assert verify_log.main(["--from", new]) == 0
-    assert verify_log.main([]) == 1
-    assert f"first broken batch {old}" in capsys.readouterr().out
+def test_a_landing_file_rewritten_without_its_chain_metadata_is_detected(log, cli):
+    """The same rows and links, the file's chain metadata (its copy of the anchor) left out:
+    the check names the file instead of trusting its rows alone."""
+    path = log.zone.catalog.batch_path("0000000002")
+    table = pq.read_table(path)
+    try:
+        pq.write_table(table.replace_schema_metadata(None), path)
+        evaluation = log.check("0000000002")
+        assert not evaluation.passed
+        assert "carries no chain metadata" in evaluation.metadata["problems"].value
+        assert log.check("0000000001").passed and log.check("0000000003").passed
+        code, out = cli()
+        assert code == 1, out
+        assert "first broken batch 0000000002" in out
+    finally:
+        log.restore()

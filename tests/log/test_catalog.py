@@ -68,7 +68,6 @@ def test_a_catalog_reads_every_form_of_batch_and_writes_nothing(tmp_path):
     for key in (whole.key, sealed.key):
         anchor = catalog.anchor(key)
         assert anchor is not None and catalog.anchor_from_file(key) == anchor
-        assert catalog.unanchored_head(key) is None
         assert catalog.fence_token(key) is None and catalog.lease_holder(key) is None
         assert len(list(catalog.stored_messages(key))) == anchor.messages
         assert catalog.figures(key).messages == catalog.read(key).num_rows == anchor.messages

@@ -105,12 +105,7 @@ def verify_batch(
     problems: list[Problem] = []
     anchor = _read_anchor(zone, key, problems)
     previous = _read_anchor(zone, batch_key(seq - 1), problems) if seq > 1 else None
-    unanchored = (
-        zone.catalog.unanchored_head(batch_key(seq - 1)) if seq > 1 and previous is None else None
-    )
-    first_prev, found = anchor_problems(
-        key, anchor, previous, first=seq == 1, unanchored_head=unanchored
-    )
+    first_prev, found = anchor_problems(key, anchor, previous, first=seq == 1)
     problems += found
     problems += signature_problems(zone.catalog, key, anchor)
     if (
@@ -220,8 +215,7 @@ def verify_landing_file(
             return [
                 Problem(
                     key,
-                    "its landing file carries no chain metadata (written before "
-                    "chain format 2, or rewritten)",
+                    "its landing file carries no chain metadata (rewritten, or not a landing file)",
                 )
             ]
         problems: list[Problem] = []

@@ -216,18 +216,8 @@ class Catalog(ZoneLayout):
 
     def anchor_from_file(self, key: str) -> Anchor | None:
         """The anchor the landing file's own metadata claims, or for a batch in parts its last
-        part's (None: written before chain format 2, or not a landing file)."""
+        part's (None: not a landing file)."""
         return anchor_of(key, self._metadata(key))
-
-    def unanchored_head(self, key: str) -> str | None:
-        """The last link of a batch landed before chain format 2 (its file has no chain
-        metadata and it has no anchor); None for any other batch, or no file."""
-        if not self.batch_path(key).is_file() or self.anchor_from_file(key) is not None:
-            return None
-        if self.anchors.path(key).exists():
-            return None
-        table = pq.read_table(self.batch_path(key), columns=["chain_link"])
-        return str(table.column("chain_link")[-1].as_py()) if table.num_rows else None
 
     def fence_token(self, key: str) -> int | None:
         """The fencing token the batch (its last part) was landed under (None: no lease)."""
@@ -266,17 +256,11 @@ class Catalog(ZoneLayout):
         puts: list[datetime] = []
         for path in files:
             parquet = pq.ParquetFile(path)
-            # A file landed before bodies could be moved aside has no body_location.
-            columns = [
-                c
-                for c in ("body", "body_location", "delivery_count", "put_time")
-                if c in parquet.schema_arrow.names
-            ]
+            columns = ["body", "body_location", "delivery_count", "put_time"]
             for rows in parquet.iter_batches(batch_size=READ_ROWS, columns=columns):
                 messages += rows.num_rows
                 body_bytes += pc.sum(pc.binary_length(rows.column("body"))).as_py() or 0
-                if "body_location" in columns:
-                    moved_aside += pc.count(rows.column("body_location")).as_py()
+                moved_aside += pc.count(rows.column("body_location")).as_py()
                 redelivered += pc.sum(pc.greater(rows.column("delivery_count"), 1)).as_py() or 0
                 bounds = pc.min_max(rows.column("put_time")).as_py()
                 puts += [t for t in (bounds["min"], bounds["max"]) if t is not None]

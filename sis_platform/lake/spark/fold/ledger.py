@@ -187,13 +187,8 @@ def folded_batches(rows: list[StepRow]) -> dict[int, FoldedBatch]:
     folded: dict[int, FoldedBatch] = {}
     rows = sorted(rows, key=lambda r: int(r["fold_step"]))
     for row in rows:
-        text = str(row["items_digest"])
         items_version = json.loads(row["table_versions"]).get(MESSAGE_ITEMS.name)
-        if text.startswith("{"):
-            digests = {int(k): v for k, v in json.loads(text).items()}
-        else:  # steps written before rewinds existed: the digests of first..last, in order
-            seqs = range(int(row["first_batch_seq"]), int(row["last_batch_seq"]) + 1)
-            digests = dict(zip(seqs, text.split(","), strict=True))
+        digests = {int(k): v for k, v in json.loads(str(row["items_digest"])).items()}
         folded.update({s: FoldedBatch(d, items_version) for s, d in digests.items()})
     return folded
 

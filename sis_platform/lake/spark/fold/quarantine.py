@@ -100,16 +100,9 @@ def known_failures(lake: Lake, after: int) -> KnownFailures:
     error), and the unreleased items that overran the budget."""
     if lake.version(FOLD_FAILURES) == 0:
         return KnownFailures()  # as created: no failure ever recorded (the usual case), no job
-    table = lake.read(FOLD_FAILURES)
-    if "kind" not in table.columns:  # a lake from before kinds: every row an error or crash
-        table = table.select(
-            "*",
-            F.lit(None).cast("string").alias("kind"),
-            F.lit(None).cast("string").alias("message_id"),
-            F.lit(None).cast("int").alias("position"),
-        )
     rows = (
-        table.where(~F.col("released"))
+        lake.read(FOLD_FAILURES)
+        .where(~F.col("released"))
         .select("master_id", "kind", "error", "failed_at", "message_id", "position")
         .orderBy("failed_at")
         .collect()
@@ -145,7 +138,6 @@ def record_failures(
     lake: Lake, failures: list[MasterFailure], *, step: int, run_id: str | None
 ) -> None:
     now = datetime.now(UTC)
-    _add_kind_columns(lake)
     rows = [
         FOLD_FAILURES.row(
             master_id=f.master_id,
@@ -161,16 +153,6 @@ def record_failures(
         for f in sorted(set(failures), key=lambda f: (f.master_id, f.kind, f.error))
     ]
     lake.append(FOLD_FAILURES, lake.spark.createDataFrame(rows, FOLD_FAILURES.schema()))
-
-
-def _add_kind_columns(lake: Lake) -> None:
-    """Give a lake's fold_failures from before failure kinds their columns (nullable, so its
-    rows read as null), in place: the table is never restored, so the change stays."""
-    present = set(lake.read(FOLD_FAILURES).columns)
-    missing = [f for f in FOLD_FAILURES.schema().fields if f.name not in present]
-    if missing:
-        columns = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in missing)
-        lake.spark.sql(f"ALTER TABLE {lake.sql_table(FOLD_FAILURES)} ADD COLUMNS ({columns})")
 
 
 def release_quarantine(lake: Lake, masters: set[str]) -> None:

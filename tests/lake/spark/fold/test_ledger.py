@@ -92,13 +92,13 @@ def test_recover_undoes_the_writes_of_a_step_that_never_committed(spark, tmp_pat
     assert current[MASTER_VERSIONS.name] == 0
 
 
-def test_folded_batches_reads_the_digests_of_steps_from_before_rewinds(spark, tmp_path):
+def test_folded_batches_keeps_each_batchs_last_fold_and_the_items_version_it_read(spark, tmp_path):
     rows = [
         {
             "fold_step": 2,
             "first_batch_seq": 1,
             "last_batch_seq": 2,
-            "items_digest": "d1,d2",
+            "items_digest": '{"1": "d1", "2": "d2"}',
             "table_versions": "{}",
         },
         {
