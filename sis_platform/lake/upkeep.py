@@ -19,8 +19,8 @@ a crash does the same upkeep again.
 OPTIMIZE bin-packs the files under `COMPACT_BELOW_BYTES` into files of at most that size, and so
 rewrites at most that much per table and compaction however old the table is; it purges the
 deletion vectors of the files it rewrites. It changes no row (`dataChange=false`). It runs with
-Spark's generated code even on a run's driver, which evaluates without it (BULK_WRITE_SQL): the
-rows it rewrites are a table's, not a step's. VACUUM goes by the tables' own
+Spark's generated expressions even where SIS_SPARK_CONF turns them off for a run
+(BULK_WRITE_SQL): the rows it rewrites are a table's, not a step's. VACUUM goes by the tables' own
 `delta.deletedFileRetentionDuration` (set here from SIS_LAKE_RETAIN_HOURS: Delta 4 ignores a
 RETAIN shorter than it), and `delta.logRetentionDuration` (the same) bounds the transaction log:
 Delta writes a checkpoint every `delta.checkpointInterval` (10) commits and then drops log
@@ -81,7 +81,7 @@ UPKEEP_TABLES = FOLD_UPKEEP_TABLES + MODEL_UPKEEP_TABLES
 # of files.
 COMPACT_BELOW_BYTES = 128 * 1024 * 1024
 # The session's settings while the upkeep compacts, put back after it: the bins, and generated
-# code for the rows it rewrites (BULK_WRITE_SQL: a run's driver evaluates without it).
+# code for the rows it rewrites (BULK_WRITE_SQL, whatever SIS_SPARK_CONF sets for a run).
 COMPACTION_SQL = {
     "spark.databricks.delta.optimize.minFileSize": str(COMPACT_BELOW_BYTES),
     "spark.databricks.delta.optimize.maxFileSize": str(COMPACT_BELOW_BYTES),

@@ -32,23 +32,22 @@ def delta_package() -> str:
     return f"io.delta:delta-spark_{spark_major_minor}_{SCALA_VERSION}:{version('delta-spark')}"
 
 
-# A run's driver plans and runs each of its queries a handful of times, over a batch's
-# thousands of rows. Whole-stage code generation is built for the opposite: it writes and
-# compiles (Janino, then the JIT) Java for every new plan. Evaluating the plans as they are
-# costs far less than compiling them, for a driver that lives one run. A long-lived driver
-# keeps it: its compiled code is reused run after run. Adaptive execution stays on, although
-# a cold driver is a little faster without it: it coalesces a write's shuffle partitions into
-# one file, so each write adds fewer files to the lake's tables.
-# SIS_SPARK_CONF overrides either setting.
-SHORT_LIVED_SQL = {
-    "spark.sql.codegen.wholeStage": "false",
-    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
-}
-# What a run's driver sets back while it rewrites a table's files in bulk (the upkeep's
-# compaction). Delta computes every written row's data-skipping statistics with a projection,
-# which without generated code costs ~160 us a row: 16 s for 100,000 rows of day 30's
-# `selections` against 2.7 s with it (BENCHMARKS.md, "Running for a season"). Nothing for a
-# step's few thousand rows; for a compaction's millions, minutes that grow with the table.
+# A run's driver plans and runs each of its queries a handful of times. Whole-stage code
+# generation writes and compiles (Janino, then the JIT) Java for every new plan, which a driver
+# that lives one run does not repay: it is off. Expressions are still compiled (Spark's default
+# factoryMode, FALLBACK): the scans that grow with the lake's tables (the model's replaceWhere
+# of a step's masters, the dedupe's lookup in message_outcomes) evaluate every row of the
+# table through them, and interpreted that doubled a run's time by day 30 (31.8 s on day 1,
+# 69.5 s on day 30 without, 51.8 s with; BENCHMARKS.md, "Running for a season"), where on day 1
+# it saved nothing measurable. A long-lived driver keeps both: its compiled code is reused run
+# after run. Adaptive execution stays on, although a cold driver is a little faster without it:
+# it coalesces a write's shuffle partitions into one file, so each write adds fewer files to
+# the lake's tables. SIS_SPARK_CONF overrides either setting.
+SHORT_LIVED_SQL = {"spark.sql.codegen.wholeStage": "false"}
+# What the upkeep sets while it rewrites a table's files in bulk (the compaction), whatever
+# SIS_SPARK_CONF says of a run's expressions: Delta computes every written row's data-skipping
+# statistics with a projection, which without generated code costs ~160 us a row (a compaction
+# of day 30's `selections`: 183 s against 30 s; BENCHMARKS.md, "Running for a season").
 BULK_WRITE_SQL = {"spark.sql.codegen.factoryMode": "FALLBACK"}
 
 

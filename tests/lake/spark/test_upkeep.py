@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -54,6 +55,16 @@ def test_due_when_a_step_passes_a_multiple():
 FACTORY_MODE = "spark.sql.codegen.factoryMode"
 
 
+@pytest.fixture
+def interpreted(spark) -> Iterator[None]:
+    """The session evaluates without generated code during the test, as an operator's
+    SIS_SPARK_CONF may set for a run; unset after it, so the worker's later tests run with the
+    platform's settings."""
+    spark.conf.set(FACTORY_MODE, "NO_CODEGEN")
+    yield
+    spark.conf.unset(FACTORY_MODE)
+
+
 class _CodegenAtOptimize:
     """Stands in for `spark.sql`: notes the code generation setting each OPTIMIZE runs under."""
 
@@ -84,15 +95,14 @@ def _feed() -> list[list]:
 @pytest.mark.spark
 @pytest.mark.cost(120)
 def test_a_due_step_compacts_before_its_commit_and_the_next_step_keeps_it(
-    spark, tmp_path, monkeypatch
+    spark, tmp_path, monkeypatch, interpreted
 ):
     upkeep = LakeUpkeepSettings(optimize_every=3, vacuum_every=0)
     lake = Lake(spark, str(tmp_path / "lake"), upkeep=upkeep)
-    # The session evaluates without generated code, as a run's driver does; the compaction
-    # rewrites its rows with it (BULK_WRITE_SQL) and gives the session its setting back.
+    # The session evaluates without generated code (`interpreted`); the compaction rewrites
+    # its rows with it (BULK_WRITE_SQL) and gives the session its setting back.
     codegen = _CodegenAtOptimize(spark)
     monkeypatch.setattr(spark, "sql", codegen)
-    spark.conf.set(FACTORY_MODE, "NO_CODEGEN")
     batches = _feed()
     for seq, batch in enumerate(batches[:3], start=1):
         log_batch(lake, seq, batch)
