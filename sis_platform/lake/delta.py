@@ -145,6 +145,23 @@ class Lake:
         return interrupted
 
     @contextmanager
+    def sql_settings(self, settings: Mapping[str, str]) -> Iterator[None]:
+        """The session's SQL `settings` for the block, each put back as it was after it (unset
+        if it was unset): for work that wants other settings than the run's (the upkeep's
+        compaction, the model's writes; lake/driver/conf.py says why)."""
+        before = {name: self.spark.conf.get(name, None) for name in settings}
+        for name, value in settings.items():
+            self.spark.conf.set(name, value)
+        try:
+            yield
+        finally:
+            for name, was in before.items():
+                if was is None:
+                    self.spark.conf.unset(name)
+                else:
+                    self.spark.conf.set(name, was)
+
+    @contextmanager
     def _tagged(self) -> Iterator[None]:
         # Spark Connect tags are per client thread: each write sets its own (the model writes
         # its three tables from three threads).

@@ -29,8 +29,7 @@ entries older than it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -125,7 +124,7 @@ def run_upkeep(
     present = [t for t in tables if lake.exists(t)]
     optimized: list[str] = []
     removed = added = 0
-    with _session_conf(lake, COMPACTION_SQL):
+    with lake.sql_settings(COMPACTION_SQL):
         for i, table in enumerate(present):
             _retention(lake, table, settings.retain_hours)
             files_removed, files_added = optimize(lake, table)
@@ -143,23 +142,6 @@ def run_upkeep(
             vacuumed.append(table.name)
         crash_point(f"{role}.after_vacuum")
     return UpkeepDone(tuple(optimized), removed, added, tuple(vacuumed))
-
-
-@contextmanager
-def _session_conf(lake: Lake, settings: Mapping[str, str]) -> Iterator[None]:
-    """The session's SQL `settings` for the block, each put back as it was after it (unset if
-    it was unset)."""
-    before = {name: lake.spark.conf.get(name, None) for name in settings}
-    for name, value in settings.items():
-        lake.spark.conf.set(name, value)
-    try:
-        yield
-    finally:
-        for name, was in before.items():
-            if was is None:
-                lake.spark.conf.unset(name)
-            else:
-                lake.spark.conf.set(name, was)
 
 
 def optimize(lake: Lake, table: Table) -> tuple[int, int]:

@@ -49,6 +49,15 @@ SHORT_LIVED_SQL = {"spark.sql.codegen.wholeStage": "false"}
 # statistics with a projection, which without generated code costs ~160 us a row (a compaction
 # of day 30's `selections`: 183 s against 30 s; BENCHMARKS.md, "Running for a season").
 BULK_WRITE_SQL = {"spark.sql.codegen.factoryMode": "FALLBACK"}
+# What the model sets while it replaces a step's masters' rows in events, markets and
+# selections, tables whose files carry deletion vectors. Without whole-stage code generation
+# Delta reads such a file row by row, filtering the deleted rows one at a time: a scan of day
+# 30's `selections` (1.8 million rows in one file) for a step's 20 masters took 1.1 s before
+# the file had a deletion vector and 9.8-13 s after, against 0.6-0.9 s with whole-stage code
+# generation; the model's replaceWhere of it 8.5-12.5 s against 1.9-2.4 s (BENCHMARKS.md,
+# "Running for a season"). A whole run with it cost day 1 twice its time, so only these
+# writes take it.
+DELETION_VECTOR_SCAN_SQL = {"spark.sql.codegen.wholeStage": "true"}
 
 
 # What Spark counts opening a file as when it splits a scan into tasks (Spark's default: 4 MiB),

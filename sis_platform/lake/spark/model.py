@@ -34,6 +34,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from sis_platform.domain.interpret import interpret
 from sis_platform.domain.model import MODEL_COLUMNS
 from sis_platform.lake.delta import sql_string
+from sis_platform.lake.driver.conf import DELETION_VECTOR_SCAN_SQL
 from sis_platform.lake.spark.arrow import record_batches
 from sis_platform.lake.spark.fold import FOLD_WRITER, committed_step
 from sis_platform.lake.tables import (
@@ -312,8 +313,12 @@ def refresh_model(lake: Lake) -> ModelRefresh:
                 )
             )
         # Independent commits, written concurrently (Spark runs jobs from several threads),
-        # so each commit's driver-side work overlaps the others' tasks.
-        with ThreadPoolExecutor(len(writes), thread_name_prefix="model-write") as pool:
+        # so each commit's driver-side work overlaps the others' tasks. Each scans its table's
+        # files, deletion vectors and all, for the step's masters (DELETION_VECTOR_SCAN_SQL).
+        with (
+            lake.sql_settings(DELETION_VECTOR_SCAN_SQL),
+            ThreadPoolExecutor(len(writes), thread_name_prefix="model-write") as pool,
+        ):
             futures = [pool.submit(lake.replace_where, *write) for write in writes]
             for future in futures:
                 future.result()  # the first failure is raised; the others still finish

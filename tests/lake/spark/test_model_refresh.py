@@ -161,3 +161,30 @@ def test_model_tables_of_an_older_schema_are_recreated_and_the_model_rebuilt(
     properties = spark.sql(f"DESCRIBE DETAIL {lake.sql_table(SELECTIONS)}").first()["properties"]
     assert properties.get("delta.enableDeletionVectors") == "true"
     assert model.refresh_model(lake).upgraded == ()  # once
+
+
+WHOLE_STAGE = "spark.sql.codegen.wholeStage"
+
+
+def test_the_model_replaces_rows_with_whole_stage_code_generation_and_gives_it_back(
+    tmp_path, spark, monkeypatch
+):
+    """A run's driver runs without whole-stage code generation, under which Delta reads a file
+    that carries deletion vectors row by row; the model's writes, which scan each table's
+    rows for the step's masters, run with it, and the session gets its setting back."""
+    lake = Lake(spark, str(tmp_path / "lake"))
+    seen: dict[str, str | None] = {}
+    replace_where = lake.replace_where
+
+    def noting(table, df, condition):  # type: ignore[no-untyped-def]
+        seen[table.name] = spark.conf.get(WHOLE_STAGE, None)
+        return replace_where(table, df, condition)
+
+    monkeypatch.setattr(lake, "replace_where", noting)
+    assert spark.conf.get(WHOLE_STAGE) == "false"  # the suite's session is a run's driver
+    for step in (1, 2):  # the first refresh replaces whole tables, the second by master id
+        _fold(lake, monkeypatch, step, (ASCOT_1430, event(ASCOT_1430, markets=_market(step))))
+        model.refresh_model(lake)
+        assert seen == {"events": "true", "markets": "true", "selections": "true"}
+        assert spark.conf.get(WHOLE_STAGE) == "false"
+        seen.clear()
