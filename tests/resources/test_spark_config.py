@@ -152,9 +152,8 @@ def test_a_runs_driver_compiles_expressions_but_not_whole_stages():
         {k: local[k] for k in SHORT_LIVED_SQL}
         == {k: cluster[k] for k in SHORT_LIVED_SQL}
         == SHORT_LIVED_SQL
-        == {"spark.sql.codegen.wholeStage": "false"}
+        == {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "FALLBACK"}
     )
-    assert "spark.sql.codegen.factoryMode" not in local  # Spark's default: FALLBACK
     long_lived = delta_spark_config(master="local[2]", class_archive=None, long_lived=True)
     long_lived_on_a_cluster = delta_spark_config(master="spark://10.0.0.5:7077", long_lived=True)
     remote = delta_spark_config(master="sc://spark:15002")

@@ -58,11 +58,12 @@ FACTORY_MODE = "spark.sql.codegen.factoryMode"
 @pytest.fixture
 def interpreted(spark) -> Iterator[None]:
     """The session evaluates without generated code during the test, as an operator's
-    SIS_SPARK_CONF may set for a run; unset after it, so the worker's later tests run with the
-    platform's settings."""
+    SIS_SPARK_CONF may set for a run; set back after it, so the worker's later tests run with
+    the platform's settings."""
+    before = spark.conf.get(FACTORY_MODE)
     spark.conf.set(FACTORY_MODE, "NO_CODEGEN")
     yield
-    spark.conf.unset(FACTORY_MODE)
+    spark.conf.set(FACTORY_MODE, before)
 
 
 class _CodegenAtOptimize:
