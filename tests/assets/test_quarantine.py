@@ -284,32 +284,3 @@ def test_message_whose_worker_dies_classifying_it_is_held_back_and_the_batch_com
     h.run(keys[1])  # a later batch folds
     docs = {r["master_id"]: r["version"] for r in lake.read(MASTER_DOCUMENTS).collect()}
     assert docs == {ASCOT_1430: 1, ASCOT_1500: 1}
-
-
-def test_fold_failures_of_a_lake_from_before_kinds_still_quarantine_and_gain_the_columns(
-    tmp_path, spark
-):
-    from datetime import UTC, datetime
-
-    from sis_platform.lake.delta import Lake
-    from sis_platform.lake.spark.fold import MasterFailure, known_failures, record_failures
-
-    lake = Lake(spark, str(tmp_path))
-    old = ", ".join(
-        f"{f.name} {f.dataType.simpleString()}"
-        for f in FOLD_FAILURES.schema().fields
-        if f.name not in ("kind", "message_id", "position")
-    )
-    spark.sql(f"CREATE TABLE {lake.sql_table(FOLD_FAILURES)} ({old}) USING delta")
-    spark.createDataFrame(
-        [(ASCOT_1500, 1, "ZeroDivisionError: x", datetime.now(UTC), None, False)], old
-    ).write.format("delta").mode("append").save(lake.path(FOLD_FAILURES))
-
-    assert known_failures(lake, 1).quarantined == {
-        ASCOT_1500: "fold failed 1 times: ZeroDivisionError: x"
-    }
-    timeout = MasterFailure(ASCOT_1430, "timeout", "took too long", "m1", 0)
-    record_failures(lake, [timeout], step=2, run_id=None)
-    known = known_failures(lake, 1)
-    assert set(known.quarantined) == {ASCOT_1500}
-    assert known.timed_out == {("m1", 0): "took too long"}
