@@ -24,6 +24,7 @@ import dagster as dg
 from sis_platform.definitions import build_definitions
 from sis_platform.resources import config
 from sis_platform.testing.inprocess import job_subset
+from tests.harness import SUITE_SPARK_CONF
 
 SENSOR = "sportsdata_queue_sensor"
 # The job's steps in execution order, with the asset keys each materializes.
@@ -52,6 +53,7 @@ def platform_env(data: Path) -> dict[str, str]:
         "SIS_SPARK_SHUFFLE_PARTITIONS": "2",
         "SIS_GET_WAIT_SECONDS": "0.05",
         "SIS_BATCH_MAX_MESSAGES": os.environ.get("SIS_BATCH_MAX_MESSAGES", "40"),
+        "SIS_SPARK_CONF": os.environ.get("SIS_SPARK_CONF", SUITE_SPARK_CONF),
     }
 
 

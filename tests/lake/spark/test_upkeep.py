@@ -59,7 +59,7 @@ FACTORY_MODE = "spark.sql.codegen.factoryMode"
 def interpreted(spark) -> Iterator[None]:
     """The session evaluates without generated code during the test, as an operator's
     SIS_SPARK_CONF may set for a run; set back after it, so the worker's later tests run with
-    the platform's settings."""
+    the suite's settings."""
     before = spark.conf.get(FACTORY_MODE)
     spark.conf.set(FACTORY_MODE, "NO_CODEGEN")
     yield
