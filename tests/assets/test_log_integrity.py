@@ -39,7 +39,7 @@ from tests.domain.sportsdata_fixtures import (
 )
 from tests.harness import Harness, received
 
-pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(240)]
+pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(140)]
 
 CHECK_KEY = dg.AssetCheckKey(dg.AssetKey("raw_messages"), CHAIN_CHECK)
 BATCHES = ("0000000001", "0000000002", "0000000003")

@@ -24,7 +24,7 @@ from tests.domain.sportsdata_fixtures import (
 from tests.harness import LOG_ASSETS, Harness, received
 from tests.reference import assert_lake_matches_reference, reference_for
 
-pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(480)]
+pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(170)]
 
 
 def _land(h: Harness, *batches: list[ReceivedMessage]) -> list[str]:

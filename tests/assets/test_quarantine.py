@@ -33,7 +33,7 @@ pytestmark = [
     pytest.mark.spark,
     pytest.mark.dagster,
     pytest.mark.usefixtures("no_retry_backoff"),
-    pytest.mark.cost(1200),
+    pytest.mark.cost(660),
 ]
 
 

@@ -19,7 +19,7 @@ from tests.domain.sportsdata_fixtures import ASCOT_1430, PRICE_7_TO_9, update
 from tests.harness import Harness, received
 from tests.reference import assert_lake_matches_reference, reference_for
 
-pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(300)]
+pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(130)]
 
 CHECK_KEY = dg.AssetCheckKey(dg.AssetKey("raw_messages"), CHAIN_CHECK)
 

@@ -34,7 +34,7 @@ from tests.domain.sportsdata_fixtures import (
 from tests.harness import LOG_ASSETS, Harness, received
 from tests.reference import assert_lake_matches_reference, reference_for
 
-pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(700)]
+pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(310)]
 
 FIXED = {"SIS_REDELIVERY_LIMIT": "10"}
 FOLD_AND_MODEL = (

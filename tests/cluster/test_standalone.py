@@ -23,7 +23,7 @@ import pytest
 from tests.cluster.s3 import S3Server, s3_server
 from tests.cluster.standalone import DRIVER_CONF, StandaloneCluster, standalone_cluster
 
-pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.cost(520)]
+pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.cost(270)]
 
 ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "sis-lake"

@@ -26,7 +26,7 @@ from sis_platform.lake.tables import MODEL_STEPS
 from sis_platform.settings import SPARK_CONNECT_TOKEN_VARIABLE
 from tests.ports import free_port
 
-pytestmark = [pytest.mark.spark, pytest.mark.connect, pytest.mark.cost(150)]
+pytestmark = [pytest.mark.spark, pytest.mark.connect, pytest.mark.cost(180)]
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -36,7 +36,7 @@ from tests.pg import PASSWORD_VARIABLE, USER, PgCluster, cluster
 from tests.ports import free_port
 from tests.reference import assert_lake_matches_reference, reference_for
 
-pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.e2e, pytest.mark.cost(400)]
+pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.e2e, pytest.mark.cost(520)]
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -16,7 +16,7 @@ from tests.harness import Harness
 from tests.modes import INTAKES, assert_live_path, harness
 from tests.reference import assert_lake_matches_reference, reference_for
 
-pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.e2e, pytest.mark.cost(450)]
+pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.e2e, pytest.mark.cost(200)]
 
 INVALID = {
     "not-well-formed": 0.004,

@@ -35,7 +35,7 @@ pytestmark = [
     pytest.mark.dagster,
     pytest.mark.e2e,
     pytest.mark.browser,
-    pytest.mark.cost(900),
+    pytest.mark.cost(660),
 ]
 
 CHROMIUM = Path("/usr/bin/chromium")  # Debian's package (scripts/chromium.sh install)

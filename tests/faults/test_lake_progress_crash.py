@@ -18,7 +18,7 @@ from tests.faults.driver import instance, platform_env
 from tests.faults.processes import SIGKILLED, drive
 from tests.harness import received
 
-pytestmark = [pytest.mark.faults, pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(240)]
+pytestmark = [pytest.mark.faults, pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(140)]
 
 B1 = "0000000001"
 LIVE = {"SIS_INTAKE": "live"}

@@ -37,7 +37,7 @@ from tests.faults.sequences import (
     converge_after_kills,
 )
 
-pytestmark = [pytest.mark.faults, pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(960)]
+pytestmark = [pytest.mark.faults, pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(810)]
 
 
 def test_sequences_cover_every_declared_crash_point():

@@ -7,7 +7,7 @@ import pytest
 
 from tests.faults.sequences import B1, FIRST_BATCH_SEQUENCE, converge_after_kills
 
-pytestmark = [pytest.mark.faults, pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(400)]
+pytestmark = [pytest.mark.faults, pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(450)]
 
 
 # 7 Spark driver starts: ~9 minutes on a loaded 2-core machine.

@@ -15,7 +15,7 @@ from tests.faults.processes import SIGKILLED, drive
 from tests.faults.sequences import B1, B2, REWIND_SEQUENCE
 from tests.reference import assert_lake_matches_reference, reference_for
 
-pytestmark = [pytest.mark.faults, pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(340)]
+pytestmark = [pytest.mark.faults, pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(280)]
 
 
 @pytest.mark.timeout(1800)

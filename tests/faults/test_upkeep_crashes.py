@@ -18,7 +18,7 @@ from sis_platform.runtime.faults import UPKEEP_POINTS
 from tests.faults.driver import platform_env
 from tests.faults.sequences import B1, B2, converge_after_kills
 
-pytestmark = [pytest.mark.faults, pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(700)]
+pytestmark = [pytest.mark.faults, pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(770)]
 
 UPKEEP_SEQUENCE = [
     ("fold.mid_optimize", [B2]),

@@ -23,7 +23,7 @@ import pytest
 
 from tests.resources.secure_driver import VISIBLE_MARKER
 
-pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(150)]
+pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.cost(110)]
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "sis-secret-7c2d9a0b"

@@ -296,7 +296,7 @@ def _live_outage_between_landing_and_commit(
 @pytest.mark.broker
 @pytest.mark.spark
 @pytest.mark.dagster
-@pytest.mark.cost(250)
+@pytest.mark.cost(130)
 def test_after_a_broker_outage_the_lake_equals_the_reference(
     tmp_path, activemq_outage: Broker, spark
 ) -> None:

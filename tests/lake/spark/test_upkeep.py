@@ -94,7 +94,7 @@ def _feed() -> list[list]:
 
 
 @pytest.mark.spark
-@pytest.mark.cost(120)
+@pytest.mark.cost(220)
 def test_a_due_step_compacts_before_its_commit_and_the_next_step_keeps_it(
     spark, tmp_path, monkeypatch, interpreted
 ):
@@ -143,7 +143,7 @@ def test_a_due_step_compacts_before_its_commit_and_the_next_step_keeps_it(
 
 
 @pytest.mark.spark
-@pytest.mark.cost(120)
+@pytest.mark.cost(220)
 def test_vacuum_removes_what_is_past_the_retention_and_keeps_the_rest(spark, tmp_path):
     upkeep = LakeUpkeepSettings(optimize_every=1, vacuum_every=2, retain_hours=48)
     lake = Lake(spark, str(tmp_path / "lake"), upkeep=upkeep)

@@ -30,7 +30,7 @@ from tests.domain.sportsdata_fixtures import (
 from tests.lake.spark.fold.lakes import log_batch, message, new_lake
 from tests.reference import assert_lake_matches_reference, reference_for
 
-pytestmark = [pytest.mark.spark, pytest.mark.cost(120)]
+pytestmark = [pytest.mark.spark, pytest.mark.cost(330)]
 
 
 def test_steps_over_new_batches_match_the_reference(spark, tmp_path):
