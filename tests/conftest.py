@@ -34,7 +34,7 @@ def private_config_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pa
 def spark() -> Iterator[SparkSession]:
     """A local Spark session with Delta, configured as the platform configures a run's driver
     (its JVM that of a long-lived one: see below), with the suite's expressions interpreted
-    (tests/harness.py, SUITE_SPARK_CONF).
+    (tests/harness.py, SUITE_SPARK_SQL).
 
     The platform's LazyPySparkResource calls getOrCreate() with the same configuration, so
     every Dagster run inside the test process reuses this session instead of starting a JVM.
@@ -47,15 +47,14 @@ def spark() -> Iterator[SparkSession]:
     from sis_platform.lake.driver.conf import SHORT_LIVED_SQL, delta_spark_config
     from sis_platform.lake.driver.jars import resolved_jars_dir
     from sis_platform.lake.driver.jvm_archive import configured_archive
-    from tests.harness import SUITE_SPARK_CONF
+    from tests.harness import SUITE_SPARK_SQL
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    suite_sql = dict(pair.split("=", 1) for pair in SUITE_SPARK_CONF.split())
     builder = SparkSession.builder
     # This JVM serves every Spark test of its worker, for the whole suite: a long-lived
     # driver's JVM, which keeps the C2 JIT (measured: tests/assets/test_process_batch.py in
     # 131 s against 158 s with C1 only, test_log_integrity.py 87 s against 98 s). Its SQL
-    # settings are a run's (SHORT_LIVED_SQL) with the suite's (SUITE_SPARK_CONF), which every
+    # settings are a run's (SHORT_LIVED_SQL) with the suite's (SUITE_SPARK_SQL), which every
     # in-process run sets again anyway.
     for key, value in delta_spark_config(
         master="local[2]",
@@ -65,7 +64,7 @@ def spark() -> Iterator[SparkSession]:
         jars_dir=os.environ.get("SIS_SPARK_JARS_DIR") or resolved_jars_dir(),
         class_archive=configured_archive(os.environ.get("SIS_SPARK_CLASS_ARCHIVE") or None),
         long_lived=True,
-        extra={**SHORT_LIVED_SQL, **suite_sql},
+        extra={**SHORT_LIVED_SQL, **SUITE_SPARK_SQL},
     ).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

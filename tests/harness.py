@@ -7,7 +7,7 @@ landing zone live under `tmp_path`. What only tests need (a message put at T0 to
 here.
 
 One setting differs from production's, for every in-process run of the suite:
-`SUITE_SPARK_CONF` (below).
+`SUITE_SPARK_SQL` (below).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ __all__ = [
     "LOG_ASSETS",
     "SENSOR",
     "SUITE_SPARK_CONF",
+    "SUITE_SPARK_SQL",
     "T0",
     "Harness",
     "logged_messages",
@@ -36,7 +37,9 @@ __all__ = [
 # The tests that run the platform in its own processes as deployed (the daemon's, the browser's,
 # tests/cluster, tests/connect) keep production's settings. A test's own SIS_SPARK_CONF replaces
 # this one.
-SUITE_SPARK_CONF = "spark.sql.codegen.factoryMode=NO_CODEGEN"
+SUITE_SPARK_SQL = {"spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+# The same, as SIS_SPARK_CONF spells it.
+SUITE_SPARK_CONF = " ".join(f"{key}={value}" for key, value in SUITE_SPARK_SQL.items())
 
 
 @dataclass
