@@ -81,7 +81,7 @@ from sis_platform.lake.tables import (
 )
 from sis_platform.lake.upkeep import UPKEEP_TABLES, optimize, table_files
 from sis_platform.log.chain import Anchor
-from sis_platform.log.landing.expiry import _write_record
+from sis_platform.log.landing.expiry import expire_through
 from sis_platform.log.landing.rows import batch_key
 from sis_platform.settings import DEFAULT_PARTITION_RETAIN_DAYS
 from sis_platform.settings.environment import python_workers_use_this_interpreter
@@ -302,14 +302,7 @@ def expire_landing(platform: InProcessPlatform, lake: Lake, through: int) -> Non
     if last is None or first is None:
         raise RuntimeError(f"batch {key} has no rows in raw_messages")
     anchor = zone.signer.sign(Anchor(key, count, first["prev_link"], last["chain_link"]))
-    _write_record(zone, anchor)
-    # Expiry's removal probes down from the record's batch (the record moves a batch at a
-    # time); the record jumped over the copied batches, so the landed ones are removed as it
-    # removes them: file, then anchor, oldest first.
-    for landed in zone.anchors.keys():
-        if int(landed) <= through:
-            zone.batch_path(landed).unlink(missing_ok=True)
-            zone.anchors.path(landed).unlink()
+    expire_through(zone, anchor)
 
 
 def register_partitions(instance: dg.DagsterInstance, after: int, through: int) -> None:

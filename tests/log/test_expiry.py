@@ -23,6 +23,7 @@ from sis_platform.log.landing.expiry import (
     Expirer,
     LogExpired,
     advance_record,
+    expire_through,
     read_expiry,
     remove_expired,
 )
@@ -87,6 +88,32 @@ def test_only_merged_checked_batches_older_than_the_retention_and_not_the_newest
     # The record never moves back.
     assert advance_record(zone.upkeep, checked_batch=1, retain_seconds=0.0).through_seq == 5
     assert read_expiry(zone.catalog.root).through_seq == 5  # type: ignore[union-attr]
+
+
+def test_expire_through_removes_every_covered_batch_even_past_a_gap_and_never_moves_back(
+    tmp_path,
+):
+    zone = sealed_zone(tmp_path / "data")
+    land_days(zone, 5)
+    anchor = zone.catalog.anchor(batch_key(3))
+    assert anchor is not None
+    # A zone that never held batch 2 (a history built in bulk): the removal does not stop at
+    # the gap, as probing down from the record would.
+    zone.catalog.batch_path(batch_key(2)).unlink()
+    zone.catalog.anchors.path(batch_key(2)).unlink()
+    expire_through(zone.upkeep, anchor)
+    assert zone.catalog.expiry() == read_expiry(zone.catalog.root)
+    assert zone.catalog.expiry().anchor == anchor  # type: ignore[union-attr]
+    assert zone.catalog.keys() == [batch_key(4), batch_key(5)]
+    assert not zone.catalog.batch_path(batch_key(1)).exists()
+    assert zone.catalog.anchors.read(batch_key(1)) is None
+    with pytest.raises(BatchExpired):
+        zone.catalog.read(batch_key(1))
+    assert kept_chain_problems(zone) == []
+    earlier = zone.catalog.anchor(batch_key(3))
+    assert earlier is not None
+    with pytest.raises(ValueError, match="cannot move back"):
+        expire_through(zone.upkeep, earlier)
 
 
 def test_a_batch_still_in_parts_stops_the_expiry(tmp_path):

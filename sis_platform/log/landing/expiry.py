@@ -202,6 +202,30 @@ def remove_expired(zone: ZoneLayout, deadline: float | None = None) -> bool:
     return True
 
 
+def expire_through(zone: ZoneLayout, anchor: Anchor) -> None:
+    """Expire every batch up to and including `anchor`'s at once, without the rules above: the
+    record moved to `anchor`, then every covered batch the zone holds removed, oldest first
+    (file, then anchor). For a zone whose record jumps over batches it never held, such as a
+    season's history built in bulk (scripts/bench_season.py); sis-live's `Expirer` moves the
+    record a batch at a time instead, and only as far as the rules allow. The caller holds the
+    zone (no fence); the record only moves forward (ValueError otherwise)."""
+    through = batch_seq_of(anchor.batch_key)
+    current = zone.expiry()
+    if current is not None and current.through_seq >= through:
+        raise ValueError(
+            f"the expiry record is at batch {current.anchor.batch_key} already: it cannot move "
+            f"back to {anchor.batch_key}"
+        )
+    _write_record(zone, anchor)
+    crash_point("expire.after_record")
+    for key in zone.anchors.keys():
+        if batch_seq_of(key) <= through:
+            zone.batch_path(key).unlink(missing_ok=True)
+            fsync_dir(zone.batches_dir)
+            zone.anchors.path(key).unlink(missing_ok=True)
+    fsync_dir(zone.anchors.dir)
+
+
 def _covered(zone: ZoneLayout, expiry: Expiry) -> list[str]:
     """The batches the record covers that still have a file or an anchor, in order, found by
     probing down from the record's batch: removal goes oldest first, so what is left of the
