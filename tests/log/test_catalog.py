@@ -8,6 +8,10 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
 from sis_platform.domain.limits import DEFAULT_LIMITS
 from sis_platform.log.landing import (
     START_POSITION,
@@ -83,3 +87,16 @@ def test_a_catalog_reads_every_form_of_batch_and_writes_nothing(tmp_path):
     assert catalog.anchor(batch_key(3)) is None  # the open batch is not landed yet
 
     assert _snapshot(tmp_path) == before
+
+
+def test_a_batch_file_without_an_anchor_or_chain_metadata_is_refused_not_read(tmp_path):
+    zone = LandingZone(tmp_path)
+    landed = zone.writer.land(_messages(2))
+    # A file someone else put where the next batch's file goes: Parquet with a chain_link
+    # column, but no anchor beside it and no chain metadata in it.
+    foreign = zone.catalog.batch_path(batch_key(2))
+    pq.write_table(pa.table({"chain_link": ["ab" * 32] * 3}), foreign)
+    with pytest.raises(ValueError, match="not a landing file"):
+        Catalog(tmp_path).tail()
+    foreign.unlink()
+    assert Catalog(tmp_path).tail().seq == int(landed.key)

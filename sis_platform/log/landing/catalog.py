@@ -152,12 +152,18 @@ class Catalog(ZoneLayout):
         return Tail(0, GENESIS_LINK, 0, None)
 
     def _file_tail(self, key: str) -> Tail:
+        """The tail at batch `key`'s file when it has no anchor yet (a crash between the file
+        and its anchor): the anchor every landing file carries in its metadata. A file without
+        one was not written by the landing zone (nor by any version of it a deployment holds):
+        it is refused, not read, whatever its size."""
         claimed = self.anchor_from_file(key)
-        if claimed is not None:
-            return Tail(batch_seq_of(key), bytes.fromhex(claimed.head), claimed.messages, None)
-        table = pq.read_table(self.batch_path(key), columns=["chain_link"])
-        head = bytes.fromhex(table.column("chain_link")[-1].as_py())
-        return Tail(batch_seq_of(key), head, table.num_rows, None)
+        if claimed is None:
+            raise ValueError(
+                f"{self.batch_path(key)} has no anchor file and no chain metadata: it is not a "
+                "landing file. Move it out of the landing zone (or restore the batch from a "
+                "backup) before starting again"
+            )
+        return Tail(batch_seq_of(key), bytes.fromhex(claimed.head), claimed.messages, None)
 
     def last(self) -> tuple[int, bytes]:
         """The last batch's number and final chain link (0 and the genesis link when empty);
