@@ -12,8 +12,8 @@ process.
 
 When sis-live opens its fold (`LiveBudget.open`, before anything is folded), it turns the
 markers left behind into durable facts (`failures.json` in the same folder, written whole and
-fsync'd before the markers are removed), and the fold then ends each as the lake's does
-(lake/spark/fold/worker.py, lake/spark/fold/quarantine.py, lake/spark/items.py):
+fsync'd before the markers are removed), and the fold then ends each as the poison policy
+says (domain/poison.py), which the lake applies to its own facts:
 
 - a fold item that timed out: dead-lettered `too-complex` with `budget_detail`, without being
   folded again; an existing master is left stale (`fold_skipping`, shared with the lake);
@@ -42,7 +42,6 @@ from typing import TYPE_CHECKING
 
 from sis_platform.domain.fold import (
     ItemKey,
-    ItemResult,
     ItemSelector,
     MasterFoldResult,
     MasterState,
@@ -57,7 +56,14 @@ from sis_platform.domain.pipeline import (
     MasterFolder,
     whole_message_dead_letter,
 )
-from sis_platform.domain.reasons import Outcome, Reason
+from sis_platform.domain.poison import (
+    Held,
+    PoisonPolicy,
+    budget_detail,
+    failure_detail,
+    held_back,
+    quarantine_detail,
+)
 from sis_platform.live.workers import WorkerSetup
 from sis_platform.runtime.faults import (
     InjectedFailure,
@@ -68,15 +74,10 @@ from sis_platform.runtime.guard import (
     RUNNING,
     TIMEOUT,
     Guard,
-    Held,
     InFlightFolder,
     InFlightRecord,
-    budget_detail,
-    classify_deaths_detail,
     classify_watched,
-    failure_detail,
     fold_watched,
-    quarantine_detail,
     read_marker,
 )
 from sis_platform.runtime.logs import concerning
@@ -183,6 +184,7 @@ class LiveBudget:
 
     def __init__(self, config: BudgetConfig, failures: Failures) -> None:
         self.config = config
+        self.policy = PoisonPolicy(config.quarantine_after)
         self.failures = failures
         self._fold_guard = Guard(str(config.folder / FOLD), config.seconds)
         self._classify_guard = Guard(str(config.folder / CLASSIFY), config.seconds)
@@ -249,7 +251,7 @@ class LiveBudget:
             if self.held(master_id):
                 failed = self.failures.fold[master_id]
                 detail = quarantine_detail(failed.count, failed.last_error)
-                return _held_back(master_id, state, items, detail)
+                return held_back(master_id, state, items, detail)
             guard.start(master_id)
             try:
                 return fold_watched(
@@ -274,7 +276,7 @@ class LiveBudget:
     def held(self, master_id: str) -> bool:
         """Whether the master is quarantined: its items are held back, not folded."""
         failed = self.failures.fold.get(master_id)
-        return failed is not None and failed.count >= self.config.quarantine_after
+        return failed is not None and self.policy.quarantines(failed.count)
 
     def fold_failed(self, master_id: str, detail: str) -> None:
         """The fold of `master_id` raised (`failure_detail`): count it, durably."""
@@ -318,37 +320,13 @@ class LiveBudget:
         self._classify_guard.close()
 
     def _held_message(self, message: LoggedMessage) -> DeadLetter | None:
-        message_id = message.message_id
-        detail = self.failures.timed_out_messages.get(message_id)
-        if detail is not None:
-            return whole_message_dead_letter(message, Reason.TOO_COMPLEX, detail)
-        deaths = self.failures.classify_deaths.get(message_id, 0)
-        if deaths >= self.config.quarantine_after:
-            detail = classify_deaths_detail(deaths)
-            return whole_message_dead_letter(message, Reason.QUARANTINED, detail)
-        return None
-
-
-def _held_back(
-    master_id: str, state: MasterState | None, items: list[Item], detail: str
-) -> MasterFoldResult:
-    """A quarantined master's items, not folded: each dead-lettered `quarantined`, the master
-    as it was (the lake's `hold_quarantined`)."""
-    current = state or MasterState(master_id=master_id, version=0, document=None)
-    results = [
-        ItemResult(
-            message_id=item.message_id,
-            position=item.position,
-            master_id=master_id,
-            outcome=Outcome.DEAD_LETTERED,
-            version=None,
-            reason=Reason.QUARANTINED,
-            detail=detail,
-            warning=None,
+        held = self.policy.held_message(
+            timed_out=self.failures.timed_out_messages.get(message.message_id),
+            deaths=self.failures.classify_deaths.get(message.message_id, 0),
         )
-        for item in items
-    ]
-    return MasterFoldResult(state=current, results=results)
+        if held is None:
+            return None
+        return whole_message_dead_letter(message, held.reason, held.detail)
 
 
 def _concerning(record: InFlightRecord, kind: str) -> dict[str, object]:

@@ -45,8 +45,9 @@ from sis_platform.domain.fold import (
 from sis_platform.domain.items import Item
 from sis_platform.domain.limits import Limits
 from sis_platform.domain.pipeline import MasterFolder
+from sis_platform.domain.poison import failure_detail
 from sis_platform.runtime.faults import InjectedFailure, injected_fold_failure
-from sis_platform.runtime.guard import Guard, failure_detail, fold_watched
+from sis_platform.runtime.guard import Guard, fold_watched
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess

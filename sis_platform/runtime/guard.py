@@ -51,45 +51,12 @@ from sis_platform.domain.fold import (
 from sis_platform.domain.items import Item
 from sis_platform.domain.limits import Limits
 from sis_platform.domain.pipeline import DeadLetter, LoggedMessage, classify_message
+from sis_platform.domain.poison import Held, classify_error_detail
 from sis_platform.domain.reasons import Reason
 from sis_platform.runtime.faults import InjectedFailure, fail_as_injected
 
 RUNNING = "running"
 TIMEOUT = "timeout"
-
-
-def budget_detail(seconds: float | None) -> str:
-    """The detail of a dead letter for an item that overran its budget."""
-    return f"took longer than the per-item budget of {seconds:g} s (SIS_ITEM_BUDGET_SECONDS)"
-
-
-# The most characters of an exception's text a fold failure keeps (the type is kept whole).
-FAILURE_DETAIL_CHARS = 2000
-# The most characters of an exception's text a classification's dead letter keeps.
-ERROR_DETAIL_CHARS = 1000
-
-
-def failure_detail(error: BaseException) -> str:
-    """A fold that raised, as its failure is recorded: the exception's type and text, cut short.
-    The text may quote content: the master is named by a structured field, never by it."""
-    return f"{type(error).__name__}: {error}"[:FAILURE_DETAIL_CHARS]
-
-
-def quarantine_detail(failures: int, last_error: str) -> str:
-    """The detail of a dead letter held back from a master whose fold failed `failures`
-    times."""
-    return f"fold failed {failures} times: {last_error}"
-
-
-def classify_error_detail(error: BaseException) -> str:
-    """The detail of a message dead-lettered `quarantined` because classifying it raised."""
-    return f"classification raised {type(error).__name__}: {error}"[:ERROR_DETAIL_CHARS]
-
-
-def classify_deaths_detail(deaths: int) -> str:
-    """The detail of a message held back after the process classifying it died `deaths`
-    times."""
-    return f"its Python worker died classifying it {deaths} times"
 
 
 @dataclass(frozen=True)
@@ -384,14 +351,6 @@ def fold_watched(
         )
 
     return fold_skipping(master_id, state, items, timed_out, fold)
-
-
-@dataclass(frozen=True)
-class Held:
-    """A message not to classify (again): dead-lettered with this reason and detail instead."""
-
-    reason: Reason
-    detail: str
 
 
 def classify_watched(

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from sis_platform.domain.pipeline import classify_stretch
+from sis_platform.domain.poison import budget_detail, quarantine_detail
 from sis_platform.live.budget import DIED_FOLDING, FOLD, BudgetConfig, LiveBudget
 from sis_platform.live.fold import FoldOptions, LiveFold
 from sis_platform.live.workers import (
@@ -29,7 +30,6 @@ from sis_platform.live.workers import (
     split_shares,
 )
 from sis_platform.log.landing import LandedMessage
-from sis_platform.runtime.guard import budget_detail, quarantine_detail
 from sis_platform.serving import ServingWriter, open_writer
 from sis_platform.standards.selector import Selector
 from tests.live.feed import groups_of_varying_size, landed_feed

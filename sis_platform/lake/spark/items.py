@@ -38,7 +38,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from sis_platform.domain.limits import Limits
 from sis_platform.domain.pipeline import DeadLetter, LoggedMessage
-from sis_platform.domain.reasons import Reason
+from sis_platform.domain.poison import Held, PoisonPolicy, budget_detail
 from sis_platform.lake.spark.arrow import record_batches
 from sis_platform.lake.tables import BATCH_LOG, CLASSIFY_FAILURES, MESSAGE_ITEMS, RAW_MESSAGES
 from sis_platform.log.landing import LandingZone, batch_seq_of
@@ -47,11 +47,8 @@ from sis_platform.runtime.guard import (
     RUNNING,
     TIMEOUT,
     Guard,
-    Held,
     InFlightFolder,
     InFlightRecord,
-    budget_detail,
-    classify_deaths_detail,
     classify_watched,
 )
 from sis_platform.settings import DEFAULT_QUARANTINE_AFTER
@@ -282,17 +279,19 @@ def _held_messages(
         .collect()
     )
     deaths: Counter[HeldKey] = Counter()
-    held: dict[HeldKey, Held] = {}
+    timed_out: dict[HeldKey, str] = {}
     for r in rows:
         message = HeldKey(str(r["batch_key"]), str(r["message_id"]))
         if r["kind"] == TIMEOUT:
-            held[message] = Held(Reason.TOO_COMPLEX, str(r["error"]))
+            timed_out[message] = str(r["error"])
         else:
             deaths[message] += 1
-    for message, n in deaths.items():
-        if n >= quarantine_after and message not in held:
-            held[message] = Held(Reason.QUARANTINED, classify_deaths_detail(n))
-    return held
+    policy = PoisonPolicy(quarantine_after)
+    verdicts = {
+        message: policy.held_message(timed_out=timed_out.get(message), deaths=deaths[message])
+        for message in timed_out.keys() | deaths.keys()
+    }
+    return {message: held for message, held in verdicts.items() if held is not None}
 
 
 @dataclass(frozen=True)

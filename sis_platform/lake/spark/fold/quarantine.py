@@ -20,16 +20,10 @@ from typing import TYPE_CHECKING, NoReturn
 
 from pyspark.sql import functions as F
 
+from sis_platform.domain.poison import FAILURE_DETAIL_CHARS, PoisonPolicy, budget_detail
 from sis_platform.lake.delta import sql_string
 from sis_platform.lake.tables import FOLD_FAILURES
-from sis_platform.runtime.guard import (
-    FAILURE_DETAIL_CHARS,
-    RUNNING,
-    TIMEOUT,
-    InFlightFolder,
-    budget_detail,
-    quarantine_detail,
-)
+from sis_platform.runtime.guard import RUNNING, TIMEOUT, InFlightFolder
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row
@@ -107,18 +101,13 @@ def known_failures(lake: Lake, after: int) -> KnownFailures:
         .orderBy("failed_at")
         .collect()
     )
-    counts: dict[str, int] = {}
-    last: dict[str, str] = {}
-    timed_out: dict[tuple[str, int], str] = {}
-    for r in rows:
-        if r["kind"] == TIMEOUT:
-            timed_out[(str(r["message_id"]), int(r["position"]))] = str(r["error"])
-            continue
-        master = str(r["master_id"])
-        counts[master] = counts.get(master, 0) + 1
-        last[master] = str(r["error"])
-    quarantined = {m: quarantine_detail(n, last[m]) for m, n in counts.items() if n >= after}
-    return KnownFailures(quarantined, timed_out)
+    timed_out = {
+        (str(r["message_id"]), int(r["position"])): str(r["error"])
+        for r in rows
+        if r["kind"] == TIMEOUT
+    }
+    failures = [(str(r["master_id"]), str(r["error"])) for r in rows if r["kind"] != TIMEOUT]
+    return KnownFailures(PoisonPolicy(after).quarantined(failures), timed_out)
 
 
 def hold_quarantined(valid: DataFrame, quarantined: dict[str, str]) -> tuple[DataFrame, DataFrame]:

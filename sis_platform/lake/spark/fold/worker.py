@@ -28,10 +28,11 @@ from sis_platform.domain.fold import (
 )
 from sis_platform.domain.items import Item
 from sis_platform.domain.limits import Limits
+from sis_platform.domain.poison import failure_detail
 from sis_platform.domain.priority import Priority
 from sis_platform.lake.spark.arrow import record_batches
 from sis_platform.runtime.faults import InjectedFailure
-from sis_platform.runtime.guard import Guard, failure_detail, fold_watched
+from sis_platform.runtime.guard import Guard, fold_watched
 from sis_platform.standards.selector import Selector
 
 if TYPE_CHECKING:
