@@ -17,7 +17,8 @@
    `fold_steps` row is committed by the fold's own `commit_step`, recording the tables'
    versions after the copies (recovery keeps them). The copies are appended in a few large
    commits, then `OPTIMIZE`d: the file layout the fold's upkeep leaves (compacted, 128 MiB
-   bins), with raw_messages and message_items one folder per batch, as the lake keeps them.
+   bins), with raw_messages and message_items one file per block of batches, as their
+   compaction leaves every settled block (the open block's one file per batch is left out).
    The landing zone ends where the lake's history does, as expiry leaves it after a season:
    every landed batch is folded, so the expiry record is moved to the last copied batch (its
    anchor signed with the log key, its head the copied batch's last link) and the batches it
@@ -245,7 +246,10 @@ def build_history(lake: Lake, base: Base, after: int, through: int) -> dict[str,
         last_step = table is FOLD_STEPS
         rows = copies(lake, base, table, after, through - 1 if last_step else through)
         if table.partition_by:
-            rows = rows.repartition(*table.partition_by)
+            # One file per partition, as the platform's compaction leaves a settled block of
+            # batches (a partition column Delta generates is computed here from its expression).
+            generated = {g.name: F.expr(g.expression) for g in table.generated}
+            rows = rows.repartition(*(generated.get(c, F.col(c)) for c in table.partition_by))
         lake.append(table, rows)
         if last_step:
             _commit_last(lake, base, through)

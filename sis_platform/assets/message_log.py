@@ -15,8 +15,10 @@ from sis_platform.assets.run_tags import CHAIN_HEAD_TAG, MESSAGES_TAG, run_batch
 from sis_platform.assets.table_specs import KINDS, OWNERS, column_schema, location, table_spec
 from sis_platform.lake.delta import Lake
 from sis_platform.lake.spark.chain import RunAnchor, verify_batches
-from sis_platform.lake.spark.items import ItemsSummary, batch_condition, log_items
+from sis_platform.lake.spark.items import ItemsSummary, log_items, logged_condition
 from sis_platform.lake.tables import BATCH_LOG, CLASSIFY_FAILURES, MESSAGE_ITEMS, RAW_MESSAGES
+from sis_platform.lake.upkeep import compact_blocks
+from sis_platform.log.landing import batch_seq_of
 from sis_platform.log.landing.catalog import BatchFigures
 from sis_platform.log.landing.signed import tail_problems
 from sis_platform.resources.platform import (
@@ -61,7 +63,8 @@ def raw_messages(
     # (the landing files' own, log/landing/rows.py): no file's footer is read to infer it.
     files = [str(p) for key in keys for p in zone.catalog.landed_files(key)]
     rows = session.read.schema(RAW_MESSAGES.schema()).parquet(*files)
-    lk.replace_where(RAW_MESSAGES, rows, batch_condition(keys))
+    lk.replace_where(RAW_MESSAGES, rows, logged_condition(keys))
+    compact_blocks(lk, RAW_MESSAGES, map(batch_seq_of, keys), lk.upkeep)
 
     # The rows just written are the landing files' rows: counted there, without a Spark job.
     figures = BatchFigures.total([zone.catalog.figures(key) for key in keys])

@@ -246,6 +246,11 @@ class Lake:
                 + ("" if f.nullable else " NOT NULL")
                 for f in table.schema().fields
             )
+            for column in table.generated:
+                columns += (
+                    f", {sql_identifier(column.name)} {column.sql_type} NOT NULL"
+                    f" GENERATED ALWAYS AS ({column.expression})"
+                )
             statement = f"CREATE TABLE IF NOT EXISTS {self.sql_table(table)} ({columns})"
             statement += " USING delta"
             if table.partition_by:

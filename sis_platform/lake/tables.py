@@ -16,6 +16,28 @@ from pyspark.sql.types import StructType
 
 from sis_platform.domain.model import MODEL_COLUMNS, PRICE_PLACES, ModelKind
 
+# raw_messages and message_items are partitioned by block of this many consecutive batches
+# (`batch_block`, generated from batch_seq), not by batch: a partition per batch is 720 a day
+# at the feed's real shape, and every read and write of one batch filters Delta's list of all
+# of them. A block's files are compacted into a few once the batches after it are being
+# written (lake/upkeep.py, `compact_blocks`); a batch is found in them by its key's statistics.
+BATCHES_PER_BLOCK = 500
+
+
+def batch_block(batch_seq: int) -> int:
+    """The block of batches (the partition of raw_messages and message_items) a batch is in."""
+    return batch_seq // BATCHES_PER_BLOCK
+
+
+@dataclass(frozen=True)
+class GeneratedColumn:
+    name: str
+    sql_type: str
+    expression: str
+
+
+BATCH_BLOCK = GeneratedColumn("batch_block", "BIGINT", f"batch_seq DIV {BATCHES_PER_BLOCK}")
+
 
 @dataclass(frozen=True)
 class Table:
@@ -31,6 +53,9 @@ class Table:
     # Delta's change data feed: each commit's changed rows are readable on their own
     # (Lake.changes), so a reader that keeps up reads what changed, not the whole table.
     change_feed: bool = False
+    # Columns Delta computes from the others on every write (generated columns), after those of
+    # `schema()`, which writers give: (name, SQL type, SQL expression).
+    generated: tuple[GeneratedColumn, ...] = ()
 
     def schema(self) -> StructType:
         return _SCHEMAS[self.name]()
@@ -55,8 +80,8 @@ class Table:
         return tuple(values[n] for n in names)
 
 
-RAW_MESSAGES = Table("raw_messages", ("batch_key",))
-MESSAGE_ITEMS = Table("message_items", ("batch_key",))
+RAW_MESSAGES = Table("raw_messages", (BATCH_BLOCK.name,), generated=(BATCH_BLOCK,))
+MESSAGE_ITEMS = Table("message_items", (BATCH_BLOCK.name,), generated=(BATCH_BLOCK,))
 # The fold plans each step from what changed in batch_log since the last (fold/plan.py).
 BATCH_LOG = Table("batch_log", change_feed=True)
 MASTER_VERSIONS = Table("master_versions")

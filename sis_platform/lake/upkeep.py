@@ -29,14 +29,16 @@ entries older than it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sis_platform.lake.driver.conf import BULK_WRITE_SQL
 from sis_platform.lake.tables import (
+    BATCH_BLOCK,
     BATCH_LOG,
+    BATCHES_PER_BLOCK,
     CLASSIFY_FAILURES,
     DEAD_LETTERS,
     EVENTS,
@@ -50,6 +52,7 @@ from sis_platform.lake.tables import (
     MODEL_STEPS,
     SELECTIONS,
     Table,
+    batch_block,
 )
 from sis_platform.runtime.faults import crash_point
 from sis_platform.settings import LakeUpkeepSettings
@@ -72,6 +75,10 @@ FOLD_UPKEEP_TABLES = (
 MODEL_UPKEEP_TABLES = (EVENTS, MARKETS, SELECTIONS, MODEL_FAILURES, MODEL_STEPS)
 # Every table `files_within_bound` watches.
 UPKEEP_TABLES = FOLD_UPKEEP_TABLES + MODEL_UPKEEP_TABLES
+
+# A block of raw_messages and message_items is compacted when the batch this many into the next
+# block is written (`settled_blocks`).
+BLOCK_SETTLE_BATCHES = 10
 
 # OPTIMIZE's bins: files under this size are compacted into files of at most this size. Delta's
 # default (1 GiB) would rewrite a growing append-only table (master_versions, message_outcomes)
@@ -144,17 +151,60 @@ def run_upkeep(
     return UpkeepDone(tuple(optimized), removed, added, tuple(vacuumed))
 
 
-def optimize(lake: Lake, table: Table) -> tuple[int, int]:
-    """Bin-pack the table's small files (one commit, none when there is nothing to compact).
-    Returns the files removed and added."""
+def optimize(lake: Lake, table: Table, where: str | None = None) -> tuple[int, int]:
+    """Bin-pack the table's small files (one commit, none when there is nothing to compact),
+    or those of the partitions `where` selects. Returns the files removed and added."""
+    statement = f"OPTIMIZE {lake.sql_table(table)}" + (f" WHERE {where}" if where else "")
     rows = lake.retrying_conflicts(
-        f"{table.name} optimize",
-        lambda: lake.spark.sql(f"OPTIMIZE {lake.sql_table(table)}").collect(),
+        f"{table.name} optimize" + (f" where {where}" if where else ""),
+        lambda: lake.spark.sql(statement).collect(),
     )
     metrics = rows[0]["metrics"] if rows else None
     if metrics is None:
         return 0, 0
     return int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"])
+
+
+def settled_blocks(seqs: Iterable[int]) -> list[int]:
+    """The blocks of batches (lake/tables.py) a write of batches `seqs` settles: the block
+    before each block whose batch number BLOCK_SETTLE_BATCHES it writes. By then the runs that
+    wrote the settled block's last batches have ended (at most SIS_MAX_RUNS_IN_FLIGHT run at
+    once, in feed order)."""
+    return sorted(
+        {
+            batch_block(seq) - 1
+            for seq in seqs
+            if seq % BATCHES_PER_BLOCK == BLOCK_SETTLE_BATCHES and batch_block(seq) >= 1
+        }
+    )
+
+
+def compact_blocks(
+    lake: Lake, table: Table, seqs: Iterable[int], settings: LakeUpkeepSettings
+) -> UpkeepDone:
+    """The upkeep of raw_messages or message_items after a write of batches `seqs`: each block
+    the write settles compacted (an OPTIMIZE of its partition: one commit, no row changed), then
+    the table vacuumed. Nothing to undo if killed anywhere: a killed OPTIMIZE commits nothing
+    and leaves files no commit lists (the next VACUUM's), one that committed changed no row.
+    A retried write settles the same block again, which is then compact already (OPTIMIZE
+    leaves a lone file as it is). A batch written into a settled block later (a backfill) adds
+    a file the block keeps. `SIS_LAKE_OPTIMIZE_EVERY=0` turns it off, as it does the steps'."""
+    blocks = settled_blocks(seqs)
+    if not blocks or settings.optimize_every <= 0 or not lake.exists(table):
+        return UpkeepDone()
+    removed = added = 0
+    with lake.sql_settings(COMPACTION_SQL):
+        _retention(lake, table, settings.retain_hours)
+        for block in blocks:
+            files_removed, files_added = optimize(lake, table, f"{BATCH_BLOCK.name} = {block}")
+            removed += files_removed
+            added += files_added
+    crash_point(f"{table.name}.after_compact")
+    vacuumed: tuple[str, ...] = ()
+    if settings.vacuum_every > 0:
+        vacuum(lake, table)
+        vacuumed = (table.name,)
+    return UpkeepDone((table.name,) if removed else (), removed, added, vacuumed)
 
 
 def vacuum(lake: Lake, table: Table) -> None:

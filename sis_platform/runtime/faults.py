@@ -119,11 +119,15 @@ UPKEEP_POINTS = (
     "model.after_optimize",  # the model's tables written and compacted, model_steps not
     "model.after_vacuum",  # ... and vacuumed
 )
+# A batch run's compaction of the block of batches its write settled (lake/upkeep.py
+# `compact_blocks`): the block compacted, the table not vacuumed.
+BLOCK_POINTS = ("raw_messages.after_compact", "message_items.after_compact")
 CRASH_POINTS = (
     CONSUMER_POINTS
     + MATERIALIZER_POINTS
     + LAKE_PROGRESS_POINTS
     + UPKEEP_POINTS
+    + BLOCK_POINTS
     + REWIND_POINTS
     + LIVE_POINTS
     + PRIORITY_POINTS

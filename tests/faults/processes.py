@@ -24,9 +24,11 @@ def drive(
     crash_at: str | None,
     timeout: float = 900,
     extra_env: dict[str, str] | None = None,
+    module: str = "tests.faults.driver",
 ) -> int:
-    """Run the driver with `args` (and `SIS_CRASH_AT=crash_at`); returns its exit code (-9 when
-    SIGKILLed), after making sure no process it started outlives it."""
+    """Run the driver (or another `module` taking the same --home and --data) with `args` (and
+    `SIS_CRASH_AT=crash_at`); returns its exit code (-9 when SIGKILLed), after making sure no
+    process it started outlives it."""
     marker = uuid.uuid4().hex
     env = {
         **os.environ,
@@ -45,7 +47,7 @@ def drive(
     command = [
         sys.executable,
         "-m",
-        "tests.faults.driver",
+        module,
         *args,
         "--home",
         str(tmp_path / "dagster"),

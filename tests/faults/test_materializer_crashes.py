@@ -16,6 +16,7 @@ from __future__ import annotations
 import pytest
 
 from sis_platform.runtime.faults import (
+    BLOCK_POINTS,
     CONSUMER_POINTS,
     CRASH_POINTS,
     EXPIRE_POINTS,
@@ -49,11 +50,12 @@ def test_sequences_cover_every_declared_crash_point():
     # landing merge's in tests/log/test_merge_crashes.py, the landing expiry's in
     # tests/log/test_expiry.py, Dagster's retention's in tests/sensors/test_retention_crashes.py,
     # the fold's progress record's in tests/faults/test_lake_progress_crash.py, the lake's
-    # upkeep's in test_upkeep_crashes.py.
+    # upkeep's in test_upkeep_crashes.py, the message log's block compaction's in
+    # test_block_compaction_crash.py.
     others = set(CONSUMER_POINTS) | set(REWIND_POINTS) | set(LIVE_POINTS) | set(PRIORITY_POINTS)
     others |= set(LAKE_PROGRESS_POINTS)
     others |= set(PRUNE_POINTS) | set(MERGE_POINTS) | set(EXPIRE_POINTS) | set(RETENTION_POINTS)
-    others |= set(UPKEEP_POINTS)
+    others |= set(UPKEEP_POINTS) | set(BLOCK_POINTS)
     assert sorted(covered | others) == sorted(CRASH_POINTS)
     assert len(covered) == len(sequences)
     assert [point for point, _ in REWIND_SEQUENCE] == list(REWIND_POINTS)

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import functions as F
 
-from sis_platform.lake.spark.items import batch_condition
+from sis_platform.lake.spark.items import logged_condition
 from sis_platform.lake.tables import RAW_MESSAGES
 from sis_platform.log.chain import (
     GENESIS_LINK,
@@ -248,7 +248,7 @@ def delta_rows(lake: Lake, keys: Sequence[str]) -> pa.Table:
     cheaper than a Row object per message."""
     return (
         lake.read(RAW_MESSAGES)
-        .where(batch_condition(keys))
+        .where(logged_condition(keys))
         .select(
             "batch_key",
             "batch_seq",

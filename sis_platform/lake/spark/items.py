@@ -40,7 +40,15 @@ from sis_platform.domain.limits import Limits
 from sis_platform.domain.pipeline import DeadLetter, LoggedMessage
 from sis_platform.domain.poison import Held, PoisonPolicy, budget_detail
 from sis_platform.lake.spark.arrow import record_batches
-from sis_platform.lake.tables import BATCH_LOG, CLASSIFY_FAILURES, MESSAGE_ITEMS, RAW_MESSAGES
+from sis_platform.lake.tables import (
+    BATCH_BLOCK,
+    BATCH_LOG,
+    CLASSIFY_FAILURES,
+    MESSAGE_ITEMS,
+    RAW_MESSAGES,
+    batch_block,
+)
+from sis_platform.lake.upkeep import compact_blocks
 from sis_platform.log.landing import LandingZone, batch_seq_of
 from sis_platform.runtime.faults import InjectedFailure, injected_classify_failure
 from sis_platform.runtime.guard import (
@@ -232,7 +240,7 @@ def write_items(
     one commit), holding back the messages earlier attempts of this run failed on (see the
     module docstring). With `landing_root`, a body moved aside at intake that fits `limits` now
     is read back from its overflow file and classified (Catalog.restored_body)."""
-    where = batch_condition(keys)
+    where = logged_condition(keys)
     raw = lake.read(RAW_MESSAGES).where(where)
     held = _held_messages(lake, keys, run_id=run_id, quarantine_after=quarantine_after)
     folder = InFlightFolder.create(lake.base_path, f"items-{keys[0]}")
@@ -257,6 +265,7 @@ def write_items(
                 f"{', '.join(f'{d.message_id} ({d.kind})' for d in died)}; held back at the "
                 f"next attempt after a timeout, after {quarantine_after} deaths otherwise"
             ) from error
+        compact_blocks(lake, MESSAGE_ITEMS, map(batch_seq_of, keys), lake.upkeep)
     finally:
         folder.remove()
 
@@ -447,6 +456,16 @@ def batch_condition(keys: str | Sequence[str]) -> str:
     return f"batch_key IN ({listed})"
 
 
+def logged_condition(keys: str | Sequence[str]) -> str:
+    """The SQL condition selecting the rows of batch `keys` in raw_messages or message_items:
+    their blocks first (the tables' partitions, lake/tables.py), then their keys."""
+    if isinstance(keys, str):
+        keys = [keys]
+    condition = batch_condition(keys)
+    blocks = ", ".join(str(b) for b in sorted({batch_block(batch_seq_of(k)) for k in keys}))
+    return f"{BATCH_BLOCK.name} IN ({blocks}) AND {condition}"
+
+
 def log_items(
     lake: Lake,
     keys: str | Sequence[str],
@@ -471,7 +490,7 @@ def log_items(
         quarantine_after=quarantine_after,
         landing_root=landing_root,
     )
-    summaries = items_summaries(lake.read(MESSAGE_ITEMS).where(batch_condition(keys)), keys)
+    summaries = items_summaries(lake.read(MESSAGE_ITEMS).where(logged_condition(keys)), keys)
     processed_at = datetime.now(UTC)
     log_rows = lake.spark.createDataFrame(
         [

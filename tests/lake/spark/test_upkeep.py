@@ -14,22 +14,30 @@ import pytest
 
 from sis_platform.lake.delta import Lake
 from sis_platform.lake.spark.fold import fold_step
+from sis_platform.lake.spark.items import logged_condition
 from sis_platform.lake.spark.model import refresh_model
 from sis_platform.lake.tables import (
+    BATCHES_PER_BLOCK,
     EVENTS,
     FOLD_STEPS,
     MASTER_DOCUMENTS,
     MASTER_VERSIONS,
+    MESSAGE_ITEMS,
     MESSAGE_OUTCOMES,
+    RAW_MESSAGES,
 )
 from sis_platform.lake.upkeep import (
+    BLOCK_SETTLE_BATCHES,
     FOLD_UPKEEP_TABLES,
     RETENTION_PROPERTIES,
+    compact_blocks,
     due,
     files_within_bound,
     retention_value,
+    settled_blocks,
     table_files,
 )
+from sis_platform.log.landing import batch_key
 from sis_platform.settings import LakeUpkeepSettings
 from tests.domain.sportsdata_fixtures import (
     ASCOT_1430,
@@ -175,3 +183,44 @@ def test_vacuum_removes_what_is_past_the_retention_and_keeps_the_rest(spark, tmp
         if lake.exists(table):
             assert table_files(lake, table).active_files <= 2, table.name
     assert_lake_matches_reference(lake, reference_for(batches[0] + batches[1]))
+
+
+def test_settled_blocks_are_the_blocks_before_the_settling_batch():
+    settling = BATCHES_PER_BLOCK + BLOCK_SETTLE_BATCHES
+    assert settled_blocks([BLOCK_SETTLE_BATCHES]) == []  # block 0 has no block before it
+    assert settled_blocks([settling - 1]) == []
+    assert settled_blocks([settling]) == [0]
+    assert settled_blocks(range(1, 3 * BATCHES_PER_BLOCK + 20)) == [0, 1, 2]
+
+
+@pytest.mark.spark
+def test_a_write_that_settles_a_block_compacts_it_and_every_batch_reads_the_same(spark, tmp_path):
+    lake = Lake(spark, str(tmp_path / "lake"), upkeep=LakeUpkeepSettings(retain_hours=24))
+    first = [message(master(event(ASCOT_1430)))]
+    for seq in (1, 2, 3):
+        log_batch(lake, seq, first if seq == 1 else [message(update(ASCOT_1430, GO_SOFT))])
+    settling = BATCHES_PER_BLOCK + BLOCK_SETTLE_BATCHES
+    log_batch(lake, settling, [message(update(ASCOT_1430, PRICE_7_TO_9))])
+
+    def block_files(table) -> dict[int, int]:
+        files = lake.spark.read.format("delta").load(lake.path(table)).inputFiles()
+        blocks = [int(f.split("batch_block=")[1].split("/")[0]) for f in files]
+        return {b: blocks.count(b) for b in set(blocks)}
+
+    def rows(table, seq) -> list:
+        return sorted(
+            map(tuple, lake.read(table).where(logged_condition(batch_key(seq))).collect())
+        )
+
+    seqs = (1, 2, 3, settling)
+    before = {t.name: {s: rows(t, s) for s in seqs} for t in (RAW_MESSAGES, MESSAGE_ITEMS)}
+    assert block_files(RAW_MESSAGES) == {0: 3, 1: 1}
+    # A write of batches that settles nothing compacts nothing.
+    assert compact_blocks(lake, RAW_MESSAGES, [3], lake.upkeep).optimized == ()
+    for table in (RAW_MESSAGES, MESSAGE_ITEMS):
+        done = compact_blocks(lake, table, [settling], lake.upkeep)
+        assert done.optimized == (table.name,) and done.vacuumed == (table.name,)
+        assert block_files(table) == {0: 1, 1: 1}
+        assert {s: rows(table, s) for s in seqs} == before[table.name]
+        # Settled again (a retried write): already compact, nothing rewritten.
+        assert compact_blocks(lake, table, [settling], lake.upkeep).optimized == ()
