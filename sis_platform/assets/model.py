@@ -112,6 +112,7 @@ def interpreted_model(
         "masters_failed": r.failed,
         "failures_table": dg.MetadataValue.path(lk.path(MODEL_FAILURES)),
     }
+    counts = lk.row_counts(EVENTS, MARKETS, SELECTIONS)
     for table, rows in (
         (EVENTS, r.events),
         (MARKETS, r.markets),
@@ -122,7 +123,7 @@ def interpreted_model(
         refreshed = (
             {}
             if rows is None
-            else {"rows_refreshed": rows, "dagster/row_count": lk.read(table).count()}
+            else {"rows_refreshed": rows, "dagster/row_count": counts[table.name]}
         )
         yield dg.MaterializeResult(
             asset_key=table.name, metadata={**common, **refreshed, **location(lk, table)}
