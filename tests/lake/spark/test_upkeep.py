@@ -12,9 +12,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from sis_platform.domain.limits import DEFAULT_LIMITS
 from sis_platform.lake.delta import Lake
 from sis_platform.lake.spark.fold import fold_step
-from sis_platform.lake.spark.items import logged_condition
+from sis_platform.lake.spark.items import logged_condition, write_items
 from sis_platform.lake.spark.model import refresh_model
 from sis_platform.lake.tables import (
     BATCHES_PER_BLOCK,
@@ -224,3 +225,18 @@ def test_a_write_that_settles_a_block_compacts_it_and_every_batch_reads_the_same
         assert {s: rows(table, s) for s in seqs} == before[table.name]
         # Settled again (a retried write): already compact, nothing rewritten.
         assert compact_blocks(lake, table, [settling], lake.upkeep).optimized == ()
+
+
+@pytest.mark.spark
+def test_message_items_of_a_settling_batch_compact_the_block_before(spark, tmp_path):
+    lake = Lake(spark, str(tmp_path / "lake"), upkeep=LakeUpkeepSettings(retain_hours=24))
+    log_batch(lake, 1, [message(master(event(ASCOT_1430)))])
+    log_batch(lake, 2, [message(update(ASCOT_1430, GO_SOFT))])
+    settling = BATCHES_PER_BLOCK + BLOCK_SETTLE_BATCHES
+    log_batch(lake, settling, [message(update(ASCOT_1430, PRICE_7_TO_9))])
+    before = sorted(map(tuple, lake.read(MESSAGE_ITEMS).collect()))
+    assert sum("batch_block=0/" in f for f in lake.read(MESSAGE_ITEMS).inputFiles()) == 2
+    # The message_items asset's write of the settling batch: its items again, then the upkeep.
+    write_items(lake, [batch_key(settling)], limits=DEFAULT_LIMITS, redelivery_limit=5, run_id=None)
+    assert sum("batch_block=0/" in f for f in lake.read(MESSAGE_ITEMS).inputFiles()) == 1
+    assert sorted(map(tuple, lake.read(MESSAGE_ITEMS).collect())) == before
