@@ -16,7 +16,7 @@ from tests.domain.sportsdata_fixtures import ASCOT_1430, GO_SOFT, event, master,
 from tests.faults.processes import SIGKILLED, drive
 from tests.lake.spark.fold.lakes import log_batch, message
 
-pytestmark = [pytest.mark.faults, pytest.mark.spark]
+pytestmark = [pytest.mark.faults, pytest.mark.spark, pytest.mark.cost(180)]
 
 SETTLING = BATCHES_PER_BLOCK + BLOCK_SETTLE_BATCHES
 
