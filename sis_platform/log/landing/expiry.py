@@ -191,11 +191,7 @@ def remove_expired(zone: ZoneLayout, deadline: float | None = None) -> bool:
     for key in _covered(zone, expiry):
         if removed > 0 and deadline is not None and time.monotonic() > deadline:
             return False
-        zone.batch_path(key).unlink(missing_ok=True)
-        fsync_dir(zone.batches_dir)
-        if removed == 1:
-            crash_point("expire.mid_removal")
-        zone.anchors.path(key).unlink(missing_ok=True)
+        _remove_batch(zone, key, crash_between=removed == 1)
         removed += 1
     if removed:
         fsync_dir(zone.anchors.dir)
@@ -220,10 +216,19 @@ def expire_through(zone: ZoneLayout, anchor: Anchor) -> None:
     crash_point("expire.after_record")
     for key in zone.anchors.keys():
         if batch_seq_of(key) <= through:
-            zone.batch_path(key).unlink(missing_ok=True)
-            fsync_dir(zone.batches_dir)
-            zone.anchors.path(key).unlink(missing_ok=True)
+            _remove_batch(zone, key)
     fsync_dir(zone.anchors.dir)
+
+
+def _remove_batch(zone: ZoneLayout, key: str, *, crash_between: bool = False) -> None:
+    """Remove an expired batch: its file (durably), then its anchor, so a crash between the two
+    leaves the anchor of a batch whose file is gone, which the record already covers.
+    `crash_between`: the crash point `expire.mid_removal` lies between the two."""
+    zone.batch_path(key).unlink(missing_ok=True)
+    fsync_dir(zone.batches_dir)
+    if crash_between:
+        crash_point("expire.mid_removal")
+    zone.anchors.path(key).unlink(missing_ok=True)
 
 
 def _covered(zone: ZoneLayout, expiry: Expiry) -> list[str]:
