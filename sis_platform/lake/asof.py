@@ -7,7 +7,7 @@ master id and one instant from the fold's committed history, never by scanning t
   cannot hold it): every committed version, with the message and log position that made it;
 - `fold_steps` (one row per step): when each version's step committed, i.e. from when the
   lake's `master_documents` showed it;
-- `raw_messages`, read only in the partitions (batches) of those versions' messages: when the
+- `raw_messages`, read only in the batches of those versions' messages: when the
   platform received each message;
 - where the live path runs, the serving store's change log (`ServingReader.change_as_of`): from
   when sis-live's store showed each version.
@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import functions as F
 
 from sis_platform.lake.spark.fold import committed_step
+from sis_platform.lake.spark.items import logged_condition
 from sis_platform.lake.tables import FOLD_STEPS, MASTER_VERSIONS, RAW_MESSAGES
 from sis_platform.lake.trace import spark_utc
 from sis_platform.log.landing import batch_key
@@ -150,7 +151,7 @@ def _received_at(lake: Lake, rows: list[Any]) -> dict[tuple[int, int], datetime]
     found = (
         lake.read(RAW_MESSAGES)
         .where(
-            F.col("batch_key").isin([batch_key(seq) for seq in seqs])  # partition pruning
+            F.expr(logged_condition([batch_key(seq) for seq in seqs]))  # blocks, then keys
             & F.col("batch_seq").isin(seqs)
             & F.col("message_id").isin(ids)
         )

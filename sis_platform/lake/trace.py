@@ -12,9 +12,9 @@ fold_steps last (sis_platform/lake/spark/fold/ledger.py), so rows tagged with a 
 interrupted or running step's and are ignored here, as the next step's recovery will undo
 them. A copy in a batch no committed step covers is "not yet folded".
 
-Every read filters on the message id (and on the copies' batch keys where the table is
-partitioned by them), so Delta's file statistics and Parquet's row-group filters skip almost all
-of each table: a trace touches a few files, not the log.
+Every read filters on the message id (and, in message_items, on the copies' batches, whose
+blocks are its partitions), so Delta's file statistics and Parquet's row-group filters skip
+almost all of each table: a trace touches a few files, not the log.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 
 from sis_platform.domain.reasons import Outcome
 from sis_platform.lake.spark.fold import committed_step
+from sis_platform.lake.spark.items import logged_condition
 from sis_platform.lake.tables import (
     DEAD_LETTERS,
     FOLD_STEPS,
@@ -224,7 +225,7 @@ def trace_message(lake: Lake, message_id: str, *, include_body: bool = False) ->
     if lake.exists(MESSAGE_ITEMS):
         items = (
             lake.read(MESSAGE_ITEMS)
-            .where(F.col("batch_key").isin(keys) & by_id)  # partition pruning, then stats
+            .where(F.expr(logged_condition(keys)) & by_id)  # blocks, then statistics
             .select(
                 "batch_seq",
                 "msg_seq",

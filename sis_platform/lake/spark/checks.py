@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from sis_platform.lake.spark.items import logged_condition
 from sis_platform.lake.tables import (
     DEAD_LETTERS,
     EVENTS,
@@ -119,7 +120,7 @@ def one_end_state_per_message(lake: Lake, scope: StepScope) -> Finding:
     seqs = list(range(scope.first_batch_seq, scope.last_batch_seq + 1))
     logged = (
         lake.read(RAW_MESSAGES)
-        .where(F.col("batch_key").isin([batch_key(s) for s in seqs]))  # partition pruning
+        .where(logged_condition([batch_key(s) for s in seqs]))  # the batches' blocks, then keys
         .select("batch_seq", "msg_seq", "message_id")
     )
     per_key = (
