@@ -1,6 +1,7 @@
 """Delta upkeep of the fold's and the model's tables: compaction (OPTIMIZE), removal of the files
 they no longer list (VACUUM) and the retention both go by, run inside their steps, and the count
-of a table's files that the `files_within_bound` check compares with its bound.
+of a table's files that the `files_within_bound` check compares with its bound; and of the
+message log's tables, compacted by block of batches, whose bound is per settled block.
 
 Every fold step appends a file or two, and a deletion vector, to each of its tables, and so does
 every model refresh: without upkeep a table holds one file per step, and a step's reads and
@@ -29,6 +30,7 @@ entries older than it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,9 +49,11 @@ from sis_platform.lake.tables import (
     MARKETS,
     MASTER_DOCUMENTS,
     MASTER_VERSIONS,
+    MESSAGE_ITEMS,
     MESSAGE_OUTCOMES,
     MODEL_FAILURES,
     MODEL_STEPS,
+    RAW_MESSAGES,
     SELECTIONS,
     Table,
     batch_block,
@@ -73,8 +77,11 @@ FOLD_UPKEEP_TABLES = (
     CLASSIFY_FAILURES,
 )
 MODEL_UPKEEP_TABLES = (EVENTS, MARKETS, SELECTIONS, MODEL_FAILURES, MODEL_STEPS)
-# Every table `files_within_bound` watches.
+# Every table `files_within_bound` watches against SIS_LAKE_MAX_FILES.
 UPKEEP_TABLES = FOLD_UPKEEP_TABLES + MODEL_UPKEEP_TABLES
+# The message log's tables, compacted by block of batches (`compact_blocks`) and kept for good:
+# they gain a block's files every 500 batches, so their bound is per block (`blocks_compact`).
+BLOCK_TABLES = (RAW_MESSAGES, MESSAGE_ITEMS)
 
 # A block of raw_messages and message_items is compacted when the batch this many into the next
 # block is written (`settled_blocks`).
@@ -163,6 +170,11 @@ def optimize(lake: Lake, table: Table, where: str | None = None) -> tuple[int, i
     if metrics is None:
         return 0, 0
     return int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"])
+
+
+def settles(block: int, seq: int) -> bool:
+    """Whether a table holding batch `seq` has settled `block` (see `settled_blocks`)."""
+    return seq >= (block + 1) * BATCHES_PER_BLOCK + BLOCK_SETTLE_BATCHES
 
 
 def settled_blocks(seqs: Iterable[int]) -> list[int]:
@@ -281,3 +293,71 @@ def files_within_bound(lake: Lake, table: Table, bound: int) -> FilesFinding:
         return FilesFinding(True, None, bound)
     files = table_files(lake, table)
     return FilesFinding(files.active_files <= bound, files, bound)
+
+
+@dataclass(frozen=True)
+class BlockFiles:
+    """The files a block table's latest version lists in one block of batches."""
+
+    block: int
+    files: int
+    bytes: int
+
+
+def block_file_bound(size: int) -> int:
+    """The most files a compacted block of `size` bytes lists: OPTIMIZE fills a bin until it
+    passes COMPACT_BELOW_BYTES, so two bins in a row hold more than that, and the block's files
+    are at most twice its bytes over the bin size, rounded up; plus one, a batch written into
+    the block after its compaction (a backfill)."""
+    return max(1, math.ceil(2 * size / COMPACT_BELOW_BYTES)) + 1
+
+
+@dataclass(frozen=True)
+class BlocksFinding:
+    """`files_within_bound` for a block table: every settled block within `block_file_bound`."""
+
+    passed: bool
+    files: TableFiles | None  # None: the table does not exist yet
+    blocks: int  # blocks the table holds
+    settled: int  # of which settled, so compacted by the write that settled them
+    over: tuple[BlockFiles, ...]  # settled blocks over their bound, oldest first
+
+
+def block_files(lake: Lake, table: Table) -> list[BlockFiles]:
+    """Each block's files and bytes, from Spark's file metadata column: the scan reads the
+    files' footers and no column of their rows."""
+    from pyspark.sql import functions as F
+
+    per_file = (
+        lake.read(table)
+        .select(
+            F.col(BATCH_BLOCK.name).alias("block"),
+            F.col("_metadata.file_path").alias("path"),
+            F.col("_metadata.file_size").alias("size"),
+        )
+        .distinct()
+    )
+    rows = (
+        per_file.groupBy("block")
+        .agg(F.count("*").alias("files"), F.sum("size").alias("bytes"))
+        .orderBy("block")
+        .collect()
+    )
+    return [BlockFiles(int(r["block"]), int(r["files"]), int(r["bytes"])) for r in rows]
+
+
+def blocks_compact(lake: Lake, table: Table) -> BlocksFinding:
+    """Every block of `table` (raw_messages, message_items) that its newest batch has settled
+    lists at most `block_file_bound` files: the writes that settle blocks compact them. The
+    open blocks, one file per batch, are bounded by BATCHES_PER_BLOCK + BLOCK_SETTLE_BATCHES.
+    A table not yet written passes."""
+    from pyspark.sql import functions as F
+
+    if not lake.exists(table):
+        return BlocksFinding(True, None, 0, 0, ())
+    blocks = block_files(lake, table)
+    newest = lake.read(table).agg(F.max("batch_seq")).first()
+    top = -1 if newest is None or newest[0] is None else int(newest[0])
+    settled = [b for b in blocks if settles(b.block, top)]
+    over = tuple(b for b in settled if b.files > block_file_bound(b.bytes))
+    return BlocksFinding(not over, table_files(lake, table), len(blocks), len(settled), over)

@@ -31,6 +31,8 @@ from sis_platform.lake.upkeep import (
     BLOCK_SETTLE_BATCHES,
     FOLD_UPKEEP_TABLES,
     RETENTION_PROPERTIES,
+    block_file_bound,
+    blocks_compact,
     compact_blocks,
     due,
     files_within_bound,
@@ -186,6 +188,14 @@ def test_vacuum_removes_what_is_past_the_retention_and_keeps_the_rest(spark, tmp
     assert_lake_matches_reference(lake, reference_for(batches[0] + batches[1]))
 
 
+def test_a_compacted_block_lists_two_files_per_bin_and_a_backfill():
+    size = 128 * 1024 * 1024
+    assert block_file_bound(0) == block_file_bound(1) == 2
+    assert block_file_bound(size // 2) == 2
+    assert block_file_bound(size) == 3
+    assert block_file_bound(5 * size) == 11
+
+
 def test_settled_blocks_are_the_blocks_before_the_settling_batch():
     settling = BATCHES_PER_BLOCK + BLOCK_SETTLE_BATCHES
     assert settled_blocks([BLOCK_SETTLE_BATCHES]) == []  # block 0 has no block before it
@@ -216,12 +226,18 @@ def test_a_write_that_settles_a_block_compacts_it_and_every_batch_reads_the_same
     seqs = (1, 2, 3, settling)
     before = {t.name: {s: rows(t, s) for s in seqs} for t in (RAW_MESSAGES, MESSAGE_ITEMS)}
     assert block_files(RAW_MESSAGES) == {0: 3, 1: 1}
+    # Block 0 is settled and not compacted: the check names it; block 1 is open.
+    finding = blocks_compact(lake, RAW_MESSAGES)
+    assert not finding.passed and (finding.blocks, finding.settled) == (2, 1)
+    assert [(b.block, b.files) for b in finding.over] == [(0, 3)]
+    assert finding.files is not None and finding.files.active_files == 4
     # A write of batches that settles nothing compacts nothing.
     assert compact_blocks(lake, RAW_MESSAGES, [3], lake.upkeep).optimized == ()
     for table in (RAW_MESSAGES, MESSAGE_ITEMS):
         done = compact_blocks(lake, table, [settling], lake.upkeep)
         assert done.optimized == (table.name,) and done.vacuumed == (table.name,)
         assert block_files(table) == {0: 1, 1: 1}
+        assert blocks_compact(lake, table).passed
         assert {s: rows(table, s) for s in seqs} == before[table.name]
         # Settled again (a retried write): already compact, nothing rewritten.
         assert compact_blocks(lake, table, [settling], lake.upkeep).optimized == ()
