@@ -18,7 +18,9 @@
    versions after the copies (recovery keeps them). The copies are appended in a few large
    commits, then `OPTIMIZE`d: the file layout the fold's upkeep leaves (compacted, 128 MiB
    bins), with raw_messages and message_items one file per block of batches, as their
-   compaction leaves every settled block (the open block's one file per batch is left out).
+   compaction leaves every settled block (the open block's one file per batch is left out),
+   and message_outcomes in batch order, in files spanning the batches one of its 16 MiB bins
+   holds (at the base's bytes per batch), as its appends and their compaction leave it.
    The landing zone ends where the lake's history does, as expiry leaves it after a season:
    every landed batch is folded, so the expiry record is moved to the last copied batch (its
    anchor signed with the log key, its head the copied batch's last link) and the batches it
@@ -53,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import shutil
 import statistics
@@ -250,14 +253,28 @@ def build_history(lake: Lake, base: Base, after: int, through: int) -> dict[str,
             # batches (a partition column Delta generates is computed here from its expression).
             generated = {g.name: F.expr(g.expression) for g in table.generated}
             rows = rows.repartition(*(generated.get(c, F.col(c)) for c in table.partition_by))
+        elif table.compact_bytes is not None:
+            # Files in batch order, each spanning the batches one of the table's own bins holds
+            # at the base's bytes per batch, as appends in batch order and their compaction
+            # leave them (message_outcomes: the fold's dedupe skips files by that span).
+            rows = rows.repartitionByRange(_files(lake, base, table, through - after), "batch_seq")
         lake.append(table, rows)
         if last_step:
             _commit_last(lake, base, through)
-        if not table.partition_by:
+        if not table.partition_by and table.compact_bytes is None:
             optimize(lake, table)
         seconds[table.name] = round(time.perf_counter() - start, 1)
         print(f"    {table.name}: {seconds[table.name]:.1f} s", flush=True)
     return seconds
+
+
+def _files(lake: Lake, base: Base, table: Table, batches: int) -> int:
+    """How many of `table`'s compacted files `batches` batches of the base's rows fill."""
+    detail = lake.spark.sql(f"DESCRIBE DETAIL {lake.sql_table(table)}").first()
+    size = int(detail["sizeInBytes"]) if detail is not None else 0
+    per_batch = size / max(base.batches, 1)
+    bins = table.compact_bytes or 1
+    return max(1, math.ceil(per_batch * batches / bins))
 
 
 def _commit_last(lake: Lake, base: Base, through: int) -> None:

@@ -166,6 +166,15 @@ def test_ibmmq_settings_name_every_missing_variable() -> None:
         ({"SIS_LEASE_SECONDS": "20"}, "SIS_LEASE_SECONDS=20 must be at least 3 x SIS_BATCH_MAX"),
         ({"SIS_SENSOR_INTERVAL_SECONDS": "0"}, "SIS_SENSOR_INTERVAL_SECONDS=0 must be at least 1"),
         ({"SIS_QUARANTINE_AFTER": "0"}, "SIS_QUARANTINE_AFTER=0 must be at least 1"),
+        ({"SIS_DEDUP_WINDOW_BATCHES": "-1"}, "SIS_DEDUP_WINDOW_BATCHES=-1 must be at least 0"),
+        (
+            {"SIS_DEDUP_WINDOW_BATCHES": "1999"},
+            "SIS_DEDUP_WINDOW_BATCHES=1999 must be 0 (the whole log) or at least 2000",
+        ),
+        (
+            {"SIS_DEDUP_WINDOW_BATCHES": "5000", "SIS_PRIORITY": "sport = 'football'"},
+            "SIS_DEDUP_WINDOW_BATCHES=5000 must be 0 (the whole log) or at least 20000",
+        ),
         ({"SIS_REDELIVERY_LIMIT": "x"}, "SIS_REDELIVERY_LIMIT='x' is not a whole number"),
         ({"SIS_MAX_IDS": "0"}, "SIS_MAX_IDS=0 must be positive"),
         ({"SIS_ITEM_BUDGET_SECONDS": "-1.5"}, "SIS_ITEM_BUDGET_SECONDS=-1.5 must be positive"),

@@ -177,6 +177,7 @@ def fold_masters(
             quarantine_after=processing.quarantine_after,
             limits=processing.limits(),
             priority=processing.priority,
+            window=processing.dedup_window(),
         )
     else:
         replayed = replay(context, config.replay, lk, processing, landing.root)
@@ -253,6 +254,7 @@ def replay(
         redelivery_limit=processing.redelivery_limit,
         selector=processing.selector,
         quarantine_after=processing.quarantine_after,
+        window=processing.dedup_window(),
         run_id=context.run.run_id,
         landing_root=landing_root,
         on_relogged=relogged,

@@ -3,8 +3,9 @@ letters, serially, in plain Python (docs/feed.md; docs/design.md, invariants 2-4
 
 Per message, in this order:
 
-1. A message id already seen earlier in the log is a `duplicate`: recorded, nothing else
-   (whatever became of the first copy, even a dead letter; an update is never applied twice).
+1. A message id with an earlier copy in the dedup window before it (`dedup.py`: its batch or
+   the SIS_DEDUP_WINDOW_BATCHES batches before) is a `duplicate`: recorded, nothing else
+   (whatever became of the earlier copy, even a dead letter; an update is never applied twice).
 2. Delivered more than `redelivery_limit` times: dead-lettered `redelivery-limit`.
 3. Invalid as a whole (messages.parse_message), or too costly to split (items.split_message,
    `too-complex`): dead-lettered with its reason; the dead letter has no master id or position.
@@ -15,14 +16,15 @@ Every message ends accounted for in `results`: one `MessageResult` (duplicate or
 dead-lettered as a whole) or one `ItemResult` per listed id (applied, filtered or
 dead-lettered). Every dead letter, message or item, keeps the original body.
 
-The Spark implementation reproduces this exactly by: a global dedupe by message id keeping the
-first copy in landing order, `classify_message` per remaining message, and `fold_master` per
-master id over its items sorted by (landing order, position), starting from the stored state.
+The Spark implementation reproduces this exactly by: a dedupe by message id over the window,
+the nearest earlier copy in landing order deciding, `classify_message` per remaining message,
+and `fold_master` per master id over its items sorted by (landing order, position), starting
+from the stored state.
 `process` itself works that way on each batch it is given (classify all, then fold per master),
 so a batch keeps each master parsed across its items; results are then put back in feed
 order. Its two halves, `classify_stretch` and `fold_stretch`, are the loop sis-live's
-in-memory fold runs too (sis_platform/live/fold.py), with the seen ids and the masters'
-states taken from its serving store instead of held here.
+in-memory fold runs too (sis_platform/live/fold.py), with the earlier copies and the
+masters' states taken from its serving store instead of held here.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Generic, NamedTuple, TypeVar
 
+from sis_platform.domain.dedup import DEFAULT_DEDUP_WINDOW, Copies, DedupWindow
 from sis_platform.domain.fold import (
     ItemResult,
     ItemSelector,
@@ -66,6 +69,9 @@ class LoggedMessage:
     delivery_count: int = 1
     body_size: int | None = None
     body_location: str | None = None
+    # The landing batch it is in (its place in the log, which the dedup window counts in);
+    # 0: a message not landed (a test's), in the window of every other.
+    batch_seq: int = 0
 
 
 @dataclass(frozen=True)
@@ -225,6 +231,19 @@ class FoldedStretch:
     dead_letters: list[InLog[DeadLetter]]
 
 
+class StretchBeyondWindow(ValueError):
+    """A stretch holds two first copies of one message id, further apart than the dedup
+    window: it must be classified and folded as two stretches, split at `index`."""
+
+    def __init__(self, message_id: str, index: int) -> None:
+        super().__init__(
+            f"message {message_id} has a second first copy at offset {index} of the stretch: "
+            "it spans more batches than the dedup window; fold it in two"
+        )
+        self.message_id = message_id
+        self.index = index
+
+
 # Classifies one first copy (steps 2-3), as `classify_message` does; sis-live passes one that
 # guards it with the per-item budget (sis_platform/live/budget.py).
 Classifier = Callable[[LoggedMessage], list[Item] | DeadLetter]
@@ -234,15 +253,16 @@ MasterFolder = Callable[[str, MasterState | None, list[Item]], MasterFoldResult]
 
 def classify_stretch(
     messages: Iterable[LoggedMessage],
-    seen: set[str],
+    copies: Copies,
     *,
     limits: Limits = DEFAULT_LIMITS,
     redelivery_limit: int = DEFAULT_REDELIVERY_LIMIT,
     classify: Classifier | None = None,
 ) -> ClassifiedStretch:
-    """Steps 1-3 of the module docstring over the next messages of the log. `seen` holds the
-    message ids earlier in the log (or at least every one of them among `messages`); the first
-    copies here are added to it. `classify` replaces `classify_message` (same bounds)."""
+    """Steps 1-3 of the module docstring over the next messages of the log. `copies` holds the
+    latest earlier copy of the message ids in the log (at least of those among `messages`, in
+    their window); every copy here is added to it. `classify` replaces `classify_message`
+    (same bounds)."""
     if classify is None:
         classify = partial(classify_message, limits=limits, redelivery_limit=redelivery_limit)
     results: list[InLog[MessageResult]] = []
@@ -251,10 +271,17 @@ def classify_stretch(
     index_of: dict[str, int] = {}
     bodies: dict[str, bytes] = {}
     for index, message in enumerate(messages):
-        if message.message_id in seen:
+        duplicate = copies.duplicate(message.message_id, message.batch_seq)
+        copies.add(message.message_id, message.batch_seq)
+        if duplicate:
             results.append(InLog(index, -1, duplicate_result(message.message_id)))
             continue
-        seen.add(message.message_id)
+        if message.message_id in index_of:
+            # Two first copies of one id: the stretch spans more batches than the window.
+            # Results are keyed by message id, so such a stretch must be folded in two
+            # (`ReferencePipeline.process` splits; sis-live's stretches are shorter than any
+            # window settings allow).
+            raise StretchBeyondWindow(message.message_id, index)
         classified = classify(message)
         if isinstance(classified, DeadLetter):
             results.append(InLog(index, -1, message_result(classified)))
@@ -318,6 +345,7 @@ class ReferencePipeline:
         selector: ItemSelector | None = None,
         limits: Limits = DEFAULT_LIMITS,
         redelivery_limit: int = DEFAULT_REDELIVERY_LIMIT,
+        window: DedupWindow | None = None,
     ) -> None:
         self.selector = selector
         self.limits = limits
@@ -327,13 +355,26 @@ class ReferencePipeline:
         self.versions: list[MasterVersion] = []
         self.dead_letters: list[DeadLetter] = []
         self.results: list[ItemResult | MessageResult] = []
-        self._seen: set[str] = set()
+        self._copies = Copies(window if window is not None else DEFAULT_DEDUP_WINDOW)
         self._patches = PatchCache(self.limits)
 
     def process(self, messages: Iterable[LoggedMessage]) -> None:
-        """Process the next messages of the log, in landing order."""
+        """Process the next messages of the log, in landing order (in stretches that hold no
+        id's first copy twice: see `StretchBeyondWindow`)."""
+        stretch = list(messages)
+        while stretch:
+            copies = self._copies.snapshot()
+            try:
+                self._process(stretch)
+                return
+            except StretchBeyondWindow as split:
+                self._copies = copies
+                self._process(stretch[: split.index])
+                stretch = stretch[split.index :]
+
+    def _process(self, messages: list[LoggedMessage]) -> None:
         classified = classify_stretch(
-            messages, self._seen, limits=self.limits, redelivery_limit=self.redelivery_limit
+            messages, self._copies, limits=self.limits, redelivery_limit=self.redelivery_limit
         )
         folded = fold_stretch(
             classified,

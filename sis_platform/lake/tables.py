@@ -56,6 +56,9 @@ class Table:
     # Columns Delta computes from the others on every write (generated columns), after those of
     # `schema()`, which writers give: (name, SQL type, SQL expression).
     generated: tuple[GeneratedColumn, ...] = ()
+    # The size of the files the upkeep's compaction writes and leaves alone once reached
+    # (lake/upkeep.py); None: its default, COMPACT_BELOW_BYTES.
+    compact_bytes: int | None = None
 
     def schema(self) -> StructType:
         return _SCHEMAS[self.name]()
@@ -87,7 +90,11 @@ BATCH_LOG = Table("batch_log", change_feed=True)
 MASTER_VERSIONS = Table("master_versions")
 MASTER_DOCUMENTS = Table("master_documents", replaced_in_place=True)
 DEAD_LETTERS = Table("dead_letters")
-MESSAGE_OUTCOMES = Table("message_outcomes")
+# Appended in batch order, and read by the fold's dedupe for the dedup window's batches only
+# (fold/dedupe.py), which Delta finds by each file's batch_seq range. Compacted into files of
+# at most 16 MiB (about a month of the feed's outcomes), so that the file still growing never
+# spans more than that: at 128 MiB it would span most of a year, and each step would read it.
+MESSAGE_OUTCOMES = Table("message_outcomes", compact_bytes=16 * 1024 * 1024)
 FOLD_STEPS = Table("fold_steps")
 FOLD_FAILURES = Table("fold_failures")
 CLASSIFY_FAILURES = Table("classify_failures")

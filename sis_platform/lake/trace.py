@@ -442,7 +442,8 @@ def _assemble(
 
 
 def _counted(copies: tuple[MessageCopy, ...] | list[MessageCopy]) -> CopyRef | None:
-    for copy in copies:  # landing order
+    """The first of `copies`, in the order given, that the fold counted (not a duplicate)."""
+    for copy in copies:
         if copy.folded and not _is_duplicate(copy) and not _is_unaccounted(copy):
             return copy.ref
     return None
@@ -458,11 +459,12 @@ def _is_unaccounted(copy: MessageCopy) -> bool:
 
 def _link_duplicates(copies: list[MessageCopy]) -> tuple[MessageCopy, ...]:
     # The fold records a duplicate without saying which copy counted (exactly once by message
-    # id, docs/feed.md): it is the first copy in landing order that was not itself a duplicate.
-    counted = _counted(copies)
+    # id within the dedup window, docs/feed.md): it is the latest copy before it in landing
+    # order that was not itself a duplicate (a copy beyond the window counts anew).
     linked: list[MessageCopy] = []
-    for copy in copies:
+    for index, copy in enumerate(copies):
         if _is_duplicate(copy) and copy.outcome is not None:
+            counted = _counted(copies[index - 1 :: -1]) if index else None
             outcome = replace(copy.outcome, duplicate_of=counted)
             copy = replace(
                 copy,

@@ -17,8 +17,9 @@ The step number decides when: a step whose number passes a multiple of `optimize
 compacts, one that passes a multiple of `vacuum_every` vacuums as well, so a step retried after
 a crash does the same upkeep again.
 
-OPTIMIZE bin-packs the files under `COMPACT_BELOW_BYTES` into files of at most that size, and so
-rewrites at most that much per table and compaction however old the table is; it purges the
+OPTIMIZE bin-packs the files under `COMPACT_BELOW_BYTES` (a table's own `compact_bytes` where it
+has one) into files of at most that size, and so rewrites at most that much per table and
+compaction however old the table is; it purges the
 deletion vectors of the files it rewrites. It changes no row (`dataChange=false`). It runs with
 Spark's generated expressions even where SIS_SPARK_CONF turns them off for a run
 (BULK_WRITE_SQL): the rows it rewrites are a table's, not a step's. VACUUM goes by the tables' own
@@ -93,13 +94,20 @@ BLOCK_SETTLE_BATCHES = 10
 # 128 MiB a compaction rewrites at most that much per table, and a year's table stays at tens
 # of files.
 COMPACT_BELOW_BYTES = 128 * 1024 * 1024
-# The session's settings while the upkeep compacts, put back after it: the bins, and generated
-# code for the rows it rewrites (BULK_WRITE_SQL, whatever SIS_SPARK_CONF sets for a run).
-COMPACTION_SQL = {
-    "spark.databricks.delta.optimize.minFileSize": str(COMPACT_BELOW_BYTES),
-    "spark.databricks.delta.optimize.maxFileSize": str(COMPACT_BELOW_BYTES),
-    **BULK_WRITE_SQL,
-}
+
+
+def compaction_sql(table: Table) -> dict[str, str]:
+    """The session's settings while the upkeep compacts `table`, put back after it: its bins
+    (`Table.compact_bytes`, else COMPACT_BELOW_BYTES), and generated code for the rows it
+    rewrites (BULK_WRITE_SQL, whatever SIS_SPARK_CONF sets for a run)."""
+    size = str(table.compact_bytes or COMPACT_BELOW_BYTES)
+    return {
+        "spark.databricks.delta.optimize.minFileSize": size,
+        "spark.databricks.delta.optimize.maxFileSize": size,
+        **BULK_WRITE_SQL,
+    }
+
+
 RETENTION_PROPERTIES = ("delta.deletedFileRetentionDuration", "delta.logRetentionDuration")
 
 
@@ -138,16 +146,16 @@ def run_upkeep(
     present = [t for t in tables if lake.exists(t)]
     optimized: list[str] = []
     removed = added = 0
-    with lake.sql_settings(COMPACTION_SQL):
-        for i, table in enumerate(present):
+    for i, table in enumerate(present):
+        with lake.sql_settings(compaction_sql(table)):
             _retention(lake, table, settings.retain_hours)
             files_removed, files_added = optimize(lake, table)
-            if files_removed:
-                optimized.append(table.name)
-            removed += files_removed
-            added += files_added
-            if i == 0:
-                crash_point(f"{role}.mid_optimize")
+        if files_removed:
+            optimized.append(table.name)
+        removed += files_removed
+        added += files_added
+        if i == 0:
+            crash_point(f"{role}.mid_optimize")
     crash_point(f"{role}.after_optimize")
     vacuumed: list[str] = []
     if due(settings.vacuum_every, before, after):
@@ -205,7 +213,7 @@ def compact_blocks(
     if not blocks or settings.optimize_every <= 0 or not lake.exists(table):
         return UpkeepDone()
     removed = added = 0
-    with lake.sql_settings(COMPACTION_SQL):
+    with lake.sql_settings(compaction_sql(table)):
         _retention(lake, table, settings.retain_hours)
         for block in blocks:
             files_removed, files_added = optimize(lake, table, f"{BATCH_BLOCK.name} = {block}")

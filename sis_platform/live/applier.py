@@ -191,7 +191,7 @@ class Applier:
         next `apply`)."""
         store, fold = self._connected()
         pending, self._launched = self._launched, None
-        classified = fold.classify(messages, pending.message_ids if pending else ())
+        classified = fold.classify(messages, pending.copies if pending else None)
         commit = None
         if pending is not None:
             commit = fold.complete(pending)
@@ -226,12 +226,9 @@ class Applier:
             self._resume(store)
             caught_up = 0
             self.deferred = 0
-            size = self.config.group_max_messages
-            if self.config.fold.priority is not None:
-                size = max(size, self.config.priority_window)
             for chunk in _stretches(
                 self.catalog.landed_after(position, self.config.message_limits),
-                size,
+                self.config.longest_stretch,
                 self._ahead.values(),
             ):
                 self._commit_stretch(chunk, prioritize=True)
@@ -346,13 +343,14 @@ class Applier:
         """One bounded prune step (ServingWriter.prune): again at the next idle turn while
         history is left to prune, else after `prune_seconds`."""
         assert self._store is not None
-        pruned = self._store.prune(self.config.serving_history)
+        pruned = self._store.prune(self.config.serving_history, dedup=self.config.fold.window)
         self._prune_due = now if pruned.more else now + self.config.prune_seconds
-        if pruned.changes or pruned.dead_letters:
+        if pruned.changes or pruned.dead_letters or pruned.outcomes:
             log.debug(
-                "serving store history pruned: %d change(s), %d dead letter(s)",
+                "serving store history pruned: %d change(s), %d dead letter(s), %d outcome(s)",
                 pruned.changes,
                 pruned.dead_letters,
+                pruned.outcomes,
             )
 
     def flush(self) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from sis_platform.domain.dedup import DedupWindow
 from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
 from sis_platform.domain.priority import Priority
 from sis_platform.live.fold import FoldOptions
@@ -21,6 +22,7 @@ from sis_platform.settings import (
     DEFAULT_LIVE_PRIORITY_WINDOW,
     DEFAULT_SERVING_HISTORY_DAYS,
     Settings,
+    longest_stretch,
 )
 from sis_platform.standards.selector import Selector
 
@@ -74,6 +76,18 @@ class LiveConfig:
             raise ValueError(f"group and batch bounds must be positive: {self}")
         if self.batch_max_seconds <= 0 or self.group_wait_seconds < 0:
             raise ValueError(f"batch seconds must be positive, the group wait not negative: {self}")
+        if not self.fold.window.holds_stretch(self.longest_stretch):
+            raise ValueError(
+                f"a dedup window of {self.fold.window.batches} batches is shorter than the "
+                f"longest stretch sis-live folds at once ({self.longest_stretch} messages)"
+            )
+
+    @property
+    def longest_stretch(self) -> int:
+        """The most messages sis-live folds as one stretch (settings.longest_stretch)."""
+        return longest_stretch(
+            self.group_max_messages, self.priority_window, self.fold.priority is not None
+        )
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LiveConfig:
@@ -92,6 +106,7 @@ class LiveConfig:
                 redelivery_limit=processing.redelivery_limit,
                 max_masters=settings.live.max_masters_in_memory,
                 priority=Priority.compile(processing.priority) if processing.priority else None,
+                window=DedupWindow(processing.dedup_window_batches),
             ),
             priority_window=settings.live.priority_window,
             fold_workers=settings.live.fold_workers,

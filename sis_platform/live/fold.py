@@ -2,8 +2,9 @@
 
 A stretch of the log (one landed group, or a run of groups while catching up) goes through the
 reference pipeline's own loop (`classify_stretch`, `fold_stretch` in
-sis_platform/domain/pipeline.py): deduplicated by message id against the stretch and the store
-(`ServingWriter.seen`), the redelivery limit, classification, splitting, `fold_master` per
+sis_platform/domain/pipeline.py): deduplicated by message id against the stretch and the
+store's copies in the dedup window (`ServingWriter.latest_copies`, domain/dedup.py), the
+redelivery limit, classification, splitting, `fold_master` per
 master in feed order with one `PatchCache`, dead letters with the original body. So the store
 ends with exactly the masters, versions, dead letters and outcomes of `ReferencePipeline` over
 the same log (docs/design.md, invariants 2-4 and 7).
@@ -24,10 +25,11 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections import OrderedDict
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from sis_platform.domain.dedup import DEFAULT_DEDUP_WINDOW, Copies, DedupWindow
 from sis_platform.domain.fold import ItemResult, ItemSelector, MasterState, PatchCache
 from sis_platform.domain.interpret import Interpretation, interpret
 from sis_platform.domain.items import Item
@@ -65,7 +67,7 @@ class FoldStore(Protocol):
 
     def masters_state(self, ids: Iterable[str]) -> dict[str, MasterRow]: ...
 
-    def seen(self, message_ids: Iterable[str]) -> set[str]: ...
+    def latest_copies(self, message_ids: Iterable[str], since_batch: int) -> dict[str, int]: ...
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,7 @@ class FoldOptions:
     redelivery_limit: int = DEFAULT_REDELIVERY_LIMIT
     max_masters: int = DEFAULT_LIVE_MAX_MASTERS
     priority: Priority | None = None
+    window: DedupWindow = DEFAULT_DEDUP_WINDOW
 
     def __post_init__(self) -> None:
         if self.max_masters < 1:
@@ -126,10 +129,11 @@ class LiveFold:
         return self._part(self._classified(messages, frozenset()), messages, last=True)
 
     def classify(
-        self, messages: Sequence[LandedMessage], also_seen: Collection[str] = ()
+        self, messages: Sequence[LandedMessage], also_seen: Mapping[str, int] | None = None
     ) -> ClassifiedStretch:
         """The first step of `fold` alone, for a stretch that follows one still being folded:
-        `also_seen` holds that one's message ids (the store has not seen them yet)."""
+        `also_seen` holds that one's copies, message id to batch (the store has not got them
+        yet)."""
         return self._classified(messages, frozenset(), also_seen)
 
     def launch(
@@ -213,18 +217,23 @@ class LiveFold:
         self,
         messages: Sequence[LandedMessage],
         ahead: frozenset[str],
-        also_seen: Collection[str] = (),
+        also_seen: Mapping[str, int] | None = None,
     ) -> ClassifiedStretch:
         if not messages:
             raise ValueError("nothing to fold: a stretch has at least one message")
         options = self.options
         logged = [landed.message for landed in messages]
         ids = {message.message_id for message in logged}
-        seen = self.store.seen(ids)
-        seen.update(ids.intersection(also_seen))
+        # The earlier copies in the window of the stretch's first message (a superset of each
+        # later message's window; the rule decides per message).
+        since = options.window.oldest(messages[0].position.batch_seq)
+        copies = Copies(options.window, self.store.latest_copies(ids, since))
+        for message_id, batch_seq in (also_seen or {}).items():
+            if message_id in ids:
+                copies.add(message_id, batch_seq)
         classified = classify_stretch(
             logged,
-            seen,
+            copies,
             limits=options.limits,
             redelivery_limit=options.redelivery_limit,
             classify=self._classify,
@@ -323,8 +332,9 @@ class LaunchedFold:
         return self.shared is not None
 
     @property
-    def message_ids(self) -> set[str]:
-        return {landed.message.message_id for landed in self.messages}
+    def copies(self) -> dict[str, int]:
+        """Its message ids, each with the batch of its last copy here."""
+        return {landed.message.message_id: landed.position.batch_seq for landed in self.messages}
 
     def abandon(self) -> None:
         """Take the workers' replies not taken (none is left in a pipe for the next stretch);

@@ -640,10 +640,16 @@ def _landed_messages(landed: LandedGroup, group: list[Received]) -> list[LandedM
                 received.delivery_count,
                 entry.body.size,
                 entry.body.location,
+                batch_seq=landed.batch_seq,
             )
         else:
             received = entry
-            logged = LoggedMessage(received.message_id, received.body, received.delivery_count)
+            logged = LoggedMessage(
+                received.message_id,
+                received.body,
+                received.delivery_count,
+                batch_seq=landed.batch_seq,
+            )
         out.append(LandedMessage(position, logged, received.put_time))
     return out
 

@@ -98,6 +98,7 @@ def resources(settings_or_env: Settings | Mapping[str, str] | None = None) -> di
             **asdict(settings.limits),
             redelivery_limit=processing.redelivery_limit,
             quarantine_after=processing.quarantine_after,
+            dedup_window_batches=processing.dedup_window_batches,
             selector=processing.selector,
             priority=processing.priority,
         ),

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import dagster as dg
 from pydantic import Field
 
+from sis_platform.domain.dedup import DedupWindow
 from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
 from sis_platform.domain.priority import Priority
 from sis_platform.intake.lease import ConsumerLease, holder_id
@@ -18,6 +19,7 @@ from sis_platform.settings import (
     DEFAULT_BATCH_MAX_MESSAGES,
     DEFAULT_BATCH_MAX_SECONDS,
     DEFAULT_DEAD_LETTER_RATE_WARN,
+    DEFAULT_DEDUP_WINDOW_BATCHES,
     DEFAULT_GET_WAIT_SECONDS,
     DEFAULT_LAKE_LAG_FAIL_SECONDS,
     DEFAULT_LAKE_LAG_WARN_SECONDS,
@@ -242,6 +244,13 @@ class FeedProcessingResource(dg.ConfigurableResource):
         description="JMS selectors separated by ';' (SIS_PRIORITY): each fold step commits the "
         "master_documents rows of the masters matching an earlier one before the others.",
     )
+    dedup_window_batches: int = Field(
+        default=DEFAULT_DEDUP_WINDOW_BATCHES,
+        ge=0,
+        description="A copy of a message id is a duplicate when an earlier copy lies in its "
+        "batch or this many batches before it (0: anywhere in the log); sis-live applies the "
+        "same window.",
+    )
     quarantine_after: int = Field(
         default=DEFAULT_QUARANTINE_AFTER,
         ge=1,
@@ -267,6 +276,9 @@ class FeedProcessingResource(dg.ConfigurableResource):
             max_selector_steps=self.max_selector_steps,
             item_budget_seconds=self.item_budget_seconds,
         )
+
+    def dedup_window(self) -> DedupWindow:
+        return DedupWindow(self.dedup_window_batches)
 
     def compiled_selector(self) -> Selector | None:
         return Selector.compile(self.selector) if self.selector else None

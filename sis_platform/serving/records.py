@@ -118,6 +118,7 @@ class Pruned(NamedTuple):
     changes: int
     dead_letters: int
     more: bool
+    outcomes: int = 0
 
 
 class StoreHalt(NamedTuple):

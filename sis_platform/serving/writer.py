@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
+from sis_platform.domain.dedup import DEFAULT_DEDUP_WINDOW, DedupWindow
 from sis_platform.log.position import LogPosition
 from sis_platform.runtime.faults import crash_point
 from sis_platform.serving import rows as R
@@ -99,20 +100,23 @@ class ServingWriter(ServingReader):
             for r in found
         }
 
-    def seen(self, message_ids: Iterable[str]) -> set[str]:
-        """Those of `message_ids` that have an outcome at or before the store's position (were
-        applied in an earlier group; an item committed ahead of the position does not count)."""
+    def latest_copies(self, message_ids: Iterable[str], since_batch: int = 0) -> dict[str, int]:
+        """Those of `message_ids` that have an outcome in batch `since_batch` or later and at or
+        before the store's position (were applied in an earlier group; an item committed ahead
+        of the position does not count), each with the batch of its latest such outcome: the
+        earlier copies the dedup window asks about (sis_platform/domain/dedup.py)."""
         wanted = sorted(set(message_ids))
         if not wanted:
-            return set()
+            return {}
         b = self._backend
         condition, param = b.ids("o.message_id", wanted)
         query = (
-            "SELECT DISTINCT o.message_id FROM message_outcomes o, position p WHERE p.id = 1 "
-            f"AND {condition} AND (o.batch_seq < p.batch_seq OR "
-            "(o.batch_seq = p.batch_seq AND o.msg_seq <= p.msg_seq))"
+            "SELECT o.message_id, max(o.batch_seq) FROM message_outcomes o, position p "
+            f"WHERE p.id = 1 AND {condition} AND o.batch_seq >= ? AND (o.batch_seq < p.batch_seq "
+            "OR (o.batch_seq = p.batch_seq AND o.msg_seq <= p.msg_seq)) GROUP BY o.message_id"
         )
-        return {r[0] for r in b.run(lambda c: b.fetch_all(c, query, (param,)))}
+        found = b.run(lambda c: b.fetch_all(c, query, (param, since_batch)))
+        return {r[0]: int(r[1]) for r in found}
 
     def ahead(self) -> dict[str, LogPosition]:
         """The masters committed ahead of the position, each with the position its items are
@@ -291,20 +295,24 @@ class ServingWriter(ServingReader):
 
     # -- history retention ---------------------------------------------------------------------
 
-    def prune(self, window: timedelta, chunk: int = PRUNE_CHUNK) -> Pruned:
+    def prune(
+        self, window: timedelta, chunk: int = PRUNE_CHUNK, dedup: DedupWindow = DEFAULT_DEDUP_WINDOW
+    ) -> Pruned:
         """One bounded step of removing history: the change log and the dead letters, oldest
         first, at most `chunk` rows of each, only rows of batches at or before the live == lake
         gate and committed more than `window` before the change log's newest commit (the log's
         own clock, which never goes back: the host's clock stepped back prunes nothing early,
-        an idle feed prunes nothing). Each master's last change is kept. One transaction, then
-        (SQLite) a bounded step of reclaiming the space freed."""
+        an idle feed prunes nothing). Each master's last change is kept. The message outcomes
+        too, about `chunk` rows, of batches at or before the gate that the `dedup` window of no
+        later message reaches (`_prune_outcomes`). One transaction, then (SQLite) a bounded step
+        of reclaiming the space freed."""
         b = self._backend
-        pruned = b.run(lambda conn: self._prune(conn, window, chunk))
+        pruned = b.run(lambda conn: self._prune(conn, window, chunk, dedup))
         crash_point(AFTER_PRUNE_POINT)
         b.run(b.reclaim)
         return pruned
 
-    def _prune(self, conn: Any, window: timedelta, chunk: int) -> Pruned:
+    def _prune(self, conn: Any, window: timedelta, chunk: int, dedup: DedupWindow) -> Pruned:
         b = self._backend
         with b.transaction(conn, write=True):
             held = self._retention(conn)
@@ -314,8 +322,43 @@ class ServingWriter(ServingReader):
             limit = _HistoryLimit(held.checked_batch, b.stamp(newest[0]) - window)
             changes, more_changes = self._prune_changes(conn, held, limit, chunk)
             dead, more_dead = self._prune_dead_letters(conn, held, limit, chunk)
+            outcomes, more_outcomes = self._prune_outcomes(conn, held, dedup, chunk)
             crash_point(PRUNE_POINT)
-        return Pruned(changes, dead, more_changes or more_dead)
+        return Pruned(changes, dead, more_changes or more_dead or more_outcomes, outcomes)
+
+    def _prune_outcomes(
+        self, conn: Any, held: Retention, dedup: DedupWindow, chunk: int
+    ) -> tuple[int, bool]:
+        """The oldest outcomes, about `chunk` rows (whole messages), of batches before the
+        store's position's dedup window (every later message's window starts at or after it:
+        `latest_copies` is never asked about them again) and at or before the live == lake
+        gate; the count removed and whether more may be prunable. None with an unbounded
+        window: duplicates are then looked up in the whole log."""
+        if not dedup.bounded:
+            return 0, False
+        b = self._backend
+        position = b.fetch_one(conn, "SELECT batch_seq FROM position WHERE id = 1")
+        assert position is not None  # created with the schema
+        below = min(dedup.oldest(int(position[0])), held.checked_batch + 1)
+        last = b.fetch_one(
+            conn,
+            "SELECT batch_seq, msg_seq FROM message_outcomes WHERE batch_seq < ? "
+            "ORDER BY batch_seq, msg_seq LIMIT 1 OFFSET ?",
+            (below, chunk - 1),
+        )
+        if last is None:
+            removed = conn.execute(
+                b.sql("DELETE FROM message_outcomes WHERE batch_seq < ?"), (below,)
+            ).rowcount
+            return max(removed, 0), False
+        removed = conn.execute(
+            b.sql(
+                "DELETE FROM message_outcomes WHERE batch_seq < ? "
+                "OR (batch_seq = ? AND msg_seq <= ?)"
+            ),
+            (last[0], last[0], last[1]),
+        ).rowcount
+        return max(removed, 0), True
 
     def _prune_changes(
         self, conn: Any, held: Retention, limit: _HistoryLimit, chunk: int

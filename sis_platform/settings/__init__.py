@@ -70,6 +70,7 @@ from sis_platform.settings.records import (
     SparkSettings,
     StompSourceSettings,
     is_local_master,
+    longest_stretch,
 )
 from sis_platform.settings.variables import (
     DEFAULT_BACKOUT_THRESHOLD,
@@ -78,6 +79,7 @@ from sis_platform.settings.variables import (
     DEFAULT_BATCH_MAX_SECONDS,
     DEFAULT_DATA_DIR,
     DEFAULT_DEAD_LETTER_RATE_WARN,
+    DEFAULT_DEDUP_WINDOW_BATCHES,
     DEFAULT_DRIVER_MEMORY,
     DEFAULT_FRESHNESS_FAIL_SECONDS,
     DEFAULT_FRESHNESS_WARN_SECONDS,
@@ -175,6 +177,7 @@ __all__ = [
     "DEFAULT_MAX_RUNS_IN_FLIGHT",
     "DEFAULT_PROFILE",
     "DEFAULT_QUARANTINE_AFTER",
+    "DEFAULT_DEDUP_WINDOW_BATCHES",
     "DEFAULT_QUEUE_NAME",
     "DEFAULT_REDELIVERY_LIMIT",
     "DEFAULT_SENSOR_INTERVAL_SECONDS",
@@ -201,6 +204,7 @@ __all__ = [
     "IntakeMode",
     "LIMIT_VARIABLES",
     "LiveSettings",
+    "longest_stretch",
     "LOG_KEY_VARIABLE",
     "OTEL_DEFAULT_SERVICE_NAME",
     "LogSettings",

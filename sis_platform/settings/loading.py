@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, cast
 from urllib.parse import urlsplit
 
+from sis_platform.domain.dedup import DedupWindow
 from sis_platform.domain.limits import Limits
 from sis_platform.settings.environment import (
     Reader,
@@ -36,6 +37,7 @@ from sis_platform.settings.records import (
     SparkSettings,
     StompSourceSettings,
     is_local_master,
+    longest_stretch,
 )
 from sis_platform.settings.transport import (
     TlsFiles,
@@ -50,6 +52,7 @@ from sis_platform.settings.variables import (
     DEFAULT_BATCH_MAX_SECONDS,
     DEFAULT_DATA_DIR,
     DEFAULT_DEAD_LETTER_RATE_WARN,
+    DEFAULT_DEDUP_WINDOW_BATCHES,
     DEFAULT_DRIVER_MEMORY,
     DEFAULT_FRESHNESS_FAIL_SECONDS,
     DEFAULT_FRESHNESS_WARN_SECONDS,
@@ -123,6 +126,9 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     processing = ProcessingSettings(
         redelivery_limit=read.whole("SIS_REDELIVERY_LIMIT", DEFAULT_REDELIVERY_LIMIT),
         quarantine_after=read.at_least("SIS_QUARANTINE_AFTER", DEFAULT_QUARANTINE_AFTER, 1),
+        dedup_window_batches=read.at_least(
+            "SIS_DEDUP_WINDOW_BATCHES", DEFAULT_DEDUP_WINDOW_BATCHES, 0
+        ),
         selector=read.optional("SIS_SELECTOR"),
         priority=_priority(read),
     )
@@ -133,6 +139,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
             "profile 'cluster' needs SIS_SPARK_MASTER (spark://, k8s://, yarn or sc://)"
         )
     landing_dir = read.text("SIS_LANDING_DIR", str(data_dir / "landing"))
+    live = _live(read, data_dir, batch.lease_seconds)
+    _check_dedup_window(processing, live)
     return Settings(
         profile=profile,
         data_dir=data_dir,
@@ -144,7 +152,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         lake_path=read.text("SIS_LAKE_PATH", str(data_dir / "lake")),
         landing_dir=landing_dir,
         serving=_serving(read, data_dir),
-        live=_live(read, data_dir, batch.lease_seconds),
+        live=live,
         intake=cast(IntakeMode, read.choice("SIS_INTAKE", INTAKE_MODES)),
         sensor_interval_seconds=_sensor_interval(read),
         checks=_checks(read),
@@ -154,6 +162,21 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         log_format=cast(LogFormat, read.choice("SIS_LOG_FORMAT", LOG_FORMATS)),
         retention=_retention(read),
     )
+
+
+def _check_dedup_window(processing: ProcessingSettings, live: LiveSettings) -> None:
+    """SIS_DEDUP_WINDOW_BATCHES, when bounded, at least the longest stretch sis-live folds at
+    once (a group, or with SIS_PRIORITY a backlog's window): a stretch folded whole must not
+    hold two first copies of one id (sis_platform/domain/dedup.py)."""
+    longest = longest_stretch(
+        live.group_max_messages, live.priority_window, processing.priority is not None
+    )
+    if not DedupWindow(processing.dedup_window_batches).holds_stretch(longest):
+        raise ConfigurationError(
+            f"SIS_DEDUP_WINDOW_BATCHES={processing.dedup_window_batches} must be 0 (the whole "
+            f"log) or at least {longest}, the most messages sis-live folds at once "
+            "(SIS_LIVE_GROUP_MAX_MESSAGES, or SIS_LIVE_PRIORITY_WINDOW with SIS_PRIORITY)"
+        )
 
 
 def _retention(read: Reader) -> RetentionSettings:

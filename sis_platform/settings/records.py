@@ -13,6 +13,7 @@ from sis_platform.settings.variables import (
     DEFAULT_BATCH_MAX_MESSAGES,
     DEFAULT_BATCH_MAX_SECONDS,
     DEFAULT_DEAD_LETTER_RATE_WARN,
+    DEFAULT_DEDUP_WINDOW_BATCHES,
     DEFAULT_DRIVER_MEMORY,
     DEFAULT_FRESHNESS_FAIL_SECONDS,
     DEFAULT_FRESHNESS_WARN_SECONDS,
@@ -145,6 +146,7 @@ class BatchSettings:
 class ProcessingSettings:
     redelivery_limit: int = DEFAULT_REDELIVERY_LIMIT
     quarantine_after: int = DEFAULT_QUARANTINE_AFTER
+    dedup_window_batches: int = DEFAULT_DEDUP_WINDOW_BATCHES  # 0: the whole log
     selector: str | None = None
     priority: str | None = None  # SIS_PRIORITY, checked (sis_platform/domain/priority.py)
 
@@ -178,6 +180,12 @@ class ServingSettings:
     has_password: bool = False  # SIS_SERVING_PASSWORD is set in the environment (value not held)
     # How long the change log and dead letters are kept (SIS_SERVING_HISTORY_DAYS).
     history_days: float = DEFAULT_SERVING_HISTORY_DAYS
+
+
+def longest_stretch(group_max_messages: int, priority_window: int, prioritized: bool) -> int:
+    """The most messages sis-live folds as one stretch: a group, or with a priority
+    (SIS_PRIORITY) a backlog's window (sis_platform/live/applier.py)."""
+    return max(group_max_messages, priority_window) if prioritized else group_max_messages
 
 
 @dataclass(frozen=True)

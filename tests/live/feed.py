@@ -3,6 +3,7 @@ redeliveries, and a few messages over the redelivery limit."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from datetime import UTC, datetime
 
@@ -23,10 +24,11 @@ def landed_feed(seed: int, messages: int, batch_size: int = 97) -> list[LandedMe
         generate_feed(seed, messages, invalid=INVALID, duplicates=0.02)
     ):
         count = 6 if rng.random() < 0.003 else 1
+        batch_seq = index // batch_size + 1
         out.append(
             LandedMessage(
-                LogPosition(index // batch_size + 1, index % batch_size),
-                LoggedMessage(message.message_id, message.body, count),
+                LogPosition(batch_seq, index % batch_size),
+                LoggedMessage(message.message_id, message.body, count, batch_seq=batch_seq),
                 message.sent,
             )
         )
@@ -43,3 +45,19 @@ def groups_of_varying_size(
         groups.append(log[start : start + size])
         start += size
     return groups
+
+
+def landed_again(
+    log: list[LandedMessage], copies: list[LandedMessage], batch_size: int
+) -> list[LandedMessage]:
+    """`log` with `copies` of its messages landed again after it, in batches of `batch_size`
+    (a backout queue replayed, or redeliveries)."""
+    first = log[-1].position.batch_seq + 1
+    out = list(log)
+    for index, landed in enumerate(copies):
+        batch_seq = first + index // batch_size
+        message = dataclasses.replace(landed.message, batch_seq=batch_seq)
+        out.append(
+            LandedMessage(LogPosition(batch_seq, index % batch_size), message, landed.put_time)
+        )
+    return out

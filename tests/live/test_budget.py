@@ -97,7 +97,7 @@ class ReferenceWithFailures(ReferencePipeline):
         self.expected = expected
 
     def process(self, messages: list[LoggedMessage]) -> None:  # type: ignore[override]
-        classified = classify_stretch(messages, self._seen, classify=self._classify)
+        classified = classify_stretch(messages, self._copies, classify=self._classify)
         self.record(fold_stretch(classified, self.masters.get, fold=self._fold))
 
     def _classify(self, message: LoggedMessage) -> list[Item] | DeadLetter:

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from sis_platform.domain.dedup import DedupWindow
 from sis_platform.domain.reasons import Outcome, Reason
 from sis_platform.live.fold import FoldOptions, LiveFold
 from sis_platform.log.landing import LandedMessage
 from sis_platform.serving import open_writer
 from sis_platform.standards.selector import Selector
-from tests.live.feed import groups_of_varying_size, landed_feed
+from tests.live.feed import groups_of_varying_size, landed_again, landed_feed
 from tests.live.store_view import assert_store_matches_reference
 from tests.reference import reference_for
 
@@ -57,6 +58,23 @@ def test_live_fold_in_groups_equals_the_reference(tmp_path, largest, max_masters
     assert outcomes[Outcome.DUPLICATE] > 0 and outcomes[Outcome.DEAD_LETTERED] > 10
     reasons = Counter(d.reason for d in ref.dead_letters)
     assert reasons[Reason.REDELIVERY_LIMIT] and reasons[Reason.MASTER_STALE]
+    assert_store_matches_reference(tmp_path / "serving.db", ref)
+
+
+def test_live_fold_with_a_dedup_window_equals_the_reference_with_it(tmp_path):
+    # Copies of the first 30 messages (batches 1-3) landed again after batch 60: beyond a
+    # window of 5 batches, so processed as first copies anew; copies of the last 20 (batches
+    # 59-60) are within it: duplicates.
+    log = landed_feed(seed=13, messages=600, batch_size=10)
+    log = landed_again(log, log[:30] + log[-20:], batch_size=10)
+    window = DedupWindow(5)
+    groups = groups_of_varying_size(log, seed=5, largest=40)
+    _fold_into_store(tmp_path / "serving.db", groups, FoldOptions(max_masters=50, window=window))
+    ref = reference_for([m.message for m in log], window=window)
+    unbounded = reference_for([m.message for m in log], window=DedupWindow(0))
+    duplicates = ref.outcome_counts()[Outcome.DUPLICATE]
+    # The 30 old copies are duplicates only without the window (30 message-level results).
+    assert unbounded.outcome_counts()[Outcome.DUPLICATE] - duplicates == 30
     assert_store_matches_reference(tmp_path / "serving.db", ref)
 
 

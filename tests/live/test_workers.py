@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from sis_platform.domain.dedup import Copies, DedupWindow
 from sis_platform.domain.pipeline import classify_stretch
 from sis_platform.domain.poison import budget_detail, quarantine_detail
 from sis_platform.live.budget import DIED_FOLDING, FOLD, BudgetConfig, LiveBudget
@@ -108,7 +109,9 @@ def test_a_log_folded_with_workers_equals_the_reference(place: Place, count, sel
 
 
 def test_a_reply_left_unread_is_never_taken_for_a_later_requests(place: Place):
-    classified = classify_stretch([m.message for m in landed_feed(seed=17, messages=600)], set())
+    classified = classify_stretch(
+        [m.message for m in landed_feed(seed=17, messages=600)], Copies(DedupWindow())
+    )
     first, second = split_shares({m: len(i) for m, i in classified.groups.items()}, 2)
     workers = place.workers(1, FoldOptions())
     try:
@@ -125,7 +128,7 @@ def test_a_reply_left_unread_is_never_taken_for_a_later_requests(place: Place):
 def _poisoned(log: list[LandedMessage]) -> tuple[str, str, int]:
     """A master the worker folds when the whole log is one stretch, and an item of it that is
     its message's only item (an injected hang strikes every item of its message)."""
-    classified = classify_stretch([m.message for m in log], set())
+    classified = classify_stretch([m.message for m in log], Copies(DedupWindow()))
     items = [i for group in classified.groups.values() for i in group]
     per_message = Counter(i.message_id for i in items)
     sizes = {master_id: len(group) for master_id, group in classified.groups.items()}

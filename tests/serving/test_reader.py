@@ -47,11 +47,11 @@ WRITER_ONLY = {
     "commit",
     "halt",
     "heartbeat",
+    "latest_copies",
     "masters_state",
     "prune",
     "record_checked",
     "record_lake_progress",
-    "seen",
 }
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from sis_platform.domain.dedup import DEFAULT_DEDUP_WINDOW, DedupWindow
 from sis_platform.runtime.faults import PRUNE_POINTS
 from sis_platform.serving import (
     ChangesPruned,
@@ -43,9 +44,19 @@ def _season(store: ServingWriter, monkeypatch: pytest.MonkeyPatch, days: int = D
             store.commit(group((day + 1, len(masters)), masters, dead=[f"dead-{day}"]))
 
 
-def _prune_all(store: ServingWriter, window: timedelta = WINDOW, chunk: int = 1000) -> None:
-    while store.prune(window, chunk).more:
+def _prune_all(
+    store: ServingWriter,
+    window: timedelta = WINDOW,
+    chunk: int = 1000,
+    dedup: DedupWindow = DEFAULT_DEDUP_WINDOW,
+) -> None:
+    while store.prune(window, chunk, dedup).more:
         pass
+
+
+def _outcomes(store: ServingWriter) -> list[tuple[int, int]]:
+    """(batch, message) of every outcome held, in log order."""
+    return [(r[0], r[1]) for r in table(store, "message_outcomes", "batch_seq, msg_seq")]
 
 
 def _changes(store: ServingWriter) -> list[tuple[Any, ...]]:
@@ -90,8 +101,25 @@ def test_history_older_than_the_window_and_checked_is_pruned_keeping_each_master
     assert [b for _, _, b in _dead(store)] == [7, 8, 9, 10]
     assert table(store, "masters") == masters  # the current state untouched
     assert store.versions_at(GATE) == versions  # live == lake still answers at the gate
-    # Outcomes are kept: the live path's duplicate detection reads them all (store.seen).
-    assert len(table(store, "message_outcomes", "batch_seq, msg_seq")) == 3 * DAYS + 1
+    # Outcomes are kept: the batches are all within the default dedup window.
+    assert len(_outcomes(store)) == 3 * DAYS + 1
+
+
+def test_outcomes_past_the_dedup_window_and_checked_are_pruned(store, monkeypatch):
+    _season(store, monkeypatch)
+    before = _outcomes(store)
+    store.record_checked(GATE)
+    # The store at batch 10, a window of 2 batches: outcomes before batch 8 are never looked up
+    # again, but the gate (6) keeps batches 7 on.
+    _prune_all(store, dedup=DedupWindow(2))
+    assert [b for b, _ in _outcomes(store)] == sorted(b for b, _ in before if b > GATE)
+    assert store.latest_copies(["msg-A-7", "msg-A-6"]) == {"msg-A-7": 7}
+    # The gate moved on: the window bounds it now (batches 8 on).
+    store.record_checked(DAYS)
+    _prune_all(store, dedup=DedupWindow(2))
+    assert [b for b, _ in _outcomes(store)] == sorted(b for b, _ in before if b >= 8)
+    # Unbounded: nothing of the outcomes is pruned.
+    assert store.prune(WINDOW, dedup=DedupWindow(0)).outcomes == 0
 
 
 def test_a_prune_never_passes_the_live_matches_lake_gate(store, monkeypatch):
@@ -154,9 +182,10 @@ def test_a_prune_in_small_chunks_ends_where_one_large_step_does(store, monkeypat
 _PRUNE_SCRIPT = """
 import sys
 from datetime import timedelta
+from sis_platform.domain.dedup import DedupWindow
 from sis_platform.serving import open_writer
 store = open_writer(sys.argv[1])
-while store.prune(timedelta(days=3), chunk=2).more:
+while store.prune(timedelta(days=3), chunk=2, dedup=DedupWindow(4)).more:
     pass
 """
 
@@ -168,6 +197,7 @@ def test_a_prune_killed_at_a_crash_point_leaves_a_store_that_resumes_to_the_same
 ):
     _season(store, monkeypatch)
     before_changes, before_dead = _changes(store), _dead(store)
+    before_outcomes = _outcomes(store)
     versions = store.versions_at(GATE)
     store.record_checked(GATE)
     proc = subprocess.run(
@@ -184,11 +214,15 @@ def test_a_prune_killed_at_a_crash_point_leaves_a_store_that_resumes_to_the_same
     assert held.changes_pruned_seq == before_changes[2 * committed_steps - 1][0]
     assert _changes(store) == _expected_after_prune(before_changes, held.changes_pruned_seq)
     assert _dead(store) == [r for r in before_dead if r[0] > held.dead_letters_pruned_seq]
+    # Two outcomes a committed step, oldest first.
+    assert _outcomes(store) == before_outcomes[2 * committed_steps :]
     assert store.versions_at(GATE) == versions
-    _prune_all(store)
+    _prune_all(store, dedup=DedupWindow(4))
     floor = store.retention().changes_pruned_seq
     assert _changes(store) == _expected_after_prune(before_changes, floor)
     assert [b for _, _, b in _dead(store)] == [7, 8, 9, 10]
+    # The store at batch 10, a window of 4: outcomes of batches 6 on kept.
+    assert _outcomes(store) == [o for o in before_outcomes if o[0] >= 6]
     assert store.versions_at(GATE) == versions
 
 

@@ -140,7 +140,7 @@ def _assert_only_the_first_group(store: ServingWriter, before: object) -> None:
     assert store.master("M2") is None
     assert [c.master_id for c in store.changes()] == ["M1"]
     assert store.dead_letters() == []
-    assert store.seen(["bad", "msg-M2-1"]) == set()
+    assert store.latest_copies(["bad", "msg-M2-1"]) == {}
     assert [r[:2] for r in table(store, "events")] == [("M1", 1)]
 
 
@@ -173,10 +173,15 @@ def test_the_writer_reads_its_state_back(store: ServingWriter) -> None:
     assert state["M1"].message_id == "msg-M1-1"
     assert not state["M1"].stale and not state["M1"].filtered
     assert store.masters_state([]) == {}
-    assert store.seen(["msg-M1-1", "msg-M2-1", "other"]) == {"msg-M1-1", "msg-M2-1"}
-    assert store.seen([]) == set()
+    assert store.latest_copies(["msg-M1-1", "msg-M2-1", "other"]) == {"msg-M1-1": 1, "msg-M2-1": 1}
+    assert store.latest_copies([]) == {}
     # Many ids at once: one parameter whatever the count.
-    assert len(store.seen(f"id-{n}" for n in range(50_000))) == 0
+    assert len(store.latest_copies(f"id-{n}" for n in range(50_000))) == 0
+    # The dedup window's lower bound: copies in earlier batches are not asked about.
+    assert store.latest_copies(["msg-M1-1"], since_batch=1) == {"msg-M1-1": 1}
+    assert store.latest_copies(["msg-M1-1"], since_batch=2) == {}
+    store.commit(group((3, 0), [], dead=["msg-M1-1"]))  # a later copy, its latest
+    assert store.latest_copies(["msg-M1-1"]) == {"msg-M1-1": 3}
 
 
 def test_a_part_committed_ahead_shows_its_masters_and_waits_for_the_position(
@@ -189,14 +194,14 @@ def test_a_part_committed_ahead_shows_its_masters_and_waits_for_the_position(
     assert store.position() == LogPosition(1, 0) and store.status().messages == 1
     assert store.ahead() == {"M2": LogPosition(1, 4), "M3": LogPosition(1, 4)}
     # An outcome ahead of the position is not "seen": the rest of its message is still due.
-    assert store.seen(["msg-M1-1", "msg-M2-1"]) == {"msg-M1-1"}
+    assert set(store.latest_copies(["msg-M1-1", "msg-M2-1"])) == {"msg-M1-1"}
     with pytest.raises(PositionConflict):
         store.commit(dataclasses.replace(group((1, 0), [("M4", 1)]), ahead=("M4",)))
     rest = dataclasses.replace(group((1, 4), [("M5", 1)], first_msg_seq=3), completes=4)
     store.commit(rest)
     assert store.position() == LogPosition(1, 4) and store.status().messages == 5
     assert store.ahead() == {}
-    assert store.seen(["msg-M1-1", "msg-M2-1"]) == {"msg-M1-1", "msg-M2-1"}
+    assert set(store.latest_copies(["msg-M1-1", "msg-M2-1"])) == {"msg-M1-1", "msg-M2-1"}
 
 
 def test_a_version_1_store_is_upgraded_in_place(store: ServingWriter, store_url: str) -> None:

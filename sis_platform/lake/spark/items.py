@@ -140,13 +140,17 @@ def _classify_rows(
             strict=True,
         ):
             base = (key, batch_seq, msg_seq, message_id, delivery_count)
-            message = LoggedMessage(message_id, body, delivery_count, size, location)
+            message = LoggedMessage(
+                message_id, body, delivery_count, size, location, batch_seq=batch_seq
+            )
             if location is not None and zone is not None:
                 restored = zone.catalog.restored_body(
                     location, size, sha256, limits.max_message_bytes
                 )
                 if restored is not None:
-                    message = LoggedMessage(message_id, restored, delivery_count)
+                    message = LoggedMessage(
+                        message_id, restored, delivery_count, batch_seq=batch_seq
+                    )
             outcome = held.get(HeldKey(key, message_id)) or classify_watched(
                 message,
                 guard=guard,

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql import functions as F
 
+from sis_platform.domain.dedup import DEFAULT_DEDUP_WINDOW, DedupWindow
 from sis_platform.domain.limits import Limits
 from sis_platform.domain.reasons import Reason
 from sis_platform.lake.spark.fold import (
@@ -49,6 +50,7 @@ def replay_dead_letters(
     redelivery_limit: int,
     selector: str | None,
     quarantine_after: int = DEFAULT_QUARANTINE_AFTER,
+    window: DedupWindow = DEFAULT_DEDUP_WINDOW,
     run_id: str | None,
     on_relogged: Callable[[str, ItemsSummary], None] | None = None,
     landing_root: str | None = None,
@@ -104,5 +106,6 @@ def replay_dead_letters(
         rewind=rewind or None,
         quarantine_after=quarantine_after,
         limits=limits,
+        window=window,
     )
     return ReplayResult(len(rows), tuple(keys), len(rewind), step)

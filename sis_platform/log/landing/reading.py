@@ -97,8 +97,10 @@ def _read_file(zone: Catalog, path: Path, after: int, limits: Limits) -> Iterato
         for i, msg_seq in enumerate(rows["msg_seq"]):
             if msg_seq <= after:
                 continue
+            batch_seq = int(rows["batch_seq"][i])
             message = _logged(
                 zone,
+                batch_seq,
                 str(rows["message_id"][i]),
                 int(rows["delivery_count"][i]),
                 rows["body"][i],
@@ -108,7 +110,7 @@ def _read_file(zone: Catalog, path: Path, after: int, limits: Limits) -> Iterato
                 limits,
             )
             yield LandedMessage(
-                LogPosition(int(rows["batch_seq"][i]), int(msg_seq)),
+                LogPosition(batch_seq, int(msg_seq)),
                 message,
                 rows["put_time"][i],
             )
@@ -116,6 +118,7 @@ def _read_file(zone: Catalog, path: Path, after: int, limits: Limits) -> Iterato
 
 def _logged(
     zone: Catalog,
+    batch_seq: int,
     message_id: str,
     delivery_count: int,
     body: bytes | None,
@@ -125,8 +128,10 @@ def _logged(
     limits: Limits,
 ) -> LoggedMessage:
     if location is None:
-        return LoggedMessage(message_id, body or b"", delivery_count)
+        return LoggedMessage(message_id, body or b"", delivery_count, batch_seq=batch_seq)
     restored = zone.restored_body(location, int(size), str(sha256), limits.max_message_bytes)
     if restored is None:
-        return LoggedMessage(message_id, b"", delivery_count, int(size), location)
-    return LoggedMessage(message_id, restored, delivery_count)
+        return LoggedMessage(
+            message_id, b"", delivery_count, int(size), location, batch_seq=batch_seq
+        )
+    return LoggedMessage(message_id, restored, delivery_count, batch_seq=batch_seq)

@@ -34,6 +34,7 @@ from sis_platform.lake.upkeep import (
     block_file_bound,
     blocks_compact,
     compact_blocks,
+    compaction_sql,
     due,
     files_within_bound,
     retention_value,
@@ -186,6 +187,16 @@ def test_vacuum_removes_what_is_past_the_retention_and_keeps_the_rest(spark, tmp
         if lake.exists(table):
             assert table_files(lake, table).active_files <= 2, table.name
     assert_lake_matches_reference(lake, reference_for(batches[0] + batches[1]))
+
+
+def test_message_outcomes_compacts_into_files_of_a_month_and_the_others_of_128_mib():
+    # The dedupe reads the window's batches of message_outcomes: its growing file stays small.
+    bins = "spark.databricks.delta.optimize.maxFileSize"
+    assert compaction_sql(MESSAGE_OUTCOMES)[bins] == str(16 * 1024 * 1024)
+    assert compaction_sql(MASTER_VERSIONS)[bins] == str(128 * 1024 * 1024)
+    for table in (MESSAGE_OUTCOMES, MASTER_VERSIONS):
+        sql = compaction_sql(table)
+        assert sql["spark.databricks.delta.optimize.minFileSize"] == sql[bins]
 
 
 def test_a_compacted_block_lists_two_files_per_bin_and_a_backfill():

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from pyspark.sql import functions as F
 
+from sis_platform.domain.dedup import DEFAULT_DEDUP_WINDOW, DedupWindow
 from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
 from sis_platform.domain.priority import Priority
 from sis_platform.domain.reasons import Outcome
@@ -95,6 +96,7 @@ def fold_step(
     quarantine_after: int = DEFAULT_QUARANTINE_AFTER,
     limits: Limits = DEFAULT_LIMITS,
     priority: str | None = None,
+    window: DedupWindow = DEFAULT_DEDUP_WINDOW,
 ) -> FoldStepResult:
     """Recover, then fold the next gap-free run of batches and commit it as one step.
 
@@ -129,7 +131,7 @@ def fold_step(
         )
     outcomes_then = lake.read(MESSAGE_OUTCOMES, version=versions_now[MESSAGE_OUTCOMES.name])
     step_input = _step_input(
-        lake, plan, log_items, outcomes_then, documents, rewound, quarantine_after
+        lake, plan, log_items, outcomes_then, documents, rewound, quarantine_after, window
     )
     worker_plan = WorkerPlan(
         selector_text=selector,
@@ -210,6 +212,7 @@ def _step_input(
     documents: DataFrame,
     rewound: Rewind | None,
     quarantine_after: int,
+    window: DedupWindow,
 ) -> StepInput:
     """The step's rows (the new batches', and a rewind's), deduplicated and split: what is
     folded, from which states, and what ends without a fold."""
@@ -218,13 +221,17 @@ def _step_input(
         items = new_items
         message_level = F.lit(True)
         step_messages: int | None = plan.run_messages()
+        first_batch = plan.first
     else:
         items = rewound.step_items(log_items, new_items)
         # Message-level rows (duplicate, invalid) are emitted for new and changed batches only;
         # those of unchanged batches stand.
         message_level = F.col("batch_key").isin(plan.keys + plan.changed_keys)
         step_messages = None
-    tagged = tag_duplicates(items, outcomes_then, step_messages=step_messages)
+        first_batch = None  # a rewound master's items may start at any earlier batch
+    tagged = tag_duplicates(
+        items, outcomes_then, step_messages=step_messages, window=window, first_batch=first_batch
+    )
     duplicates = (
         tagged.where(F.col("duplicate") & message_level)
         .select("message_id", "batch_seq", "msg_seq")

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from sis_platform.domain.dedup import DedupWindow
 from sis_platform.domain.limits import DEFAULT_LIMITS
 from sis_platform.lake.spark.fold import FoldFailure, fold_all, fold_step, known_failures
 from sis_platform.lake.spark.fold import step as step_module
@@ -97,6 +98,31 @@ def test_a_redelivery_in_a_later_step_is_a_duplicate(spark, tmp_path, monkeypatc
         if r["message_id"] == soft.message_id
     )
     assert outcomes == [(1, "applied"), (2, "duplicate")]
+
+
+def test_a_copy_beyond_the_dedup_window_is_applied_again_as_the_reference_does(spark, tmp_path):
+    # Window 1: the copy of batch 1's update in batch 3 is two batches on, so a first copy
+    # anew (applied again); the copy of batch 2's in batch 3 is a duplicate.
+    window = DedupWindow(1)
+    lake = new_lake(spark, tmp_path)
+    soft = message(update(ASCOT_1430, GO_SOFT))
+    price = message(update(ASCOT_1430, PRICE_7_TO_9))
+    batches = {
+        1: [message(master(event(ASCOT_1430))), soft],
+        2: [price],
+        3: [message(soft.body, soft.message_id), message(price.body, price.message_id)],
+    }
+    for seq, messages in batches.items():
+        log_batch(lake, seq, messages)
+        fold_step(lake, window=window)
+    outcomes = sorted(
+        (r["batch_seq"], r["outcome"])
+        for r in lake.read(MESSAGE_OUTCOMES).collect()
+        if r["message_id"] in (soft.message_id, price.message_id)
+    )
+    assert outcomes == [(1, "applied"), (2, "applied"), (3, "applied"), (3, "duplicate")]
+    logged = [replace(m, batch_seq=seq) for seq, ms in batches.items() for m in ms]
+    assert_lake_matches_reference(lake, reference_for(logged, window=window))
 
 
 def test_the_fold_waits_at_a_missing_batch(spark, tmp_path):
