@@ -83,7 +83,7 @@ from sis_platform.lake.tables import (
     RAW_MESSAGES,
     Table,
 )
-from sis_platform.lake.upkeep import UPKEEP_TABLES, optimize, table_files
+from sis_platform.lake.upkeep import UPKEEP_TABLES, bin_bytes, optimize, table_files
 from sis_platform.log.chain import Anchor
 from sis_platform.log.landing.expiry import expire_through
 from sis_platform.log.landing.rows import batch_key
@@ -270,11 +270,8 @@ def build_history(lake: Lake, base: Base, after: int, through: int) -> dict[str,
 
 def _files(lake: Lake, base: Base, table: Table, batches: int) -> int:
     """How many of `table`'s compacted files `batches` batches of the base's rows fill."""
-    detail = lake.spark.sql(f"DESCRIBE DETAIL {lake.sql_table(table)}").first()
-    size = int(detail["sizeInBytes"]) if detail is not None else 0
-    per_batch = size / max(base.batches, 1)
-    bins = table.compact_bytes or 1
-    return max(1, math.ceil(per_batch * batches / bins))
+    per_batch = table_files(lake, table).active_bytes / max(base.batches, 1)
+    return max(1, math.ceil(per_batch * batches / bin_bytes(table)))
 
 
 def _commit_last(lake: Lake, base: Base, through: int) -> None:

@@ -20,7 +20,6 @@ from sis_platform.lake.upkeep import (
     BlocksFinding,
     FilesFinding,
     TableFiles,
-    block_file_bound,
     blocks_compact,
     files_within_bound,
 )
@@ -84,8 +83,7 @@ def blocks_result(table: str, finding: BlocksFinding) -> dg.AssetCheckResult:
     if finding.over:
         metadata["over_bound"] = dg.MetadataValue.text(
             "; ".join(
-                f"block {b.block}: {b.files} files, {b.bytes} bytes, "
-                f"bound {block_file_bound(b.bytes)}"
+                f"block {b.block}: {b.files} files, {b.bytes} bytes, bound {b.bound}"
                 for b in finding.over[:10]
             )
         )

@@ -96,11 +96,17 @@ BLOCK_SETTLE_BATCHES = 10
 COMPACT_BELOW_BYTES = 128 * 1024 * 1024
 
 
+def bin_bytes(table: Table) -> int:
+    """The size of the files OPTIMIZE writes for `table` (`Table.compact_bytes`, else
+    COMPACT_BELOW_BYTES)."""
+    return table.compact_bytes or COMPACT_BELOW_BYTES
+
+
 def compaction_sql(table: Table) -> dict[str, str]:
     """The session's settings while the upkeep compacts `table`, put back after it: its bins
-    (`Table.compact_bytes`, else COMPACT_BELOW_BYTES), and generated code for the rows it
-    rewrites (BULK_WRITE_SQL, whatever SIS_SPARK_CONF sets for a run)."""
-    size = str(table.compact_bytes or COMPACT_BELOW_BYTES)
+    (`bin_bytes`), and generated code for the rows it rewrites (BULK_WRITE_SQL, whatever
+    SIS_SPARK_CONF sets for a run)."""
+    size = str(bin_bytes(table))
     return {
         "spark.databricks.delta.optimize.minFileSize": size,
         "spark.databricks.delta.optimize.maxFileSize": size,
@@ -305,19 +311,22 @@ def files_within_bound(lake: Lake, table: Table, bound: int) -> FilesFinding:
 
 @dataclass(frozen=True)
 class BlockFiles:
-    """The files a block table's latest version lists in one block of batches."""
+    """The files a block table's latest version lists in one block of batches, the most a
+    compacted block of its bytes lists (`block_file_bound`), and its newest batch."""
 
     block: int
     files: int
     bytes: int
+    bound: int
+    newest_seq: int
 
 
-def block_file_bound(size: int) -> int:
+def block_file_bound(size: int, bins: int = COMPACT_BELOW_BYTES) -> int:
     """The most files a compacted block of `size` bytes lists: OPTIMIZE fills a bin until it
-    passes COMPACT_BELOW_BYTES, so two bins in a row hold more than that, and the block's files
-    are at most twice its bytes over the bin size, rounded up; plus one, a batch written into
-    the block after its compaction (a backfill)."""
-    return max(1, math.ceil(2 * size / COMPACT_BELOW_BYTES)) + 1
+    passes the bin size (`bins`), so two bins in a row hold more than that, and the block's
+    files are at most twice its bytes over the bin size, rounded up; plus one, a batch written
+    into the block after its compaction (a backfill)."""
+    return max(1, math.ceil(2 * size / bins)) + 1
 
 
 @dataclass(frozen=True)
@@ -332,26 +341,40 @@ class BlocksFinding:
 
 
 def block_files(lake: Lake, table: Table) -> list[BlockFiles]:
-    """Each block's files and bytes, from Spark's file metadata column: the scan reads the
-    files' footers and no column of their rows."""
+    """Each block's files and bytes, from Spark's file metadata column, and its newest batch:
+    one scan, which reads the files' footers and their batch_seq column only."""
     from pyspark.sql import functions as F
 
     per_file = (
         lake.read(table)
-        .select(
+        .groupBy(
             F.col(BATCH_BLOCK.name).alias("block"),
             F.col("_metadata.file_path").alias("path"),
             F.col("_metadata.file_size").alias("size"),
         )
-        .distinct()
+        .agg(F.max("batch_seq").alias("newest"))
     )
     rows = (
         per_file.groupBy("block")
-        .agg(F.count("*").alias("files"), F.sum("size").alias("bytes"))
+        .agg(
+            F.count("*").alias("files"),
+            F.sum("size").alias("bytes"),
+            F.max("newest").alias("newest"),
+        )
         .orderBy("block")
         .collect()
     )
-    return [BlockFiles(int(r["block"]), int(r["files"]), int(r["bytes"])) for r in rows]
+    bins = bin_bytes(table)
+    return [
+        BlockFiles(
+            int(r["block"]),
+            int(r["files"]),
+            int(r["bytes"]),
+            block_file_bound(int(r["bytes"]), bins),
+            int(r["newest"]),
+        )
+        for r in rows
+    ]
 
 
 def blocks_compact(lake: Lake, table: Table) -> BlocksFinding:
@@ -359,13 +382,10 @@ def blocks_compact(lake: Lake, table: Table) -> BlocksFinding:
     lists at most `block_file_bound` files: the writes that settle blocks compact them. The
     open blocks, one file per batch, are bounded by BATCHES_PER_BLOCK + BLOCK_SETTLE_BATCHES.
     A table not yet written passes."""
-    from pyspark.sql import functions as F
-
     if not lake.exists(table):
         return BlocksFinding(True, None, 0, 0, ())
     blocks = block_files(lake, table)
-    newest = lake.read(table).agg(F.max("batch_seq")).first()
-    top = -1 if newest is None or newest[0] is None else int(newest[0])
+    top = max((b.newest_seq for b in blocks), default=-1)
     settled = [b for b in blocks if settles(b.block, top)]
-    over = tuple(b for b in settled if b.files > block_file_bound(b.bytes))
+    over = tuple(b for b in settled if b.files > b.bound)
     return BlocksFinding(not over, table_files(lake, table), len(blocks), len(settled), over)

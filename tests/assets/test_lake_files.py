@@ -45,7 +45,7 @@ def test_a_message_log_table_with_an_uncompacted_settled_block_fails_naming_it()
     files = TableFiles(
         active_files=520, active_bytes=9_000, deletion_vector_files=0, log_entries=12
     )
-    over = BlockFiles(block=3, files=500, bytes=8_000)
+    over = BlockFiles(block=3, files=500, bytes=8_000, bound=2, newest_seq=1_999)
     checked = blocks_result("raw_messages", BlocksFinding(False, files, 5, 4, (over,)))
     assert not checked.passed and checked.severity == dg.AssetCheckSeverity.WARN
     assert checked.asset_key == dg.AssetKey("raw_messages")
