@@ -78,6 +78,8 @@ from sis_platform.lake.delta import Lake
 from sis_platform.lake.spark.fold.ledger import FoldStepResult, commit_step
 from sis_platform.lake.tables import (
     BATCH_LOG,
+    BATCHES_PER_BLOCK,
+    FIRST_BLOCK,
     FOLD_STEPS,
     MESSAGE_ITEMS,
     RAW_MESSAGES,
@@ -224,6 +226,13 @@ def copies(lake: Lake, base: Base, table: Table, after: int, through: int) -> Da
             col = F.lpad((col.cast("bigint") + shift).cast("string"), 10, "0")
         elif name in SUFFIXED:
             col = F.when(col.isNotNull(), F.concat(col, F.lit("~"), k.cast("string")))
+        elif name == FIRST_BLOCK:
+            # A copy's masters live in the block of the copy's batches.
+            col = F.floor((col * BATCHES_PER_BLOCK + shift) / BATCHES_PER_BLOCK)
+        elif name == "master_blocks":
+            col = F.transform(
+                col, lambda b: F.floor((b * BATCHES_PER_BLOCK + shift) / BATCHES_PER_BLOCK)
+            )
         elif name == "items_digest" and table is FOLD_STEPS:
             col = F.format_string(
                 '{"%d": "%s"}',
@@ -304,6 +313,9 @@ def _commit_last(lake: Lake, base: Base, through: int) -> None:
         log_version=lake.version(BATCH_LOG),
         run_id=None,
         committed_at=datetime.now(UTC),
+        # Unknown: a model refresh from before this step would read every partition (none
+        # does: model_steps' copies reach this step).
+        master_blocks=None,
     )
 
 

@@ -31,8 +31,9 @@ SPECS = [
     dg.AssetCheckSpec(
         FILES_WITHIN_BOUND,
         asset=table.name,
-        description=f"{table.name} lists at most SIS_LAKE_MAX_FILES data files: its upkeep "
-        "(compaction inside the fold's and the model's steps) keeps up.",
+        description=f"{table.name} lists at most SIS_LAKE_MAX_FILES data files"
+        + (" beyond those of its compacted partitions" if table.partition_by else "")
+        + ": its upkeep (compaction inside the fold's and the model's steps) keeps up.",
     )
     for table in UPKEEP_TABLES
 ] + [
@@ -67,7 +68,11 @@ def lake_files(
 
 
 def result(table: str, finding: FilesFinding) -> dg.AssetCheckResult:
-    metadata: dict[str, Any] = {"max_files": finding.bound, **_file_metadata(finding.files)}
+    metadata: dict[str, Any] = {
+        "max_files": finding.bound,
+        "files_counted": finding.counted,
+        **_file_metadata(finding.files),
+    }
     return _check_result(table, finding.passed, metadata)
 
 

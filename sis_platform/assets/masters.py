@@ -49,6 +49,7 @@ from sis_platform.lake.tables import (
     FOLD_FAILURES,
     FOLD_STEPS,
     MASTER_DOCUMENTS,
+    MASTER_INDEX,
     MASTER_VERSIONS,
     MESSAGE_ITEMS,
     MESSAGE_OUTCOMES,
@@ -81,7 +82,8 @@ FOLD_SPECS = [
     table_spec(
         MASTER_DOCUMENTS,
         "The current master document of every sports event (one row per master id: its "
-        "latest version, the `event` XML, and whether it is stale or filtered)." + WHEN,
+        "latest version, the `event` XML, and whether it is stale or filtered), partitioned "
+        "by the master's home block (`first_block`, see master_index)." + WHEN,
         deps=FOLD_INPUTS,
         skippable=True,
     ),
@@ -89,6 +91,14 @@ FOLD_SPECS = [
         MASTER_VERSIONS,
         "Every version of every master document, with the message and item position that "
         "produced it." + WHEN,
+        deps=FOLD_INPUTS,
+        skippable=True,
+    ),
+    table_spec(
+        MASTER_INDEX,
+        "Every master id the fold has given a state, with its home block (`first_block`: "
+        "the block of 500 batches in which it was first folded), the partition of "
+        "master_documents, events, markets and selections that holds it for good." + WHEN,
         deps=FOLD_INPUTS,
         skippable=True,
     ),
@@ -344,6 +354,7 @@ def step_results(
             "dagster/row_count": lake.read(MASTER_DOCUMENTS).count(),
         },
         MASTER_VERSIONS: {},
+        MASTER_INDEX: {},
         DEAD_LETTERS: {
             "dead_lettered": result.dead_lettered,
             **dead_letter_metadata(dead_letter_summary(lake, step)),

@@ -375,9 +375,16 @@ class Lake:
             )
         self.retrying_conflicts(f"{table.name} append", lambda: writer.save(self.path(table)))
 
-    def merge_rows(self, table: Table, rows: DataFrame, *, keys: Sequence[str]) -> None:
-        """Upsert `rows` by `keys` (insert or replace whole rows): idempotent by construction."""
+    def merge_rows(
+        self, table: Table, rows: DataFrame, *, keys: Sequence[str], where: str | None = None
+    ) -> None:
+        """Upsert `rows` by `keys` (insert or replace whole rows): idempotent by construction.
+        `where` (on the target, aliased `t`) limits the rows that can match, with literals on
+        its partition columns so that Delta reads those partitions only; every row to replace
+        must satisfy it, or it is inserted beside the old one."""
         condition = " AND ".join(f"t.{sql_identifier(k)} = s.{sql_identifier(k)}" for k in keys)
+        if where is not None:
+            condition = f"({condition}) AND ({where})"
         self._merge(
             table,
             kill_during_write(rows, f"write.{table.name}"),

@@ -38,6 +38,15 @@ class GeneratedColumn:
 
 BATCH_BLOCK = GeneratedColumn("batch_block", "BIGINT", f"batch_seq DIV {BATCHES_PER_BLOCK}")
 
+# The current state (master_documents, events, markets, selections) is partitioned by each
+# master's home block: the block of batches in which the fold first gave it a state
+# (`batch_block` of that item's batch), recorded once in master_index and never changed. A race
+# is created, updated and finished within a block or two, so a step's masters lie in the newest
+# few partitions, and what a step reads, replaces and compacts is a few blocks' races, however
+# many the lake has kept: the partitions of finished races are no longer touched. The ids are
+# opaque, so the home of a master comes from master_index (two narrow columns), not from its id.
+FIRST_BLOCK = "first_block"
+
 
 @dataclass(frozen=True)
 class Table:
@@ -88,7 +97,10 @@ MESSAGE_ITEMS = Table("message_items", (BATCH_BLOCK.name,), generated=(BATCH_BLO
 # The fold plans each step from what changed in batch_log since the last (fold/plan.py).
 BATCH_LOG = Table("batch_log", change_feed=True)
 MASTER_VERSIONS = Table("master_versions")
-MASTER_DOCUMENTS = Table("master_documents", replaced_in_place=True)
+MASTER_DOCUMENTS = Table("master_documents", (FIRST_BLOCK,), replaced_in_place=True)
+# Every master id the fold has given a state, with its home block (FIRST_BLOCK): appended when
+# the fold first writes a master, never changed, so the step finds its masters' partitions.
+MASTER_INDEX = Table("master_index")
 DEAD_LETTERS = Table("dead_letters")
 # Appended in batch order, and read by the fold's dedupe for the dedup window's batches only
 # (fold/dedupe.py), which Delta finds by each file's batch_seq range. Compacted into files of
@@ -98,15 +110,17 @@ MESSAGE_OUTCOMES = Table("message_outcomes", compact_bytes=16 * 1024 * 1024)
 FOLD_STEPS = Table("fold_steps")
 FOLD_FAILURES = Table("fold_failures")
 CLASSIFY_FAILURES = Table("classify_failures")
-EVENTS = Table("events", replaced_in_place=True)
-MARKETS = Table("markets", replaced_in_place=True)
-SELECTIONS = Table("selections", replaced_in_place=True)
+EVENTS = Table("events", (FIRST_BLOCK,), replaced_in_place=True)
+MARKETS = Table("markets", (FIRST_BLOCK,), replaced_in_place=True)
+SELECTIONS = Table("selections", (FIRST_BLOCK,), replaced_in_place=True)
+# The tables of the current state, partitioned by their masters' home blocks.
+STATE_TABLES = (MASTER_DOCUMENTS, EVENTS, MARKETS, SELECTIONS)
 MODEL_FAILURES = Table("model_failures")
 MODEL_STEPS = Table("model_steps")
 
 # Tables the fold appends to, each row tagged with the fold step that wrote it: an uncommitted
 # step's rows are deleted before the next step (see sis_platform/lake/spark/fold/ledger.py).
-FOLD_APPEND_TABLES = (MASTER_VERSIONS, DEAD_LETTERS, MESSAGE_OUTCOMES)
+FOLD_APPEND_TABLES = (MASTER_VERSIONS, DEAD_LETTERS, MESSAGE_OUTCOMES, MASTER_INDEX)
 
 
 def _raw_messages() -> StructType:
@@ -194,6 +208,17 @@ def _master_documents() -> StructType:
             T.StructField("stale", T.BooleanType(), False),
             T.StructField("filtered", T.BooleanType(), False),
             T.StructField("fold_step", T.LongType(), False),
+            T.StructField(FIRST_BLOCK, T.LongType(), False),
+        ]
+    )
+
+
+def _master_index() -> StructType:
+    return T.StructType(
+        [
+            T.StructField("master_id", T.StringType(), False),
+            T.StructField(FIRST_BLOCK, T.LongType(), False),
+            T.StructField("fold_step", T.LongType(), False),
         ]
     )
 
@@ -252,6 +277,9 @@ def _fold_steps() -> StructType:
             T.StructField("filtered", T.LongType(), False),
             T.StructField("dead_lettered", T.LongType(), False),
             T.StructField("masters_changed", T.LongType(), False),
+            # The home blocks of the masters the step wrote (FIRST_BLOCK): the partitions of
+            # master_documents the model reads for them. Null: unknown, read every partition.
+            T.StructField("master_blocks", T.ArrayType(T.LongType(), False), True),
             T.StructField("run_id", T.StringType(), True),
             T.StructField("committed_at", T.TimestampType(), False),
         ]
@@ -305,13 +333,19 @@ _SPARK_KINDS: dict[ModelKind, Callable[[], T.DataType]] = {
 
 def _model(name: str) -> Callable[[], StructType]:
     """A model table (sis_platform/domain/model.py, one definition with the serving store's),
-    with the fold step that wrote each row."""
+    with the fold step that wrote each row and its master's home block (its partition)."""
 
     def schema() -> StructType:
         columns = [
             T.StructField(c.name, _SPARK_KINDS[c.kind](), c.nullable) for c in MODEL_COLUMNS[name]
         ]
-        return T.StructType([*columns, T.StructField("fold_step", T.LongType(), False)])
+        return T.StructType(
+            [
+                *columns,
+                T.StructField("fold_step", T.LongType(), False),
+                T.StructField(FIRST_BLOCK, T.LongType(), False),
+            ]
+        )
 
     return schema
 
@@ -348,6 +382,7 @@ _SCHEMAS = {
     "batch_log": _batch_log,
     "master_versions": _master_versions,
     "master_documents": _master_documents,
+    "master_index": _master_index,
     "dead_letters": _dead_letters,
     "message_outcomes": _message_outcomes,
     "fold_steps": _fold_steps,

@@ -45,10 +45,12 @@ from sis_platform.lake.tables import (
     CLASSIFY_FAILURES,
     DEAD_LETTERS,
     EVENTS,
+    FIRST_BLOCK,
     FOLD_FAILURES,
     FOLD_STEPS,
     MARKETS,
     MASTER_DOCUMENTS,
+    MASTER_INDEX,
     MASTER_VERSIONS,
     MESSAGE_ITEMS,
     MESSAGE_OUTCOMES,
@@ -70,6 +72,7 @@ if TYPE_CHECKING:
 FOLD_UPKEEP_TABLES = (
     MASTER_VERSIONS,
     MASTER_DOCUMENTS,
+    MASTER_INDEX,
     DEAD_LETTERS,
     MESSAGE_OUTCOMES,
     FOLD_FAILURES,
@@ -294,19 +297,27 @@ def _local_folder(path: str) -> Path | None:
 
 @dataclass(frozen=True)
 class FilesFinding:
-    """`files_within_bound` for one table: its files against the bound."""
+    """`files_within_bound` for one table: its files counted against the bound."""
 
     passed: bool
     files: TableFiles | None  # None: the table does not exist yet
     bound: int
+    counted: int = 0  # the files counted: all, or those beyond compacted partitions
 
 
 def files_within_bound(lake: Lake, table: Table, bound: int) -> FilesFinding:
-    """The table lists at most `bound` data files (a table not yet written passes)."""
+    """The table lists at most `bound` data files (a table not yet written passes). A table of
+    the current state, partitioned by home block, keeps a partition per block of batches for
+    good, so it counts the files beyond those of its partitions compacted (each partition's
+    files over `block_file_bound` of its bytes): what its upkeep has yet to merge."""
     if not lake.exists(table):
         return FilesFinding(True, None, bound)
     files = table_files(lake, table)
-    return FilesFinding(files.active_files <= bound, files, bound)
+    counted = files.active_files
+    if FIRST_BLOCK in table.partition_by:
+        parts = block_files(lake, table, FIRST_BLOCK)
+        counted = sum(max(0, p.files - p.bound) for p in parts)
+    return FilesFinding(counted <= bound, files, bound, counted)
 
 
 @dataclass(frozen=True)
@@ -340,20 +351,19 @@ class BlocksFinding:
     over: tuple[BlockFiles, ...]  # settled blocks over their bound, oldest first
 
 
-def block_files(lake: Lake, table: Table) -> list[BlockFiles]:
-    """Each block's files and bytes, from Spark's file metadata column, and its newest batch:
-    one scan, which reads the files' footers and their batch_seq column only."""
+def block_files(lake: Lake, table: Table, column: str = BATCH_BLOCK.name) -> list[BlockFiles]:
+    """Each block's files and bytes, from Spark's file metadata column, and its newest batch
+    (0 for a table without batch_seq): one scan, which reads the files' footers and their
+    batch_seq column only. `column` names the table's block partition column."""
     from pyspark.sql import functions as F
 
-    per_file = (
-        lake.read(table)
-        .groupBy(
-            F.col(BATCH_BLOCK.name).alias("block"),
-            F.col("_metadata.file_path").alias("path"),
-            F.col("_metadata.file_size").alias("size"),
-        )
-        .agg(F.max("batch_seq").alias("newest"))
-    )
+    rows_of = lake.read(table)
+    newest = F.max("batch_seq") if "batch_seq" in rows_of.columns else F.lit(0)
+    per_file = rows_of.groupBy(
+        F.col(column).alias("block"),
+        F.col("_metadata.file_path").alias("path"),
+        F.col("_metadata.file_size").alias("size"),
+    ).agg(newest.alias("newest"))
     rows = (
         per_file.groupBy("block")
         .agg(

@@ -27,12 +27,13 @@ def test_a_table_over_its_bound_fails_with_its_counts():
     files = TableFiles(
         active_files=1001, active_bytes=5_000, deletion_vector_files=7, log_entries=40
     )
-    checked = result("master_versions", FilesFinding(False, files, 1000))
+    checked = result("master_versions", FilesFinding(False, files, 1000, 1001))
     assert not checked.passed and checked.severity == dg.AssetCheckSeverity.WARN
     assert checked.asset_key == dg.AssetKey("master_versions")
     figures = {k: v.value for k, v in checked.metadata.items()}
     assert figures == {
         "max_files": 1000,
+        "files_counted": 1001,
         "files": 1001,
         "bytes": 5_000,
         "deletion_vector_files": 7,

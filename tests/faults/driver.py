@@ -33,6 +33,7 @@ STEPS = {
     "message_items": ["message_items", "batch_log", "classify_failures"],
     "fold_masters": [
         "master_documents",
+        "master_index",
         "master_versions",
         "dead_letters",
         "message_outcomes",

@@ -184,12 +184,12 @@ def _rows_written(adds: list[dict]) -> int:
 def test_a_merge_into_master_documents_writes_only_the_changed_rows(tmp_path, spark):
     lake = Lake(spark, str(tmp_path))
     lake.ensure(MASTER_DOCUMENTS)
-    rows = [(f"M{i:03d}", 1, f"<event id='M{i:03d}'/>", False, False, 1) for i in range(200)]
+    rows = [(f"M{i:03d}", 1, f"<event id='M{i:03d}'/>", False, False, 1, 0) for i in range(200)]
     lake.append(
         MASTER_DOCUMENTS, spark.createDataFrame(rows, MASTER_DOCUMENTS.schema()).repartition(4)
     )
     # A few masters change, spread over the files, as in a fold step over a grown lake.
-    changed = [(f"M{i:03d}", 2, "<event/>", False, False, 2) for i in range(0, 200, 50)]
+    changed = [(f"M{i:03d}", 2, "<event/>", False, False, 2, 0) for i in range(0, 200, 50)]
     lake.merge_rows(
         MASTER_DOCUMENTS,
         spark.createDataFrame(changed, MASTER_DOCUMENTS.schema()),
@@ -210,7 +210,7 @@ def test_replacing_a_masters_model_rows_writes_only_its_rows(tmp_path, spark):
     names = [f.name for f in SELECTIONS.schema().fields]
 
     def rows(masters: range, step: int):
-        values = {"fold_step": step}
+        values = {"fold_step": step, "first_block": 0}
         return spark.createDataFrame(
             [
                 tuple(

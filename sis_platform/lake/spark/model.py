@@ -2,7 +2,8 @@
 
 The model follows the fold's committed steps: each refresh rebuilds the rows of every master the
 fold touched since the model's last step, replacing them in one Delta commit per table
-(replaceWhere on the master ids), then records the step in model_steps. Re-running a refresh
+(replaceWhere on the master ids, within their home blocks' partitions: the blocks the fold's
+steps recorded), then records the step in model_steps. Re-running a refresh
 after a crash rebuilds the same rows, so it is idempotent.
 
 One master never fails the refresh for the others: a master whose rows cannot be built (the
@@ -33,12 +34,13 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from sis_platform.domain.interpret import interpret
 from sis_platform.domain.model import MODEL_COLUMNS
-from sis_platform.lake.delta import sql_string
 from sis_platform.lake.driver.conf import DELETION_VECTOR_SCAN_SQL
 from sis_platform.lake.spark.arrow import record_batches
-from sis_platform.lake.spark.fold import FOLD_WRITER, committed_step
+from sis_platform.lake.spark.fold import FOLD_WRITER, committed_step, written_blocks
+from sis_platform.lake.spark.fold.homes import blocks_condition, ids_condition
 from sis_platform.lake.tables import (
     EVENTS,
+    FIRST_BLOCK,
     MARKETS,
     MASTER_DOCUMENTS,
     MODEL_FAILURES,
@@ -55,7 +57,7 @@ log = logging.getLogger(__name__)
 
 # The keys of a row of each model table in the combined rows: its columns, its kind, its step.
 _ROW_KEYS = {
-    name: {c.name for c in columns} | {"kind", "fold_step"}
+    name: {c.name for c in columns} | {"kind", "fold_step", FIRST_BLOCK}
     for name, columns in MODEL_COLUMNS.items()
 }
 # Characters of an error kept in model_failures.
@@ -138,7 +140,7 @@ def _master_rows(rec: dict[str, object], names: Sequence[str]) -> list[tuple[obj
     tuples in `names` order."""
     master_id = str(rec["master_id"])
     model = interpret(master_id, str(rec["document"]).encode("utf-8"))
-    fold_step = rec["fold_step"]
+    tags = {"fold_step": rec["fold_step"], FIRST_BLOCK: rec[FIRST_BLOCK]}
     # The rows' fields are scalars: their __dict__ is what `asdict` would deep-copy.
     rows: list[dict[str, object]] = [
         {
@@ -146,11 +148,11 @@ def _master_rows(rec: dict[str, object], names: Sequence[str]) -> list[tuple[obj
             **vars(model.event),
             "version": rec["version"],
             "stale": rec["stale"],
-            "fold_step": fold_step,
+            **tags,
         }
     ]
-    rows.extend({"kind": "markets", **vars(m), "fold_step": fold_step} for m in model.markets)
-    rows.extend({"kind": "selections", **vars(s), "fold_step": fold_step} for s in model.selections)
+    rows.extend({"kind": "markets", **vars(m), **tags} for m in model.markets)
+    rows.extend({"kind": "selections", **vars(s), **tags} for s in model.selections)
     for row in rows:
         # Every row carries exactly its table's columns (domain/model.py): a column the
         # interpreter stopped filling fails this master loudly instead of landing as null.
@@ -163,8 +165,8 @@ def _master_rows(rec: dict[str, object], names: Sequence[str]) -> list[tuple[obj
 
 
 def _rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """master_documents rows (master_id, document, version, stale, fold_step) to rows of
-    `_combined_schema`: each master's events, markets and selections rows, or one
+    """master_documents rows (master_id, document, version, stale, fold_step, first_block) to
+    rows of `_combined_schema`: each master's events, markets and selections rows, or one
     model_failures row (its error) when they cannot be built."""
     # Arrow batches built against the exact schema: no pandas type inference, which fails on
     # columns that are null in every row of a batch (e.g. a batch of events only).
@@ -238,6 +240,7 @@ def _recreate(lake: Lake, table: Table) -> None:
         .write.format("delta")
         .mode("overwrite")
         .option("overwriteSchema", "true")
+        .partitionBy(*table.partition_by)
     )
     lake.retrying_conflicts(f"{table.name} schema upgrade", lambda: writer.save(lake.path(table)))
 
@@ -258,11 +261,13 @@ def refresh_model(lake: Lake) -> ModelRefresh:
     target = committed_step(lake)
     if target.fold_step <= done:
         return ModelRefresh(None, upgraded=upgraded)
-    changed = (
-        lake.read(MASTER_DOCUMENTS, version=target.master_documents_version)
-        .where(F.col("fold_step") > done)
-        .persist()
-    )
+    # The partitions of the masters the steps since `done` wrote (all of them from step 0,
+    # or when a step did not record its blocks).
+    blocks = written_blocks(lake, done, target.fold_step) if done else None
+    documents = lake.read(MASTER_DOCUMENTS, version=target.master_documents_version)
+    if blocks is not None:
+        documents = documents.where(blocks_condition(blocks))
+    changed = documents.where(F.col("fold_step") > done).persist()
     ids = [r["master_id"] for r in changed.select("master_id").collect()]
     live = changed.where("document IS NOT NULL AND NOT filtered")
     counts: dict[str, int] = {}
@@ -271,15 +276,13 @@ def refresh_model(lake: Lake) -> ModelRefresh:
     if ids:
         # From step 0 every master has changed: the whole tables are replaced (no list of
         # every id in the condition).
-        condition = (
-            "true"
-            if done == 0
-            else "master_id IN ({})".format(", ".join(sql_string(i) for i in ids))
-        )
+        condition = "true" if done == 0 else ids_condition(ids)
+        if done and blocks is not None:
+            condition = f"{blocks_condition(blocks)} AND {condition}"
         # Built once (one pass of the interpreter over the changed masters), counted and
         # written from the same materialized rows.
         rows = (
-            live.select("master_id", "document", "version", "stale", "fold_step")
+            live.select("master_id", "document", "version", "stale", "fold_step", FIRST_BLOCK)
             .mapInArrow(_rows, schema=_combined_schema())
             .localCheckpoint()
         )

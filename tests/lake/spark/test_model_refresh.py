@@ -45,7 +45,19 @@ def _fold(lake: Lake, monkeypatch: pytest.MonkeyPatch, step: int, *docs: tuple[s
     lake.append(
         MASTER_DOCUMENTS,
         lake.spark.createDataFrame(
-            [(m, step, d, False, False, step) for m, d in docs], MASTER_DOCUMENTS.schema()
+            [
+                MASTER_DOCUMENTS.row(
+                    master_id=m,
+                    version=step,
+                    document=d,
+                    stale=False,
+                    filtered=False,
+                    fold_step=step,
+                    first_block=0,
+                )
+                for m, d in docs
+            ],
+            MASTER_DOCUMENTS.schema(),
         ),
     )
     version = lake.version(MASTER_DOCUMENTS)

@@ -17,7 +17,14 @@ from tests.domain.sportsdata_fixtures import ASCOT_1430, ASCOT_1500, ROMFORD_191
 def _input(*docs: tuple[str, str]) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist(
         [
-            {"master_id": m, "document": d, "version": 2, "stale": False, "fold_step": 7}
+            {
+                "master_id": m,
+                "document": d,
+                "version": 2,
+                "stale": False,
+                "fold_step": 7,
+                "first_block": 3,
+            }
             for m, d in docs
         ]
     )
@@ -40,7 +47,7 @@ def test_one_pass_gives_the_rows_of_all_three_tables():
         assert len(got) == len(expected) > 0
         for g, e in zip(got, expected, strict=True):
             assert {k: g[k] for k in asdict(e)} == asdict(e)
-            assert g["fold_step"] == 7
+            assert (g["fold_step"], g["first_block"]) == (7, 3)
 
 
 def test_a_batch_of_events_without_markets_keeps_the_schema():

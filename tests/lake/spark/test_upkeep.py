@@ -267,3 +267,33 @@ def test_message_items_of_a_settling_batch_compact_the_block_before(spark, tmp_p
     write_items(lake, [batch_key(settling)], limits=DEFAULT_LIMITS, redelivery_limit=5, run_id=None)
     assert sum("batch_block=0/" in f for f in lake.read(MESSAGE_ITEMS).inputFiles()) == 1
     assert sorted(map(tuple, lake.read(MESSAGE_ITEMS).collect())) == before
+
+
+@pytest.mark.spark
+@pytest.mark.cost(30)
+def test_a_state_table_counts_only_the_files_its_compaction_has_yet_to_merge(spark, tmp_path):
+    # A partition per home block, kept for good: a compacted partition's files are not
+    # counted against the bound, those beyond them are.
+    lake = Lake(spark, str(tmp_path / "lake"))
+    lake.ensure(MASTER_DOCUMENTS)
+
+    def write(master_id: str, block: int) -> None:
+        row = MASTER_DOCUMENTS.row(
+            master_id=master_id,
+            version=1,
+            document="<event/>",
+            stale=False,
+            filtered=False,
+            fold_step=1,
+            first_block=block,
+        )
+        rows = spark.createDataFrame([row], MASTER_DOCUMENTS.schema()).coalesce(1)
+        lake.append(MASTER_DOCUMENTS, rows)
+
+    for i in range(4):
+        write(f"M{i}", 0)  # four files in block 0: two more than a compacted block lists
+    write("N", 1)
+    finding = files_within_bound(lake, MASTER_DOCUMENTS, 1)
+    assert finding.files is not None and finding.files.active_files == 5
+    assert (finding.counted, finding.passed) == (4 - block_file_bound(1), False)
+    assert files_within_bound(lake, MASTER_DOCUMENTS, 2).passed

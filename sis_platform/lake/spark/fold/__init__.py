@@ -6,7 +6,8 @@ master's items with the domain's `fold_master` in Spark's Python workers (worker
 whose input changed are rewound and refolded (rewind.py), masters whose fold keeps failing for
 an unknown reason are quarantined (quarantine.py). The step writes its rows (outputs.py) and
 commits by appending its row to fold_steps (ledger.py, which also recovers from an interrupted
-step). step.py runs a step from start to commit.
+step). homes.py finds the partitions (home blocks) the step's masters live in. step.py runs a
+step from start to commit.
 
 This package re-exports what the rest of the platform uses: the model, replay and trace read
 the ledger; the Dagster assets run `fold_step`.
@@ -25,6 +26,7 @@ from sis_platform.lake.spark.fold.ledger import (
     fold_step_rows,
     folded_batches,
     recover,
+    written_blocks,
 )
 from sis_platform.lake.spark.fold.plan import LoggedBatches
 from sis_platform.lake.spark.fold.quarantine import (
@@ -69,4 +71,5 @@ __all__ = [
     "record_failures",
     "recover",
     "release_quarantine",
+    "written_blocks",
 ]

@@ -23,9 +23,11 @@ from pyspark.sql import functions as F
 from sis_platform.lake.tables import (
     BATCH_LOG,
     DEAD_LETTERS,
+    FIRST_BLOCK,
     FOLD_APPEND_TABLES,
     FOLD_STEPS,
     MASTER_DOCUMENTS,
+    MASTER_INDEX,
     MASTER_VERSIONS,
     MESSAGE_ITEMS,
     MESSAGE_OUTCOMES,
@@ -38,7 +40,14 @@ if TYPE_CHECKING:
 # dead-letter replays), claimed on the Lake before anything is read: see Lake.claim_writer.
 FOLD_WRITER = "sis-fold-writer"
 
-FOLD_TABLES = (MASTER_VERSIONS, MASTER_DOCUMENTS, DEAD_LETTERS, MESSAGE_OUTCOMES, FOLD_STEPS)
+FOLD_TABLES = (
+    MASTER_VERSIONS,
+    MASTER_DOCUMENTS,
+    MASTER_INDEX,
+    DEAD_LETTERS,
+    MESSAGE_OUTCOMES,
+    FOLD_STEPS,
+)
 
 # One row of fold_steps as the fold reads it (column name -> value).
 StepRow = Mapping[str, Any]
@@ -121,6 +130,26 @@ def committed_step(lake: Lake) -> CommittedStep:
     )
 
 
+def written_blocks(lake: Lake, after: int, through: int) -> tuple[int, ...] | None:
+    """The home blocks of the masters the steps after..through wrote (fold_steps'
+    `master_blocks`), or None when a step did not record them."""
+    if not lake.exists(FOLD_STEPS):
+        return None
+    rows = (
+        lake.read(FOLD_STEPS)
+        .where((F.col("fold_step") > after) & (F.col("fold_step") <= through))
+        .select("master_blocks")
+        .toArrow()
+        .to_pylist()
+    )
+    blocks: set[int] = set()
+    for row in rows:
+        if row["master_blocks"] is None:
+            return None
+        blocks.update(int(b) for b in row["master_blocks"])
+    return tuple(sorted(blocks))
+
+
 @dataclass(frozen=True)
 class FoldProgress:
     """Where the fold stands, as monitoring reads it: the last committed step, the last batch
@@ -162,6 +191,7 @@ def recover(lake: Lake) -> tuple[CommittedStep, dict[str, int]]:
     """Undo an interrupted step (see the module docstring). Returns the last committed step
     (fold_steps is the commit point, so recovery never changes it) and the current version of
     each step table (to read them pinned)."""
+    refuse_unplaced_state(lake)
     lake.ensure(*FOLD_TABLES)
     committed = committed_step(lake)
     current: dict[str, int] = {}
@@ -174,6 +204,23 @@ def recover(lake: Lake) -> tuple[CommittedStep, dict[str, int]]:
             version = lake.version(table)
         current[table.name] = version
     return committed, current
+
+
+class UnplacedStateError(RuntimeError):
+    """The lake's current state was written before it was partitioned by home block."""
+
+
+def refuse_unplaced_state(lake: Lake) -> None:
+    """Refuse a lake whose master_documents has no home blocks (FIRST_BLOCK): its masters'
+    partitions cannot be found, and a step would write each of them beside its old row. Such a
+    lake is rebuilt from its log (docs/operations.md, "Upgrading a lake")."""
+    if lake.exists(MASTER_DOCUMENTS) and FIRST_BLOCK not in lake.read(MASTER_DOCUMENTS).columns:
+        raise UnplacedStateError(
+            f"{lake.path(MASTER_DOCUMENTS)} has no {FIRST_BLOCK} column: it was written by an "
+            "earlier version, before the current state was partitioned by each master's home "
+            "block. Rebuild the fold's and the model's tables from the message log (see "
+            'docs/operations.md, "Upgrading a lake"); nothing was written.'
+        )
 
 
 @dataclass(frozen=True)
@@ -203,12 +250,14 @@ def commit_step(
     log_version: int,
     run_id: str | None,
     committed_at: datetime,
+    master_blocks: tuple[int, ...] | None,
 ) -> None:
     """Append the step's row to fold_steps: the commit point. It records the version of every
     step table as written, the message_items version the step read (never restored: a later
     change of these batches is diffed against it, see rewind.changed_items), the batch_log
-    version it planned from (the next step reads batch_log's changes after it) and the items
-    digest of every batch the step folded or refolded."""
+    version it planned from (the next step reads batch_log's changes after it), the items
+    digest of every batch the step folded or refolded, and the home blocks of the masters it
+    wrote (`master_blocks`; None: unknown, the model then reads every partition)."""
     assert result.fold_step is not None and result.last_batch_seq is not None
     written = {t.name: lake.version(t) for t in STEP_TABLES}
     written[MESSAGE_ITEMS.name] = items_version
@@ -226,6 +275,7 @@ def commit_step(
         filtered=result.filtered,
         dead_lettered=result.dead_lettered,
         masters_changed=result.masters_changed,
+        master_blocks=list(master_blocks) if master_blocks is not None else None,
         run_id=run_id,
         committed_at=committed_at,
     )

@@ -1,7 +1,7 @@
-"""What a fold step writes: master_versions, dead_letters, message_outcomes and master_documents,
-built from the fold's output rows and the step's message-level facts, then appended (each row
-tagged with the step) and merged. fold_failures is quarantine.py's; fold_steps, the commit
-point, is ledger.py's.
+"""What a fold step writes: master_versions, dead_letters, message_outcomes, master_index and
+master_documents, built from the fold's output rows and the step's message-level facts, then
+appended (each row tagged with the step) and merged into the partitions of the step's masters.
+fold_failures is quarantine.py's; fold_steps, the commit point, is ledger.py's.
 
 Every message of a step has at least one outcome row: one per item (applied, filtered or
 dead-lettered by the fold, or held back by the quarantine) and one per duplicate or invalid
@@ -19,11 +19,13 @@ from typing import TYPE_CHECKING
 from pyspark.sql import functions as F
 
 from sis_platform.domain.reasons import Outcome, Reason
+from sis_platform.lake.spark.fold.homes import blocks_condition
 from sis_platform.lake.spark.fold.quarantine import FAILED
 from sis_platform.lake.spark.fold.worker import FAILURE, RESULT, STATE, VERSION
 from sis_platform.lake.tables import (
     DEAD_LETTERS,
     MASTER_DOCUMENTS,
+    MASTER_INDEX,
     MASTER_VERSIONS,
     MESSAGE_OUTCOMES,
 )
@@ -164,7 +166,9 @@ class StepOutputs:
     versions: DataFrame
     dead_letters: DataFrame
     outcomes: DataFrame
-    states: DataFrame  # the new state of every master the step changed
+    states: DataFrame  # the new state of every master the step changed, with its home block
+    index: DataFrame  # master_index rows of the masters the step gives their first state
+    blocks: tuple[int, ...]  # the home blocks of the step's masters (homes.Homes.blocks)
 
 
 def write_outputs(
@@ -176,10 +180,14 @@ def write_outputs(
     before the step's other writes; an interrupted step's recovery restores these commits too."""
     columns = [f.name for f in MASTER_DOCUMENTS.schema().fields]
     states = out.states
+    # The merges read the step's masters' partitions only (their home blocks, as literals).
+    homes = blocks_condition(out.blocks, "t")
     for priority_class in range(priority_classes):
         ahead = states.where(F.col("priority_class") == priority_class)
         if not ahead.isEmpty():
-            lake.merge_rows(MASTER_DOCUMENTS, ahead.select(*columns), keys=("master_id",))
+            lake.merge_rows(
+                MASTER_DOCUMENTS, ahead.select(*columns), keys=("master_id",), where=homes
+            )
     if priority_classes:
         rest = F.col("priority_class").isNull() | (F.col("priority_class") >= priority_classes)
         states = states.where(rest)
@@ -187,6 +195,7 @@ def write_outputs(
         (MASTER_VERSIONS, out.versions),
         (DEAD_LETTERS, out.dead_letters),
         (MESSAGE_OUTCOMES, out.outcomes),
+        (MASTER_INDEX, out.index),
     ):
         if table is DEAD_LETTERS and not dead_lettered:
             # One dead letter per dead-lettered outcome: none to write, so no commit (a Delta
@@ -195,5 +204,5 @@ def write_outputs(
         lake.append(table, rows, txn_app_id=f"sis-fold:{table.name}")
         if table is MASTER_VERSIONS:
             crash_point("fold.after_versions")
-    lake.merge_rows(MASTER_DOCUMENTS, states.select(*columns), keys=("master_id",))
+    lake.merge_rows(MASTER_DOCUMENTS, states.select(*columns), keys=("master_id",), where=homes)
     crash_point("fold.after_documents")

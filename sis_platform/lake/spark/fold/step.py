@@ -5,7 +5,8 @@ cached plans of a table it writes to, and a plan that re-read message_outcomes a
 own append would find every message of the step "already seen". The modules beside this one own
 each part: ledger.py (recovery and the commit point), plan.py (which batches), rewind.py
 (masters whose input changed), dedupe.py (exactly once), quarantine.py (unknown failures),
-worker.py (the fold in the Python workers) and outputs.py (the rows written).
+homes.py (the partitions the step's masters live in), worker.py (the fold in the Python workers)
+and outputs.py (the rows written).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
 from sis_platform.domain.priority import Priority
 from sis_platform.domain.reasons import Outcome
 from sis_platform.lake.spark.fold.dedupe import tag_duplicates
+from sis_platform.lake.spark.fold.homes import Homes
 from sis_platform.lake.spark.fold.ledger import (
     FOLD_WRITER,
     FoldStepResult,
@@ -56,8 +58,10 @@ from sis_platform.lake.spark.fold.worker import (
 )
 from sis_platform.lake.tables import (
     BATCH_LOG,
+    FIRST_BLOCK,
     FOLD_FAILURES,
     MASTER_DOCUMENTS,
+    MASTER_INDEX,
     MASTER_VERSIONS,
     MESSAGE_ITEMS,
     MESSAGE_OUTCOMES,
@@ -84,6 +88,8 @@ class StepInput:
     facts: MessageFacts  # duplicates, invalid messages, quarantined masters' items
     state: DataFrame  # master_documents rows of the masters in `valid` (rewound: their point)
     timed_out: dict[tuple[str, int], str]  # items that overran the budget before
+    homes: Homes  # the home block of each of the step's masters
+    documents: DataFrame  # master_documents (committed) in the partitions of `homes`
 
 
 def fold_step(
@@ -131,7 +137,15 @@ def fold_step(
         )
     outcomes_then = lake.read(MESSAGE_OUTCOMES, version=versions_now[MESSAGE_OUTCOMES.name])
     step_input = _step_input(
-        lake, plan, log_items, outcomes_then, documents, rewound, quarantine_after, window
+        lake,
+        plan,
+        log_items,
+        outcomes_then,
+        documents,
+        rewound,
+        quarantine_after,
+        window,
+        index_version=versions_now[MASTER_INDEX.name],
     )
     worker_plan = WorkerPlan(
         selector_text=selector,
@@ -149,7 +163,8 @@ def fold_step(
     outcomes = outcome_rows(folded, step_input.facts, step_col)
     states = state_rows(folded, step_col)
     if rewound is not None:
-        states = rewound.with_tombstones(states, documents, step_col)
+        states = rewound.with_tombstones(states, step_input.documents, step_col)
+    states = step_input.homes.placed(states)
     figures = tally(outcomes)
     if figures.failed:
         fail(failure_rows(failed_masters(outcomes).collect()))
@@ -178,6 +193,8 @@ def fold_step(
         dead_letters=dead_letter_rows(outcomes, raw, now),
         outcomes=outcomes,
         states=states,
+        index=step_input.homes.index_rows(states, step_col),
+        blocks=step_input.homes.blocks,
     )
     classes = len(Priority.compile(priority).selectors) if priority else 0
     write_outputs(lake, outputs, dead_lettered=result.dead_lettered, priority_classes=classes)
@@ -200,6 +217,7 @@ def fold_step(
         log_version=plan.log_version,
         run_id=run_id,
         committed_at=now,
+        master_blocks=step_input.homes.blocks,
     )
     return result
 
@@ -213,6 +231,8 @@ def _step_input(
     rewound: Rewind | None,
     quarantine_after: int,
     window: DedupWindow,
+    *,
+    index_version: int,
 ) -> StepInput:
     """The step's rows (the new batches', and a rewind's), deduplicated and split: what is
     folded, from which states, and what ends without a fold."""
@@ -243,13 +263,24 @@ def _step_input(
     # dead letters, so the fold of every other master goes on.
     known = known_failures(lake, quarantine_after)
     valid, held = hold_quarantined(valid, known.quarantined)
-    # The step's masters (thousands at most per batch), broadcast: the documents of the others
-    # are read and dropped where they lie, never shuffled.
+    # The step's masters (thousands at most per batch), and a rewind's (a tombstone needs the
+    # home of a master whose items are all gone).
+    masters = valid.select("master_id", F.col("batch_seq").alias("first_seq"))
+    if rewound is not None:
+        masters = masters.unionByName(
+            rewound.ids.select("master_id", F.lit(None).cast("long").alias("first_seq"))
+        )
+    homes = Homes.find(lake, masters, index_version=index_version)
+    documents = homes.documents(documents)
+    # Broadcast: the documents of the homes' other masters are read and dropped where they
+    # lie, never shuffled.
     affected = F.broadcast(valid.select("master_id").distinct())
-    state = documents.join(affected, "master_id", "left_semi")
+    state = documents.drop(FIRST_BLOCK).join(affected, "master_id", "left_semi")
     if rewound is not None:
         state = rewound.starting_states(state)
-    return StepInput(valid, MessageFacts(duplicates, invalid, held), state, known.timed_out)
+    return StepInput(
+        valid, MessageFacts(duplicates, invalid, held), state, known.timed_out, homes, documents
+    )
 
 
 def _fold(

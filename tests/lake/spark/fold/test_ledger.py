@@ -44,6 +44,7 @@ def _commit(lake, step: int, first: int, last: int, digests: dict[int, str]) -> 
         log_version=5,
         run_id="r",
         committed_at=NOW,
+        master_blocks=(),
     )
 
 
@@ -81,7 +82,7 @@ def test_recover_undoes_the_writes_of_a_step_that_never_committed(spark, tmp_pat
     lake = new_lake(spark, tmp_path)
     recover(lake)
     documents = lake.spark.createDataFrame(
-        [("M1", 1, "<event/>", False, False, 1)], MASTER_DOCUMENTS.schema()
+        [("M1", 1, "<event/>", False, False, 1, 0)], MASTER_DOCUMENTS.schema()
     )
     lake.append(MASTER_DOCUMENTS, documents)
     assert lake.version(MASTER_DOCUMENTS) == 1

@@ -32,7 +32,9 @@ from sis_platform.lake.spark.fold.worker import (
 )
 from sis_platform.lake.tables import (
     DEAD_LETTERS,
+    FIRST_BLOCK,
     MASTER_DOCUMENTS,
+    MASTER_INDEX,
     MASTER_VERSIONS,
     MESSAGE_OUTCOMES,
 )
@@ -116,20 +118,25 @@ def test_dead_letters_carry_their_message_body(spark):
 
 def test_write_outputs_appends_and_merges_and_skips_an_empty_dead_letters(spark, tmp_path):
     lake = new_lake(spark, tmp_path)
-    lake.ensure(MASTER_VERSIONS, MASTER_DOCUMENTS, DEAD_LETTERS, MESSAGE_OUTCOMES)
+    lake.ensure(MASTER_VERSIONS, MASTER_DOCUMENTS, MASTER_INDEX, DEAD_LETTERS, MESSAGE_OUTCOMES)
     folded = _folded(spark, VERSION_1, APPLIED, STATE_1)
     outcomes = outcome_rows(folded, _facts(spark), _step())
     raw = spark.createDataFrame(
         [], "batch_seq long, msg_seq int, batch_key string, body binary, delivery_count int"
     )
+    states = state_rows(folded, _step()).withColumn(FIRST_BLOCK, F.lit(3).cast("long"))
     out = StepOutputs(
         versions=version_rows(folded, _step()),
         dead_letters=dead_letter_rows(outcomes, raw, NOW),
         outcomes=outcomes,
-        states=state_rows(folded, _step()),
+        states=states,
+        index=states.select("master_id", FIRST_BLOCK, "fold_step"),
+        blocks=(3,),
     )
     write_outputs(lake, out, dead_lettered=0)
     assert lake.version(DEAD_LETTERS) == 0
     [document] = lake.read(MASTER_DOCUMENTS).collect()
     assert (document["master_id"], document["version"], document["fold_step"]) == ("M1", 1, 7)
+    assert document[FIRST_BLOCK] == 3
+    assert [tuple(r) for r in lake.read(MASTER_INDEX).collect()] == [("M1", 3, 7)]
     assert lake.read(MASTER_VERSIONS).count() == 1 and lake.read(MESSAGE_OUTCOMES).count() == 1

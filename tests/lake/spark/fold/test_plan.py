@@ -82,6 +82,7 @@ def _fold_through(lake, last: int) -> CommittedStep:
         log_version=plan.log_version,
         run_id=None,
         committed_at=NOW,
+        master_blocks=(),
     )
     return committed_step(lake)
 
