@@ -19,6 +19,8 @@
    commits, then `OPTIMIZE`d: the file layout the fold's upkeep leaves (compacted, 128 MiB
    bins), with raw_messages and message_items one file per block of batches, as their
    compaction leaves every settled block (the open block's one file per batch is left out),
+   the current state's tables one file per home block (a copy's masters live in the block of
+   its batches; its steps' `master_blocks` are left unknown, as no refresh on top reads them),
    and message_outcomes in batch order, in files spanning the batches one of its 16 MiB bins
    holds (at the base's bytes per batch), as its appends and their compaction leave it.
    The landing zone ends where the lake's history does, as expiry leaves it after a season:
@@ -230,9 +232,9 @@ def copies(lake: Lake, base: Base, table: Table, after: int, through: int) -> Da
             # A copy's masters live in the block of the copy's batches.
             col = F.floor((col * BATCHES_PER_BLOCK + shift) / BATCHES_PER_BLOCK)
         elif name == "master_blocks":
-            col = F.transform(
-                col, lambda b: F.floor((b * BATCHES_PER_BLOCK + shift) / BATCHES_PER_BLOCK)
-            )
+            # Unknown (every partition), as a step of an earlier version records it: the
+            # model's refreshes on top start after the copied steps and never read them.
+            col = F.lit(None)
         elif name == "items_digest" and table is FOLD_STEPS:
             col = F.format_string(
                 '{"%d": "%s"}',

@@ -24,6 +24,7 @@ from sis_platform.lake.tables import (
     EVENTS,
     MARKETS,
     MASTER_DOCUMENTS,
+    MASTER_INDEX,
     MASTER_VERSIONS,
     MESSAGE_OUTCOMES,
     SELECTIONS,
@@ -49,6 +50,7 @@ READ_BY_POLARS = (
     MARKETS,
     SELECTIONS,
     MASTER_VERSIONS,
+    MASTER_INDEX,
     DEAD_LETTERS,
     MESSAGE_OUTCOMES,
 )
