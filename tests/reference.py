@@ -21,11 +21,12 @@ def reference_for(messages: list[LoggedMessage], **options: Any) -> ReferencePip
 
 
 def assert_lake_matches_reference(lake: Any, ref: ReferencePipeline) -> None:
-    ids = [r["master_id"] for r in lake.read(MASTER_DOCUMENTS).select("master_id").collect()]
+    documents = lake.read(MASTER_DOCUMENTS).collect()
+    ids = [r["master_id"] for r in documents]
     assert len(ids) == len(set(ids)), "master_documents holds a master twice"
     masters = {
         r["master_id"]: (r["version"], r["document"], r["stale"], r["filtered"])
-        for r in lake.read(MASTER_DOCUMENTS).collect()
+        for r in documents
         # A tombstone (a rewound master that no longer exists) stands for no master.
         if r["document"] is not None or r["stale"] or r["filtered"]
     }

@@ -79,7 +79,7 @@ def page(platform: RunningPlatform) -> Iterator[Any]:
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
         try:
-            page = browser.new_page(viewport={"width": 1600, "height": 1000}, base_url=platform.url)
+            page = browser.new_page(viewport={"width": 2000, "height": 1200}, base_url=platform.url)
             page.set_default_timeout(UI_SECONDS * 1000)
             # The UI's first visit offers a newsletter sign-up over the page: skip it wherever
             # it shows up.
@@ -203,6 +203,11 @@ def test_ui_shows_the_platform_and_a_backfill_from_it_converges(platform, page, 
     graph = page.locator("svg").filter(has_text="message_log").first
     expect(graph).to_be_visible()
     expand_all_groups(page)
+    # The expanded graph is taller than the page, and nodes outside the view are not drawn:
+    # zoomed out until every group fits.
+    zoom_out = page.get_by_role("button", name="zoom_out")
+    for _ in range(5):
+        zoom_out.click()
     for name in assets:
         expect(page.locator("svg").get_by_text(name, exact=True).first).to_be_visible()
     shoot(page, "01-lineage")
