@@ -45,11 +45,12 @@ def test_the_serving_store_s_table_is_the_model_s(table: str) -> None:
 
 
 @pytest.mark.parametrize("table", sorted(MODEL_COLUMNS))
-def test_the_lake_s_table_is_the_model_s_with_its_fold_step(table: str) -> None:
+def test_the_lake_s_table_is_the_model_s_with_its_fold_step_and_home_block(table: str) -> None:
     fields = tables.Table(table).schema().fields
     assert [(f.name, f.nullable) for f in fields] == [
         *((c.name, c.nullable) for c in MODEL_COLUMNS[table]),
         ("fold_step", False),
+        (tables.FIRST_BLOCK, False),
     ]
     spark_kinds = {
         "text": "string",
