@@ -66,6 +66,14 @@ def sql_string(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def sql_in(column: str, values: Iterable[str | int]) -> str:
+    """`column IN (...)` over literals (strings quoted by `sql_string`, integers as such), in
+    sorted order; `false` when there are none. Literals, so Delta prunes partitions and skips
+    files by them."""
+    literals = [sql_string(v) if isinstance(v, str) else str(int(v)) for v in sorted(values)]
+    return f"{column} IN ({', '.join(literals)})" if literals else "false"
+
+
 def _commit_versions(names: Iterable[str]) -> list[int]:
     versions = []
     for name in names:

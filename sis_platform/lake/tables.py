@@ -113,8 +113,6 @@ CLASSIFY_FAILURES = Table("classify_failures")
 EVENTS = Table("events", (FIRST_BLOCK,), replaced_in_place=True)
 MARKETS = Table("markets", (FIRST_BLOCK,), replaced_in_place=True)
 SELECTIONS = Table("selections", (FIRST_BLOCK,), replaced_in_place=True)
-# The tables of the current state, partitioned by their masters' home blocks.
-STATE_TABLES = (MASTER_DOCUMENTS, EVENTS, MARKETS, SELECTIONS)
 MODEL_FAILURES = Table("model_failures")
 MODEL_STEPS = Table("model_steps")
 

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 from delta.exceptions import ConcurrentAppendException, ConcurrentDeleteReadException
 
-from sis_platform.lake.delta import Lake
+from sis_platform.lake.delta import Lake, sql_in
 from sis_platform.lake.tables import BATCH_LOG, MASTER_DOCUMENTS, MODEL_STEPS, SELECTIONS
 
 pytestmark = [pytest.mark.spark, pytest.mark.cost(100)]
@@ -236,3 +236,9 @@ def test_replacing_a_masters_model_rows_writes_only_its_rows(tmp_path, spark):
     got = lake.read(SELECTIONS).collect()
     assert len(got) == 500
     assert {r["fold_step"] for r in got if r["master_id"] == "M007"} == {2}
+
+
+def test_sql_in_quotes_strings_sorts_and_is_false_when_empty():
+    assert sql_in("master_id", ["b", "a'x"]) == "master_id IN ('a\\'x', 'b')"
+    assert sql_in("t.first_block", (3, 1)) == "t.first_block IN (1, 3)"
+    assert sql_in("batch_seq", []) == "false"

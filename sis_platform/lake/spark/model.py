@@ -34,10 +34,11 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from sis_platform.domain.interpret import interpret
 from sis_platform.domain.model import MODEL_COLUMNS
+from sis_platform.lake.delta import sql_in
 from sis_platform.lake.driver.conf import DELETION_VECTOR_SCAN_SQL
 from sis_platform.lake.spark.arrow import record_batches
 from sis_platform.lake.spark.fold import FOLD_WRITER, committed_step, written_blocks
-from sis_platform.lake.spark.fold.homes import blocks_condition, ids_condition
+from sis_platform.lake.spark.fold.homes import blocks_condition
 from sis_platform.lake.tables import (
     EVENTS,
     FIRST_BLOCK,
@@ -276,8 +277,8 @@ def refresh_model(lake: Lake) -> ModelRefresh:
     if ids:
         # From step 0 every master has changed: the whole tables are replaced (no list of
         # every id in the condition).
-        condition = "true" if done == 0 else ids_condition(ids)
-        if done and blocks is not None:
+        condition = "true" if done == 0 else sql_in("master_id", ids)
+        if blocks is not None:  # never from step 0
             condition = f"{blocks_condition(blocks)} AND {condition}"
         # Built once (one pass of the interpreter over the changed masters), counted and
         # written from the same materialized rows.

@@ -10,7 +10,7 @@ from decimal import Decimal
 
 import pytest
 
-from sis_platform.lake.delta import Lake, sql_string
+from sis_platform.lake.delta import Lake, sql_in
 from sis_platform.lake.spark import model
 from sis_platform.lake.spark.fold import CommittedStep
 from sis_platform.lake.tables import (
@@ -40,8 +40,7 @@ def _market(num: int, den: int = 1) -> str:
 def _fold(lake: Lake, monkeypatch: pytest.MonkeyPatch, step: int, *docs: tuple[str, str]) -> None:
     """`docs` (master id, document) as the masters fold step `step` changed, committed."""
     lake.ensure(MASTER_DOCUMENTS)
-    ids = ", ".join(sql_string(m) for m, _ in docs)
-    lake.delete(MASTER_DOCUMENTS, f"master_id IN ({ids})")
+    lake.delete(MASTER_DOCUMENTS, sql_in("master_id", [m for m, _ in docs]))
     lake.append(
         MASTER_DOCUMENTS,
         lake.spark.createDataFrame(

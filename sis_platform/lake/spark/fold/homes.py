@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql import functions as F
 
-from sis_platform.lake.delta import sql_string
+from sis_platform.lake.delta import sql_in
 from sis_platform.lake.tables import BATCHES_PER_BLOCK, FIRST_BLOCK, MASTER_INDEX
 
 if TYPE_CHECKING:
@@ -28,17 +28,7 @@ if TYPE_CHECKING:
 def blocks_condition(blocks: tuple[int, ...], alias: str | None = None) -> str:
     """A SQL condition selecting the partitions of `blocks` (none: false), with literals, so
     that Delta prunes the others before it lists a file of them."""
-    column = f"{alias}.{FIRST_BLOCK}" if alias else FIRST_BLOCK
-    if not blocks:
-        return "false"
-    return f"{column} IN ({', '.join(str(int(b)) for b in sorted(blocks))})"
-
-
-def ids_condition(ids: list[str]) -> str:
-    """`master_id IN (...)` with literals (none: false)."""
-    if not ids:
-        return "false"
-    return "master_id IN ({})".format(", ".join(sql_string(i) for i in ids))
+    return sql_in(f"{alias}.{FIRST_BLOCK}" if alias else FIRST_BLOCK, blocks)
 
 
 @dataclass(frozen=True)

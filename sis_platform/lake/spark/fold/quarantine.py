@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, NoReturn
 from pyspark.sql import functions as F
 
 from sis_platform.domain.poison import FAILURE_DETAIL_CHARS, PoisonPolicy, budget_detail
-from sis_platform.lake.delta import sql_string
+from sis_platform.lake.delta import sql_in
 from sis_platform.lake.tables import FOLD_FAILURES
 from sis_platform.runtime.guard import RUNNING, TIMEOUT, InFlightFolder
 
@@ -148,8 +148,9 @@ def release_quarantine(lake: Lake, masters: set[str]) -> None:
     """Let the masters be folded again (dead-letter replay, after a fix): their failures of
     every kind, items over the budget included, no longer count."""
     if masters:
-        ids = ", ".join(sql_string(m) for m in sorted(masters))
-        lake.update(FOLD_FAILURES, f"master_id IN ({ids}) AND NOT released", {"released": "true"})
+        lake.update(
+            FOLD_FAILURES, f"{sql_in('master_id', masters)} AND NOT released", {"released": "true"}
+        )
 
 
 def fail_step(

@@ -21,6 +21,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
+from sis_platform.lake.delta import sql_in
 from sis_platform.lake.spark.fold.worker import FOLD_OUT_SCHEMA, STATE
 from sis_platform.lake.tables import (
     DEAD_LETTERS,
@@ -243,7 +244,7 @@ class Rewind:
         for table in (MASTER_VERSIONS, MESSAGE_OUTCOMES, DEAD_LETTERS):
             lake.delete_matching(table, source, condition)
         if self.changed:
-            seqs = ", ".join(str(int(s)) for s in self.changed)
+            seqs = sql_in("batch_seq", self.changed)
             for table in (MESSAGE_OUTCOMES, DEAD_LETTERS):
-                lake.delete(table, f"master_id IS NULL AND batch_seq IN ({seqs})")
+                lake.delete(table, f"master_id IS NULL AND {seqs}")
         crash_point("fold.after_rewind")
