@@ -24,10 +24,10 @@ DEFAULT_STOMP_HOST = "127.0.0.1"
 DEFAULT_STOMP_PORT = 61613
 DEFAULT_STOMP_DESTINATION = "/queue/SPORTSDATA"
 # Half of it is the batch the STOMP session ACKs at once (queues/stomp/session.py): fewer, larger
-# ACKs drain a backlog faster (BENCHMARKS.md, "The live path"). What a larger one costs: after a
-# consumer crashes or backs out, messages it only had prefetched come
-# back flagged redelivered and are counted as one more delivery (docs/configuration.md); and
-# the pushed messages wait in memory, bounded by the broker's message size limit (4 MiB on
+# ACKs drain a backlog faster (the measurement: `git show ebfb99e`). What a larger one costs:
+# after a consumer crashes or backs out, messages it only had prefetched come back flagged
+# redelivered and are counted as one more delivery (docs/configuration.md); and the pushed
+# messages wait in memory, bounded by the broker's message size limit (4 MiB on
 # scripts/activemq.sh's broker: 400 MiB at worst; docs/operations.md).
 DEFAULT_STOMP_PREFETCH = 100
 # STOMP heart-beats (send, receive) in milliseconds: a broker gone silent for about twice this
