@@ -41,7 +41,9 @@ every Spark action and Delta write by the line of sis_platform that made it
 
 Prints, per day: the runs' wall p50 / max and each step's p50, the ratio of day D's run p50 to
 day 1's (issue 51's target: within 1.2x), and each table's rows, files, deletion vectors and log
-entries; writes results.json into `--out` (default bench-out/season, not committed).
+entries; writes results.json into `--out` (default bench-out/season, not committed), and
+season.png beside it: a panel per quantity over the days measured (with the `bench` extra's
+matplotlib). `--plot-from RESULTS` draws season.png from an earlier run's results.json alone.
 
 What it does not measure: sis-live over the season (scripts/bench_live.py; its stores are
 bounded by the serving store's pruning and landing expiry), a driver started for every run (the
@@ -96,11 +98,17 @@ from sis_platform.settings.environment import python_workers_use_this_interprete
 from sis_platform.simulator.generator import generate_feed
 from sis_platform.testing.inprocess import InProcessPlatform
 
+try:
+    from matplotlib.figure import Figure
+except ImportError:  # the optional `bench` extra: without it, no plot
+    Figure = None  # type: ignore[assignment,misc]
+
 REPO = Path(__file__).resolve().parents[1]
 BATCHES_PER_DAY = 720
 # Issue 51's target: day 365's lake run time per batch within 1.2x of day 1's.
 TARGET_RATIO = 1.2
 PROFILE_LINES = 25
+PLOT = "season.png"
 # Every table a season's lake holds: the two the upkeep leaves one folder per batch, then those
 # it compacts, fold_steps last (its final row is the commit point of the copied history).
 TABLES = (
@@ -416,6 +424,66 @@ def print_day(figures: dict, first: dict | None) -> None:
         )
 
 
+def plot_days(results: list[dict], path: Path) -> bool:
+    """season.png: a panel per quantity over the days measured: the run's wall time (p50, and
+    the max, the run that compacts) against the target, each step's p50, and each table's
+    files, megabytes, rows and deletion vectors."""
+    if Figure is None:
+        print("matplotlib not installed (pip install -e '.[bench]'): no plot", file=sys.stderr)
+        return False
+    days = [r["day"] for r in results]
+    fig = Figure(figsize=(18, 9))
+    (runs, steps, files), (megabytes, rows, dvs) = fig.subplots(2, 3)
+    runs.plot(days, [r["run_p50_s"] for r in results], "o-", label="run p50")
+    runs.plot(days, [r["run_max_s"] for r in results], "s--", label="run max (compacting)")
+    runs.axhline(
+        results[0]["run_p50_s"] * TARGET_RATIO,
+        color="red",
+        linestyle=":",
+        label=f"{TARGET_RATIO}x day {days[0]}'s p50",
+    )
+    steps_seen = sorted({k for r in results for k in r["step_p50_s"]})
+    for step in steps_seen:
+        steps.plot(days, [r["step_p50_s"].get(step, math.nan) for r in results], "o-", label=step)
+    tables = list(results[-1]["tables"])
+    panels = (
+        (files, "files", lambda t: t["files"]),
+        (megabytes, "MB", lambda t: t["bytes"] / 1e6),
+        (rows, "rows", lambda t: t["rows"]),
+        (dvs, "deletion vectors", lambda t: t["deletion_vectors"]),
+    )
+    for ax, _, value in panels:
+        for i, name in enumerate(tables):
+            points = [value(r["tables"][name]) if name in r["tables"] else None for r in results]
+            # Ten colours, then the same colours dashed with squares: one style per table.
+            style = "o-" if i < 10 else "s--"
+            ax.plot(
+                days,
+                [math.nan if v is None else v for v in points],
+                style,
+                color=f"C{i % 10}",
+                label=name,
+            )
+    for ax, title in (
+        (runs, "run wall time, s"),
+        (steps, "step p50, s"),
+        *((ax, f"{label} per table") for ax, label, _ in panels),
+    ):
+        ax.set_title(title)
+        ax.set_xlabel("day of the season")
+        ax.set_xscale("log")
+        ax.grid(True, which="both", alpha=0.3)
+    for ax in (files, megabytes, rows):
+        ax.set_yscale("symlog", linthresh=1)
+        ax.set_ylim(bottom=0)
+    runs.legend(fontsize="small")
+    steps.legend(fontsize="small")
+    rows.legend(fontsize="x-small", ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    return True
+
+
 # --- command line ------------------------------------------------------------------------------
 
 
@@ -438,6 +506,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="time each Spark call by the line that made it; print each day's heaviest",
     )
+    parser.add_argument(
+        "--plot-from",
+        type=Path,
+        metavar="RESULTS",
+        help="only draw season.png (beside RESULTS) from an earlier run's results.json",
+    )
     args = parser.parse_args(argv)
     args.days = sorted({int(d) for d in args.days.split(",")})
     if args.days[0] < 1 or args.base_batches < 1 or args.per_batch < 1 or args.on_top < 1:
@@ -449,6 +523,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.plot_from is not None:
+        drawn = plot_days(json.loads(args.plot_from.read_text()), args.plot_from.parent / PLOT)
+        return 0 if drawn else 1
     args.out.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="sis-bench-season-"))  # 0700
     try:
@@ -490,7 +567,8 @@ def main(argv: list[str] | None = None) -> int:
             results.append(figures)
             print_day(figures, results[0])
             (args.out / "results.json").write_text(json.dumps(results, indent=2))
-        print(f"results: {args.out / 'results.json'}", flush=True)
+            plot_days(results, args.out / PLOT)
+        print(f"results: {args.out / 'results.json'}, {args.out / PLOT}", flush=True)
         return 0
     except KeyboardInterrupt:
         print("stopped", file=sys.stderr)
