@@ -57,12 +57,10 @@ SHORT_LIVED_SQL = {
 BULK_WRITE_SQL = {"spark.sql.codegen.factoryMode": "FALLBACK"}
 # What the model sets while it replaces a step's masters' rows in events, markets and
 # selections, tables whose files carry deletion vectors. Without whole-stage code generation
-# Delta reads such a file row by row, filtering the deleted rows one at a time: a scan of day
-# 30's `selections` (1.8 million rows in one file) for a step's 20 masters took 1.1 s before
-# the file had a deletion vector and 9.8-13 s after, against 0.6-0.9 s with whole-stage code
-# generation; the model's replaceWhere of it 9.8-13.0 s against 1.9-2.4 s (BENCHMARKS.md,
-# "Running for a season"). Whole runs with it took 56-58 s on day 1 against 31 s, so only
-# these writes take it.
+# Delta reads such a file row by row, filtering the deleted rows one at a time, several times
+# slower than with it on a season's tables; whole runs with it cost more than they save on
+# small ones, so only these writes take it (the figures: BENCHMARKS.md, "Running for a
+# season").
 DELETION_VECTOR_SCAN_SQL = {"spark.sql.codegen.wholeStage": "true"}
 
 
