@@ -70,11 +70,6 @@ import bench_worker
 import psutil
 from bench_worker import REPO, load_average
 
-try:
-    from matplotlib.figure import Figure
-except ImportError:  # the optional `bench` extra: without it, no plot
-    Figure = None  # type: ignore[assignment,misc]
-
 # The performance targets (2 cores, 24 GB).
 TARGET_12K_S = 60.0
 TARGET_1M2_S = 15 * 60.0
@@ -336,10 +331,9 @@ def print_table(results: dict[str, Any]) -> str:
 
 
 def plot(results: dict[str, Any], path: Path) -> bool:
-    if Figure is None:
-        print("matplotlib not installed (pip install -e '.[bench]'): no plot", file=sys.stderr)
+    fig = bench_worker.new_figure(figsize=(16, 5))
+    if fig is None:
         return False
-    fig = Figure(figsize=(16, 5))
     ax1, ax2, ax3 = fig.subplots(1, 3)
     backlog = sorted(results.get("backlog", []), key=lambda r: r["messages"])
     if backlog:

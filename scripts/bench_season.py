@@ -98,11 +98,6 @@ from sis_platform.settings.environment import python_workers_use_this_interprete
 from sis_platform.simulator.generator import generate_feed
 from sis_platform.testing.inprocess import InProcessPlatform
 
-try:
-    from matplotlib.figure import Figure
-except ImportError:  # the optional `bench` extra: without it, no plot
-    Figure = None  # type: ignore[assignment,misc]
-
 REPO = Path(__file__).resolve().parents[1]
 BATCHES_PER_DAY = 720
 # Issue 51's target: day 365's lake run time per batch within 1.2x of day 1's.
@@ -428,11 +423,10 @@ def plot_days(results: list[dict], path: Path) -> bool:
     """season.png: a panel per quantity over the days measured: the run's wall time (p50, and
     the max, the run that compacts) against the target, each step's p50, and each table's
     files, megabytes, rows and deletion vectors."""
-    if Figure is None:
-        print("matplotlib not installed (pip install -e '.[bench]'): no plot", file=sys.stderr)
-        return False
     days = [r["day"] for r in results]
-    fig = Figure(figsize=(18, 9))
+    fig = bench_worker.new_figure(figsize=(18, 9))
+    if fig is None:
+        return False
     (runs, steps, files), (megabytes, rows, dvs) = fig.subplots(2, 3)
     runs.plot(days, [r["run_p50_s"] for r in results], "o-", label="run p50")
     runs.plot(days, [r["run_max_s"] for r in results], "s--", label="run max (compacting)")

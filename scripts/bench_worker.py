@@ -57,6 +57,17 @@ BASE_ENV = {
 }
 
 
+def new_figure(**kwargs: Any) -> Any:
+    """A matplotlib Figure (no pyplot state), or None, said on stderr, without the optional
+    `bench` extra that brings matplotlib."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        print("matplotlib not installed (pip install -e '.[bench]'): no plot", file=sys.stderr)
+        return None
+    return Figure(**kwargs)
+
+
 def load_average() -> float:
     return round(os.getloadavg()[0], 2)
 
