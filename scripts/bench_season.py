@@ -2,7 +2,8 @@
 365 of the feed at the default two-minute batches (720 a day), and what the lake holds then.
 
     python scripts/bench_season.py [--days 1,30,90,365] [--base-batches 10] [--per-batch 50]
-        [--on-top 10] [--seed 1] [--out bench-out/season] [--keep] [--fresh-driver] [--profile]
+        [--on-top 10] [--catch-up 0] [--seed 1] [--out bench-out/season] [--keep]
+        [--fresh-driver] [--profile]
 
 1. The base (real). The simulator's feed, `--base-batches` x `--per-batch` messages (20 minutes
    of the feed, in batches of its average size), is put on the embedded queue and landed by the
@@ -32,6 +33,12 @@
 3. On top of it, `--on-top` new batches of the same simulated feed (its next messages: new
    message ids, new races) are landed and folded, one run per batch, each run timed, with the
    time of each of its steps (Dagster's step stats).
+4. With `--catch-up N`, the lake is then down for N more batches of the feed (720: a day): they
+   are landed while nothing folds, then folded as the landed-batches sensor has them folded
+   after an outage, in runs over ranges of up to MAX_BATCHES_PER_RUN batches (one run for a
+   day's backlog), with `--fresh-driver` on a new driver, as the run's own process starts one.
+   The catch-up's figure is those runs' wall time; scripts/bench_catchup.py measures the same
+   through the daemon on a new lake, with the daemon's start and a live feed beside it.
 
 `--fresh-driver` starts a new Spark driver (JVM) before each day's batches on top, configured as
 the daemon's run drivers are (short-lived: C1 only, no code generation), so that they measure
@@ -40,8 +47,9 @@ every Spark action and Delta write by the line of sis_platform that made it
 (scripts/profile_step.py's timers) and prints each day's heaviest lines.
 
 Prints, per day: the runs' wall p50 / max and each step's p50, the ratio of day D's run p50 to
-day 1's (issue 51's target: within 1.2x), and each table's rows, files, deletion vectors and log
-entries; writes results.json into `--out` (default bench-out/season, not committed), and
+day 1's (issue 51's target: within 1.2x), each table's rows, files, deletion vectors and log
+entries, and the catch-up's wall time and steps (issue 51's target: a day's backlog within 15
+minutes); writes results.json into `--out` (default bench-out/season, not committed), and
 season.png beside it: a panel per quantity over the days measured (with the `bench` extra's
 matplotlib). `--plot-from RESULTS` draws season.png from an earlier run's results.json alone.
 
@@ -58,6 +66,7 @@ temporary folder; starts one local Spark driver (one a day more with `--fresh-dr
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import re
@@ -93,6 +102,7 @@ from sis_platform.lake.upkeep import UPKEEP_TABLES, bin_bytes, optimize, table_f
 from sis_platform.log.chain import Anchor
 from sis_platform.log.landing.expiry import expire_through
 from sis_platform.log.landing.rows import batch_key
+from sis_platform.sensors.landed_sensor import MAX_BATCHES_PER_RUN
 from sis_platform.settings import DEFAULT_PARTITION_RETAIN_DAYS
 from sis_platform.settings.environment import python_workers_use_this_interpreter
 from sis_platform.simulator.generator import generate_feed
@@ -102,6 +112,8 @@ REPO = Path(__file__).resolve().parents[1]
 BATCHES_PER_DAY = 720
 # Issue 51's target: day 365's lake run time per batch within 1.2x of day 1's.
 TARGET_RATIO = 1.2
+# Issue 51's target: a day's backlog folded within 15 minutes of the lake's return.
+CATCH_UP_TARGET_S = 900
 PROFILE_LINES = 25
 PLOT = "season.png"
 # Every table a season's lake holds: the two the upkeep leaves one folder per batch, then those
@@ -131,32 +143,44 @@ def land_and_fold(
     """Put the feed's next `messages` on the queue, land them (a batch per sensor tick) and
     fold each batch in a run of its own; each run's figures. `calls`: the list the Spark call
     timers (--profile) record into."""
+    runs = []
+    for key in land(platform, feed, messages):
+        if calls is not None:
+            calls.clear()
+        start = time.perf_counter()
+        result = platform.run(key)
+        wall = time.perf_counter() - start
+        by_site: dict[str, float] = {}
+        for call in calls or ():
+            site = f"{call.method} {call.site}"
+            by_site[site] = round(by_site.get(site, 0.0) + call.seconds, 3)
+        runs.append(Run(key, round(wall, 2), step_seconds(platform, result), by_site))
+        print(f"  batch {key}: {wall:.1f} s", flush=True)
+    return runs
+
+
+def land(platform: InProcessPlatform, feed: Iterator[Any], messages: int) -> list[str]:
+    """Put the feed's next `messages` on the queue and land them, a batch per sensor tick;
+    the keys of the batches landed, each of which the sensor asked a run for."""
     with platform.resources["queue"].open().producer() as producer:
         producer.put_many((m.body, m.message_id) for m in _take(feed, messages))
     before = len(platform.requested_runs)
     platform.drain()
-    runs = []
-    for keys in platform.requested_runs[before:]:
-        if len(keys) != 1:
-            raise RuntimeError(f"the sensor asked for a run of {len(keys)} batches")
-        if calls is not None:
-            calls.clear()
-        start = time.perf_counter()
-        result = platform.run(keys[0])
-        wall = time.perf_counter() - start
-        stats = platform.instance.get_run_step_stats(result.run_id)
-        steps = {
-            s.step_key: round(s.end_time - s.start_time, 2)
-            for s in stats
-            if s.end_time is not None and s.start_time is not None
-        }
-        by_site: dict[str, float] = {}
-        for call in calls or ():
-            key = f"{call.method} {call.site}"
-            by_site[key] = round(by_site.get(key, 0.0) + call.seconds, 3)
-        runs.append(Run(keys[0], round(wall, 2), steps, by_site))
-        print(f"  batch {keys[0]}: {wall:.1f} s", flush=True)
-    return runs
+    keys = []
+    for run in platform.requested_runs[before:]:
+        if len(run) != 1:
+            raise RuntimeError(f"the sensor asked for a run of {len(run)} batches")
+        keys.extend(run)
+    return keys
+
+
+def step_seconds(platform: InProcessPlatform, result: dg.ExecuteInProcessResult) -> dict:
+    """A finished run's seconds per step (Dagster's step stats)."""
+    return {
+        s.step_key: round(s.end_time - s.start_time, 2)
+        for s in platform.instance.get_run_step_stats(result.run_id)
+        if s.end_time is not None and s.start_time is not None
+    }
 
 
 def _take(feed: Iterator[Any], n: int) -> Iterator[Any]:
@@ -192,6 +216,38 @@ def restart_driver(platform: InProcessPlatform) -> SparkSession:
     for key, value in platform.resources["spark"].spark_config.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+class CatchUp(NamedTuple):
+    batches: int
+    wall_s: float  # every catch-up run's wall time, together
+    runs: list[dict[str, Any]]  # each run: its first and last batch, wall and step seconds
+
+
+def catch_up(
+    platform: InProcessPlatform, feed: Iterator[Any], messages: int, *, fresh_driver: bool
+) -> CatchUp:
+    """The lake down while the feed's next `messages` land, then back (module docstring, 4):
+    the landed batches folded in runs over ranges of up to MAX_BATCHES_PER_RUN, timed."""
+    keys = land(platform, feed, messages)
+    print(f"  catch-up: {len(keys)} batches landed with the lake down", flush=True)
+    if fresh_driver:
+        restart_driver(platform)
+    runs = []
+    for i in range(0, len(keys), MAX_BATCHES_PER_RUN):
+        chunk = keys[i : i + MAX_BATCHES_PER_RUN]
+        start = time.perf_counter()
+        result = platform.run(chunk)
+        wall = round(time.perf_counter() - start, 2)
+        runs.append(
+            {
+                "batches": [chunk[0], chunk[-1]],
+                "wall_s": wall,
+                "steps": step_seconds(platform, result),
+            }
+        )
+        print(f"  catch-up run {chunk[0]}..{chunk[-1]}: {wall:.1f} s", flush=True)
+    return CatchUp(len(keys), round(sum(r["wall_s"] for r in runs), 2), runs)
 
 
 # --- 2. a season's history in bulk -------------------------------------------------------------
@@ -417,12 +473,24 @@ def print_day(figures: dict, first: dict | None) -> None:
             f" {t['log_entries'] if t['log_entries'] is not None else '-':>5}",
             flush=True,
         )
+    if caught := figures.get("catch_up"):
+        by_step: dict[str, float] = {}
+        for run in caught["runs"]:
+            for step, seconds in run["steps"].items():
+                by_step[step] = round(by_step.get(step, 0.0) + seconds, 1)
+        print(
+            f"  catch-up: {caught['batches']} batches in {len(caught['runs'])} run(s),"
+            f" {caught['wall_s']} s (target {CATCH_UP_TARGET_S} s with the daemon's start);"
+            f" steps s: {', '.join(f'{k} {v}' for k, v in by_step.items())}",
+            flush=True,
+        )
 
 
 def plot_days(results: list[dict], path: Path) -> bool:
     """season.png: a panel per quantity over the days measured: the run's wall time (p50, and
-    the max, the run that compacts) against the target, each step's p50, and each table's
-    files, megabytes, rows and deletion vectors."""
+    the max, the run that compacts) against the target, with the catch-up's beside it (where
+    measured), each step's p50, and each table's files, megabytes, rows and deletion
+    vectors."""
     days = [r["day"] for r in results]
     fig = bench_worker.new_figure(figsize=(18, 9))
     if fig is None:
@@ -436,6 +504,19 @@ def plot_days(results: list[dict], path: Path) -> bool:
         linestyle=":",
         label=f"{TARGET_RATIO}x day {days[0]}'s p50",
     )
+    if any("catch_up" in r for r in results):
+        backlog = runs.twinx()  # minutes beside the runs' seconds
+        backlog.plot(
+            days,
+            [r["catch_up"]["wall_s"] / 60 if "catch_up" in r else math.nan for r in results],
+            "^-.",
+            color="C3",
+            label="catch-up of a backlog, min",
+        )
+        backlog.axhline(CATCH_UP_TARGET_S / 60, color="C3", linestyle=":", alpha=0.5)
+        backlog.set_ylabel("catch-up, minutes")
+        backlog.set_ylim(bottom=0)
+        backlog.legend(fontsize="small", loc="lower right")
     steps_seen = sorted({k for r in results for k in r["step_p50_s"]})
     for step in steps_seen:
         steps.plot(days, [r["step_p50_s"].get(step, math.nan) for r in results], "o-", label=step)
@@ -487,6 +568,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--base-batches", type=int, default=10, help="the real base: batches")
     parser.add_argument("--per-batch", type=int, default=50, help="messages per batch")
     parser.add_argument("--on-top", type=int, default=10, help="real batches folded per day")
+    parser.add_argument(
+        "--catch-up",
+        type=int,
+        default=0,
+        metavar="N",
+        help="then N batches landed with the lake down and folded as after an outage (720: a "
+        "day's backlog); 0: none",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", type=Path, default=REPO / "bench-out" / "season")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
@@ -510,8 +599,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.days = sorted({int(d) for d in args.days.split(",")})
     if args.days[0] < 1 or args.base_batches < 1 or args.per_batch < 1 or args.on_top < 1:
         parser.error("days, batches and messages must be positive")
+    if args.catch_up < 0:
+        parser.error("--catch-up must not be negative")
     if args.days[0] * BATCHES_PER_DAY - args.on_top < args.base_batches:
         parser.error("the first day must hold the base and the batches on top")
+    for earlier, later in itertools.pairwise(args.days):
+        if (later - earlier) * BATCHES_PER_DAY < args.on_top + args.catch_up:
+            parser.error(f"day {earlier}'s batches on top and catch-up pass day {later}'s start")
     return args
 
 
@@ -534,7 +628,8 @@ def main(argv: list[str] | None = None) -> int:
         bench_worker.start_long_lived_driver(platform)
         spark = SparkSession.getActiveSession()
         assert spark is not None
-        needed = (args.base_batches + args.on_top * len(args.days)) * args.per_batch
+        per_day = args.on_top + args.catch_up
+        needed = (args.base_batches + per_day * len(args.days)) * args.per_batch
         feed = generate_feed(seed=args.seed, messages=needed)
         print(f"the base: {args.base_batches} batches in {root}", flush=True)
         calls = profile_step.time_spark_calls() if args.profile else None
@@ -556,8 +651,15 @@ def main(argv: list[str] | None = None) -> int:
                 spark = restart_driver(platform)
                 lake = platform.lake(spark)
             runs = land_and_fold(platform, feed, args.on_top * args.per_batch, calls)
-            last = history + args.on_top
             figures = day_figures(day, runs, table_figures(lake), build_s)
+            if args.catch_up:
+                backlog = args.catch_up * args.per_batch
+                caught = catch_up(platform, feed, backlog, fresh_driver=args.fresh_driver)
+                figures["catch_up"] = caught._asdict()
+                spark = SparkSession.getActiveSession()
+                assert spark is not None
+                lake = platform.lake(spark)
+            last = history + per_day
             results.append(figures)
             print_day(figures, results[0])
             (args.out / "results.json").write_text(json.dumps(results, indent=2))
