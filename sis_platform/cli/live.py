@@ -16,13 +16,20 @@ sealed batch still in parts becomes one file, and the parts of batches merged mo
 SIS_LANDING_MERGE_GRACE_SECONDS ago are removed. It takes the consumer lease under a holder of
 its own, so it refuses while a sis-live (which merges in its idle turns) holds it, and no
 consumer lands meanwhile; it releases the lease when done. Exit 0 when every sealed batch
-verified, 1 when a batch's parts did not (named, left as they are) or the lease is held."""
+verified, 1 when a batch's parts did not (named, left as they are) or the lease is held.
+
+`sis-live new-log` starts a new log where one was removed whole (the data folder deleted on
+purpose): the earlier log's witness, which would otherwise refuse to seal the new log's batches
+as a rollback, is moved aside beside itself (sis_platform/log/landing/signed.py
+`retire_witness`). It refuses (exit 1) unless the landing zone is empty and the lake, where it
+is a local folder, holds no message log, and takes the consumer lease as `merge` does."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 import time
+from pathlib import Path
 
 from sis_platform.runtime.logs import configure_logging
 from sis_platform.runtime.private import private_files, private_folder
@@ -41,10 +48,11 @@ def _parser() -> argparse.ArgumentParser:
         "command",
         nargs="?",
         default="run",
-        choices=("run", "health", "merge"),
+        choices=("run", "health", "merge", "new-log"),
         help="run (the default): consume; health: probe the running process's heartbeat "
         "(exit 0 alive, 1 not); merge: merge the landing zone's sealed batches into one file "
-        "each, offline",
+        "each, offline; new-log: retire the witness of a log whose data folder was removed, so "
+        "that a new log starts there",
     )
     parser.add_argument(
         "--ready",
@@ -74,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         return _health(settings, ready=args.ready)
     if args.command == "merge":
         return _merge(settings)
+    if args.command == "new-log":
+        return _new_log(settings)
     if settings.intake == "sensor":
         print(
             "sis-live: SIS_INTAKE=sensor: the queue sensor is this deployment's consumer, and "
@@ -148,6 +158,67 @@ def _merge(settings: Settings) -> int:
             file=sys.stderr,
         )
         return 1
+    return 0
+
+
+def _new_log(settings: Settings) -> int:
+    """`sis-live new-log`: the earlier log's witness retired under the consumer lease, when
+    nothing of that log is left; what was done printed."""
+    from datetime import UTC, datetime
+    from urllib.parse import urlparse
+
+    from sis_platform.intake.lease import ConsumerLease, holder_id
+    from sis_platform.lake.tables import RAW_MESSAGES
+    from sis_platform.live.process import landing_zone
+    from sis_platform.log.landing.signed import LogNotNew, retire_witness
+
+    if urlparse(settings.lake_path).scheme in ("", "file"):
+        log = Path(urlparse(settings.lake_path).path) / RAW_MESSAGES.name / "_delta_log"
+        if log.exists():
+            print(
+                f"sis-live new-log: the lake at {settings.lake_path} still holds a message log "
+                f"({log}): a new log needs a new lake too; the witness stays",
+                file=sys.stderr,
+            )
+            return 1
+    zone = landing_zone(settings)
+    if zone.catalog.signer.seal is None:
+        print("sis-live new-log: the log is not signed (no log key configured): no witness")
+        return 0
+    lease = ConsumerLease(
+        zone.catalog.root,
+        holder_id(f"{settings.batch.deployment}.new-log"),
+        settings.batch.lease_seconds,
+    )
+    current = lease.acquire()
+    if not lease.holds(current):
+        print(
+            f"sis-live new-log: the consumer lease is held by {current.holder}: a consumer is "
+            "landing, the witness stays",
+            file=sys.stderr,
+        )
+        return 1
+    try:
+        retired = retire_witness(zone.catalog, datetime.now(UTC))
+    except LogNotNew as error:
+        print(f"sis-live new-log: {error}", file=sys.stderr)
+        return 1
+    finally:
+        lease.release()
+    if retired is None:
+        witness = zone.catalog.signer.seal.witness.path
+        print(f"sis-live new-log: no witness at {witness}: the next batch starts a new log")
+        return 0
+    seen = retired.witnessed
+    earlier = (
+        f"batch {seen.batch_key} sealed with {seen.messages} message(s)"
+        if seen is not None
+        else "an unreadable witness"
+    )
+    print(
+        f"sis-live new-log: the earlier log's witness ({earlier}) moved to {retired.path}; "
+        "the next batch landed starts a new log"
+    )
     return 0
 
 

@@ -32,9 +32,10 @@ import os
 import secrets
 import stat
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
-from sis_platform.log.chain import Anchor, anchor_json, write_durably
+from sis_platform.log.chain import Anchor, anchor_json, fsync_dir, write_durably
 
 KEY_BYTES = 32  # a new key file's random bytes; a key from SIS_LOG_KEY needs at least as many
 _ANCHOR_TAG = "sis-log-anchor/1"
@@ -177,7 +178,9 @@ class Witness:
         raise LogTampered(
             f"batch {anchor.batch_key}: not sealed: the log witness {self.path} has seen batch "
             f"{seen.batch_key} sealed with {seen.messages} message(s) ending on "
-            f"{seen.head[:16]}...; the data folder was rolled back or its tail truncated"
+            f"{seen.head[:16]}...; the data folder was rolled back or its tail truncated. "
+            "Restore the missing batches from a backup; if the data folder was removed on "
+            "purpose to start a new log, `sis-live new-log` retires this witness"
         )
 
     def advance(self, anchor: Anchor) -> None:
@@ -187,6 +190,16 @@ class Witness:
             return
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         write_durably(self.path, anchor_json(anchor), replace=True)
+
+    def retire(self, when: datetime) -> Path:
+        """Move the witness aside, beside itself, named for `when` (UTC): kept as the record of
+        the log it witnessed, no longer checked. The caller has made sure that log is gone."""
+        retired = self.path.with_name(
+            f"{self.path.stem}.retired-{when.astimezone(UTC):%Y%m%dT%H%M%SZ}{self.path.suffix}"
+        )
+        os.replace(self.path, retired)
+        fsync_dir(self.path.parent)
+        return retired
 
 
 @dataclass(frozen=True)

@@ -150,3 +150,47 @@ def test_merge_merges_sealed_batches_offline_and_refuses_while_sis_live_holds_th
     assert folder_keys(zone.upkeep) == [batch_key(4)]  # the open batch stays in parts
     assert read_back(zone) == logged
     assert chain_problems(zone) == []
+
+
+def test_new_log_retires_the_witness_of_a_removed_data_folder_and_nothing_else(tmp_path):
+    import shutil
+
+    from tests.log.grouped import land_in_groups, sealed_zone
+
+    data = tmp_path / "data"
+    zone = sealed_zone(data)
+    land_in_groups(zone, batches=2, groups=2, leave_open=False)
+    witness = zone.catalog.signer.seal.witness.path
+    seen = witness.read_bytes()
+
+    def new_log() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "sis_platform.cli.live", "new-log"],
+            cwd=REPO,
+            env=live_env(data),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    kept = new_log()  # the log is still there
+    assert kept.returncode == 1 and "holds a log through batch 0000000002" in kept.stderr
+    shutil.rmtree(data / "landing")
+    (data / "lake" / "raw_messages" / "_delta_log").mkdir(parents=True)
+    lake_left = new_log()
+    assert lake_left.returncode == 1 and "still holds a message log" in lake_left.stderr
+    shutil.rmtree(data)
+    held = Place(data).lease("prod@another-host:1")
+    held.acquire()
+    refused = new_log()
+    assert refused.returncode == 1 and "held by prod@another-host:1" in refused.stderr
+    assert witness.read_bytes() == seen  # untouched by every refusal
+    held.release()
+
+    done = new_log()
+    assert done.returncode == 0, done.stderr
+    assert "batch 0000000002 sealed with" in done.stdout and "starts a new log" in done.stdout
+    (retired,) = witness.parent.glob(f"{witness.stem}.retired-*")
+    assert retired.read_bytes() == seen and not witness.exists()
+    again = new_log()
+    assert again.returncode == 0 and "no witness" in again.stdout

@@ -324,6 +324,67 @@ def test_a_folder_restored_from_an_earlier_copy_is_named_and_never_sealed_over(t
     assert zone.catalog.keys() == ["0000000001"]
 
 
+def test_a_data_folder_removed_whole_starts_a_new_log_once_its_witness_is_retired(tmp_path):
+    import shutil
+    from datetime import UTC, datetime
+
+    from sis_platform.log.landing.signed import retire_witness, tail_problems
+
+    zone = _sealed_zone(tmp_path)
+    zone.writer.land(_messages(1))
+    zone.writer.land(_messages(2, 1))
+    witness = zone.catalog.signer.seal.witness
+    earlier = witness.read()
+    shutil.rmtree(tmp_path / "data")  # removed on purpose, to start again
+    zone = _sealed_zone(tmp_path)
+    # The witness cannot tell this from a rollback, and says what to do in either case.
+    with pytest.raises(Exception, match=r"batch 0000000001: not sealed: .*sis-live new-log"):
+        zone.writer.land(_messages(1, 9))
+
+    retired = retire_witness(zone.catalog, datetime(2026, 12, 5, 12, 0, 1, tzinfo=UTC))
+    assert retired is not None and retired.witnessed == earlier
+    assert retired.path.name == f"{witness.path.stem}.retired-20261205T120001Z.json"
+    assert retired.path.parent == witness.path.parent and not witness.path.exists()
+    batch = zone.writer.land(_messages(1, 9))
+    assert batch.key == "0000000001"
+    assert witness.read().unsigned() == zone.catalog.anchors.read(batch.key).unsigned()
+    assert tail_problems(zone.catalog) == []
+    # Nothing left to retire for a zone with no witness.
+    shutil.rmtree(tmp_path / "data")
+    witness.path.unlink()
+    assert retire_witness(_sealed_zone(tmp_path).catalog, datetime.now(UTC)) is None
+
+
+@pytest.mark.parametrize("left", ["a batch", "the open batch's part", "the expiry record"])
+def test_the_witness_of_a_zone_that_still_holds_any_of_its_log_is_never_retired(tmp_path, left):
+    from datetime import UTC, datetime
+
+    from sis_platform.log.landing import GroupWriter
+    from sis_platform.log.landing.expiry import expire_through
+    from sis_platform.log.landing.signed import LogNotNew, retire_witness
+
+    zone = _sealed_zone(tmp_path)
+    first = zone.writer.land(_messages(1))
+    second = zone.writer.land(_messages(1, 1))
+    witness = zone.catalog.signer.seal.witness
+    seen = witness.path.read_bytes()
+    if left == "a batch":  # the tail truncated: what a rollback leaves
+        second.path.unlink()
+        zone.catalog.anchors.path(second.key).unlink()
+    elif left == "the open batch's part":
+        for batch in (first, second):
+            batch.path.unlink()
+            zone.catalog.anchors.path(batch.key).unlink()
+        GroupWriter(zone.writer).land(_messages(1, 2))
+    else:  # every batch expired: the record holds the log's head
+        expire_through(zone.catalog, zone.catalog.anchors.read(second.key))
+        assert zone.catalog.keys() == []
+    with pytest.raises(LogNotNew, match=r"holds a log through batch 000000000[12]"):
+        retire_witness(zone.catalog, datetime.now(UTC))
+    assert witness.path.read_bytes() == seen
+    assert list(witness.path.parent.glob(f"{witness.path.stem}.retired-*")) == []
+
+
 def test_a_missing_or_wrong_key_is_an_error_not_a_pass(tmp_path):
     from sis_platform.log.landing.signed import signature_problems
     from sis_platform.log.seal import LogKeyError

@@ -2,16 +2,22 @@
 batch's anchor is signed with the log key, and whether the log's tail reaches, and agrees with,
 the latest sealed batch the witness recorded outside the data folder. The blocking check on
 raw_messages and `sis-verify-log` call these beside the chain's own verification; each costs a
-few small file reads, never a scan of the log."""
+few small file reads, never a scan of the log. `retire_witness` starts a new log where one was
+removed whole (`sis-live new-log`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sis_platform.log.chain import Anchor, Problem
+from sis_platform.log.landing.rows import batch_key
 from sis_platform.log.seal import LogKey, LogKeyError
 
 if TYPE_CHECKING:
+    from datetime import datetime
+    from pathlib import Path
+
     from sis_platform.log.landing.catalog import Catalog
 
 WITNESS = "witness"  # the batch key of a problem with the witness file itself
@@ -107,3 +113,39 @@ def _key(zone: Catalog, key: str) -> tuple[LogKey | None, list[Problem]]:
         return zone.signer.log_key(), []
     except LogKeyError as exc:
         return None, [Problem(key, f"the log key cannot be loaded: {exc}")]
+
+
+class LogNotNew(RuntimeError):
+    """The landing zone still holds a log: its witness is the evidence against a rollback and
+    stays where it is."""
+
+
+@dataclass(frozen=True)
+class RetiredWitness:
+    witnessed: Anchor | None  # the earlier log's last sealed batch (None: the file was unreadable)
+    path: Path  # where the witness file now lies
+
+
+def retire_witness(zone: Catalog, when: datetime) -> RetiredWitness | None:
+    """A new log at the path of one removed whole (the data folder deleted on purpose): the
+    earlier log's witness moved aside (`Witness.retire`), so that the new log's first batches
+    can be sealed. Only for a zone that holds nothing, no batch, part, anchor or expiry record
+    (`Catalog.tail`): anything else raises LogNotNew, since a zone behind its witness is what a
+    rollback or a truncated tail looks like. None when there is no witness to retire."""
+    seal = zone.signer.seal
+    if seal is None:
+        return None
+    tail = zone.tail()
+    if tail.seq:
+        raise LogNotNew(
+            f"the landing zone {zone.root} holds a log through batch {batch_key(tail.seq)}: its "
+            f"witness {seal.witness.path} stays. A new log starts only in an empty landing zone "
+            "(restore missing batches from a backup instead)"
+        )
+    if not seal.witness.path.exists():
+        return None
+    try:
+        witnessed = seal.witness.read()
+    except ValueError:  # not a witness: moved aside all the same, for whoever looks into it
+        witnessed = None
+    return RetiredWitness(witnessed, seal.witness.retire(when))
