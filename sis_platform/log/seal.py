@@ -194,9 +194,12 @@ class Witness:
     def retire(self, when: datetime) -> Path:
         """Move the witness aside, beside itself, named for `when` (UTC): kept as the record of
         the log it witnessed, no longer checked. The caller has made sure that log is gone."""
-        retired = self.path.with_name(
-            f"{self.path.stem}.retired-{when.astimezone(UTC):%Y%m%dT%H%M%SZ}{self.path.suffix}"
-        )
+        stamp = f"{self.path.stem}.retired-{when.astimezone(UTC):%Y%m%dT%H%M%SZ}"
+        retired = self.path.with_name(f"{stamp}{self.path.suffix}")
+        n = 1
+        while retired.exists():  # never over an earlier retired witness
+            n += 1
+            retired = self.path.with_name(f"{stamp}-{n}{self.path.suffix}")
         os.replace(self.path, retired)
         fsync_dir(self.path.parent)
         return retired

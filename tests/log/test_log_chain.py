@@ -349,9 +349,14 @@ def test_a_data_folder_removed_whole_starts_a_new_log_once_its_witness_is_retire
     assert batch.key == "0000000001"
     assert witness.read().unsigned() == zone.catalog.anchors.read(batch.key).unsigned()
     assert tail_problems(zone.catalog) == []
-    # Nothing left to retire for a zone with no witness.
+    # The new log removed in the same second: its witness retired beside the first one.
     shutil.rmtree(tmp_path / "data")
-    witness.path.unlink()
+    again = retire_witness(
+        _sealed_zone(tmp_path).catalog, datetime(2026, 12, 5, 12, 0, 1, tzinfo=UTC)
+    )
+    assert again is not None and again.path.name.endswith("-20261205T120001Z-2.json")
+    assert retired.path.exists() and again.witnessed.batch_key == "0000000001"
+    # Nothing left to retire for a zone with no witness.
     assert retire_witness(_sealed_zone(tmp_path).catalog, datetime.now(UTC)) is None
 
 
