@@ -14,12 +14,13 @@
 2. For each day D, the history the days before it leave, built in bulk. Every table of the lake
    gets copies of the base's rows until it holds batches 1..720 x D - `--on-top`: copy k
    of batch b is batch k x B + b, its fold step the same number, its message ids and master ids
-   suffixed `~k` (new messages of new races, as each hour of the feed brings); the last step's
-   `fold_steps` row is committed by the fold's own `commit_step`, recording the tables'
-   versions after the copies (recovery keeps them). The copies are appended in a few large
-   commits, then `OPTIMIZE`d: the file layout the fold's upkeep leaves (compacted, 128 MiB
-   bins), with raw_messages and message_items one file per block of batches, as their
-   compaction leaves every settled block (the open block's one file per batch is left out),
+   suffixed `~k` (new messages of new races, as each hour of the feed brings), its items digest
+   its own; the last step's `fold_steps` row is committed by the fold's own `commit_step`,
+   recording the tables' versions after the copies (recovery keeps them). The copies are
+   appended in a few large commits, then `OPTIMIZE`d: the file layout the fold's upkeep
+   leaves (compacted, 128 MiB bins), with raw_messages and message_items one file per block
+   of batches, as their compaction leaves every settled block (the open block's one file per
+   batch is left out),
    the current state's tables one file per home block (a copy's masters live in the block of
    its batches; its steps' `master_blocks` are left unknown, as no refresh on top reads them),
    and message_outcomes in batch order, in files spanning the batches one of its 16 MiB bins
@@ -294,12 +295,15 @@ def copies(lake: Lake, base: Base, table: Table, after: int, through: int) -> Da
             # Unknown (every partition), as a step of an earlier version records it: the
             # model's refreshes on top start after the copied steps and never read them.
             col = F.lit(None)
-        elif name == "items_digest" and table is FOLD_STEPS:
-            col = F.format_string(
-                '{"%d": "%s"}',
-                F.col("last_batch_seq") + shift,
-                F.regexp_extract(col, DIGEST.pattern, 1),
-            )
+        elif name == "items_digest":
+            # A digest of its own per copy (batch_log's, and fold_steps' for the batch it
+            # folded, the same), as every real batch has: ten digests repeated would compress
+            # to nothing and leave fold_steps a fraction of a season's size.
+            base = F.regexp_extract(col, DIGEST.pattern, 1) if table is FOLD_STEPS else col
+            own = F.sha2(F.concat(base, F.lit("~"), k.cast("string")), 256)
+            if table is FOLD_STEPS:
+                own = F.format_string('{"%d": "%s"}', F.col("last_batch_seq") + shift, own)
+            col = own
         columns.append(col.cast(table.schema()[name].dataType).alias(name))
     order = next((c for c in ("batch_seq", "fold_step") if c in names), None)
     copied = out.select(*columns)

@@ -106,13 +106,19 @@ _STEP_COLUMNS = (
 )
 
 
+# What `committed_step` reads of every row: the top-1 scans the whole table, so only the
+# columns it returns; never `items_digest`, a digest per batch the step folded (incompressible,
+# the largest column of the table after a season).
+_COMMITTED_COLUMNS = ("fold_step", "last_batch_seq", "master_documents_version", "table_versions")
+
+
 def committed_step(lake: Lake) -> CommittedStep:
     """The last committed step: the one row of fold_steps with the highest step number (a
     top-1 over one column, whatever the table's length; the rows never reach the driver)."""
     lake.ensure(FOLD_STEPS)
     rows = (
         lake.read(FOLD_STEPS)
-        .select(*_STEP_COLUMNS)
+        .select(*_COMMITTED_COLUMNS)
         .orderBy(F.col("fold_step").desc())
         .limit(1)
         .toArrow()
