@@ -34,12 +34,16 @@
 3. On top of it, `--on-top` new batches of the same simulated feed (its next messages: new
    message ids, new races) are landed and folded, one run per batch, each run timed, with the
    time of each of its steps (Dagster's step stats).
-4. With `--catch-up N`, the lake is then down for N more batches of the feed (720: a day): they
-   are landed while nothing folds, then folded as the landed-batches sensor has them folded
-   after an outage, in runs over ranges of up to MAX_BATCHES_PER_RUN batches (one run for a
-   day's backlog), with `--fresh-driver` on a new driver, as the run's own process starts one.
-   The catch-up's figure is those runs' wall time; scripts/bench_catchup.py measures the same
-   through the daemon on a new lake, with the daemon's start and a live feed beside it.
+4. With `--catch-up N`, after the last day's runs the lake is down for N more batches of the
+   feed (720: a day): they are landed while nothing folds, then folded as the landed-batches
+   sensor has them folded after an outage, in runs over ranges of up to MAX_BATCHES_PER_RUN
+   batches (one run for a day's backlog), with `--fresh-driver` on a new driver, as the run's
+   own process starts one. The catch-up's figure is those runs' wall time;
+   scripts/bench_catchup.py measures the same through the daemon on a new lake, with the
+   daemon's start and a live feed beside it. After the last day only: the simulated feed goes
+   on across the days' copied history, so the races a catch-up starts go on in the next day's
+   batches on top, whose steps would then merge into the catch-up's home block (a day of races
+   in one partition) instead of a few batches', and the later days would measure that.
 
 `--fresh-driver` starts a new Spark driver (JVM) before each day's batches on top, configured as
 the daemon's run drivers are (short-lived: C1 only, no code generation), so that they measure
@@ -67,7 +71,6 @@ temporary folder; starts one local Spark driver (one a day more with `--fresh-dr
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
 import re
@@ -577,8 +580,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=0,
         metavar="N",
-        help="then N batches landed with the lake down and folded as after an outage (720: a "
-        "day's backlog); 0: none",
+        help="after the last day, N batches landed with the lake down and folded as after an "
+        "outage (720: a day's backlog); 0: none",
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", type=Path, default=REPO / "bench-out" / "season")
@@ -607,9 +610,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--catch-up must not be negative")
     if args.days[0] * BATCHES_PER_DAY - args.on_top < args.base_batches:
         parser.error("the first day must hold the base and the batches on top")
-    for earlier, later in itertools.pairwise(args.days):
-        if (later - earlier) * BATCHES_PER_DAY < args.on_top + args.catch_up:
-            parser.error(f"day {earlier}'s batches on top and catch-up pass day {later}'s start")
     return args
 
 
@@ -632,8 +632,8 @@ def main(argv: list[str] | None = None) -> int:
         bench_worker.start_long_lived_driver(platform)
         spark = SparkSession.getActiveSession()
         assert spark is not None
-        per_day = args.on_top + args.catch_up
-        needed = (args.base_batches + per_day * len(args.days)) * args.per_batch
+        batches = args.base_batches + args.on_top * len(args.days) + args.catch_up
+        needed = batches * args.per_batch
         feed = generate_feed(seed=args.seed, messages=needed)
         print(f"the base: {args.base_batches} batches in {root}", flush=True)
         calls = profile_step.time_spark_calls() if args.profile else None
@@ -656,14 +656,11 @@ def main(argv: list[str] | None = None) -> int:
                 lake = platform.lake(spark)
             runs = land_and_fold(platform, feed, args.on_top * args.per_batch, calls)
             figures = day_figures(day, runs, table_figures(lake), build_s)
-            if args.catch_up:
+            if args.catch_up and day == args.days[-1]:
                 backlog = args.catch_up * args.per_batch
                 caught = catch_up(platform, feed, backlog, fresh_driver=args.fresh_driver)
                 figures["catch_up"] = caught._asdict()
-                spark = SparkSession.getActiveSession()
-                assert spark is not None
-                lake = platform.lake(spark)
-            last = history + per_day
+            last = history + args.on_top
             results.append(figures)
             print_day(figures, results[0])
             (args.out / "results.json").write_text(json.dumps(results, indent=2))

@@ -59,20 +59,8 @@ def test_the_catch_up_is_drawn_beside_the_runs_on_the_days_that_measured_it(
     assert (tmp_path / "season.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.parametrize(
-    "argv",
-    [
-        ["--catch-up", "-1"],
-        # Day 1's 10 batches on top and 720 caught up run past day 2's start.
-        ["--days", "1,2", "--catch-up", "720"],
-    ],
-)
-def test_a_catch_up_that_does_not_fit_is_refused(bench_season, argv: list[str]) -> None:
+def test_a_negative_catch_up_is_refused(bench_season) -> None:
     with pytest.raises(SystemExit) as refused:
-        bench_season.parse_args(argv)
+        bench_season.parse_args(["--catch-up", "-1"])
     assert refused.value.code == 2
-
-
-def test_a_catch_up_between_days_far_enough_apart_is_accepted(bench_season) -> None:
-    args = bench_season.parse_args(["--days", "1,3", "--catch-up", "720"])
-    assert (args.days, args.catch_up) == ([1, 3], 720)
+    assert bench_season.parse_args(["--days", "1,2", "--catch-up", "720"]).catch_up == 720
