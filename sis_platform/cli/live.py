@@ -30,10 +30,14 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sis_platform.runtime.logs import configure_logging
 from sis_platform.runtime.private import private_files, private_folder
 from sis_platform.settings import ConfigurationError, Settings, load_settings
+
+if TYPE_CHECKING:
+    from sis_platform.intake.lease import ConsumerLease, Lease
 
 DESCRIPTION = (
     "Consume the queue: land small groups durably, commit the queue, fold them in memory and "
@@ -120,25 +124,37 @@ def _health(settings: Settings, *, ready: bool) -> int:
     return 0 if (verdict.ready if ready else verdict.alive) else 1
 
 
+def _offline_lease(
+    settings: Settings, landing: Path, command: str
+) -> tuple[ConsumerLease, Lease] | None:
+    """The consumer lease taken for an offline `command` on the landing zone (under a holder of
+    its own, so that no consumer lands meanwhile), or None, the holder printed, when a consumer
+    holds it."""
+    from sis_platform.intake.lease import ConsumerLease, holder_id
+
+    lease = ConsumerLease(
+        landing, holder_id(f"{settings.batch.deployment}.{command}"), settings.batch.lease_seconds
+    )
+    current = lease.acquire()
+    if lease.holds(current):
+        return lease, current
+    print(
+        f"sis-live {command}: the consumer lease is held by {current.holder} (a running "
+        f"consumer): nothing done",
+        file=sys.stderr,
+    )
+    return None
+
+
 def _merge(settings: Settings) -> int:
     """`sis-live merge`: the zone merged under the consumer lease, what was done printed."""
-    from sis_platform.intake.lease import ConsumerLease, holder_id
     from sis_platform.live.process import landing_zone
 
     zone = landing_zone(settings)
-    lease = ConsumerLease(
-        zone.catalog.root,
-        holder_id(f"{settings.batch.deployment}.merge"),
-        settings.batch.lease_seconds,
-    )
-    current = lease.acquire()
-    if not lease.holds(current):
-        print(
-            f"sis-live merge: the consumer lease is held by {current.holder} (a running "
-            "sis-live merges in its idle turns): nothing merged",
-            file=sys.stderr,
-        )
+    taken = _offline_lease(settings, zone.catalog.root, "merge")
+    if taken is None:
         return 1
+    lease, current = taken
     grace = settings.live.merge_grace_seconds
     try:
         zone.writer.clean_partials()  # as any new lease holder: what a crash left half-written
@@ -167,7 +183,6 @@ def _new_log(settings: Settings) -> int:
     from datetime import UTC, datetime
     from urllib.parse import urlparse
 
-    from sis_platform.intake.lease import ConsumerLease, holder_id
     from sis_platform.lake.tables import RAW_MESSAGES
     from sis_platform.live.process import landing_zone
     from sis_platform.log.landing.signed import LogNotNew, retire_witness
@@ -185,19 +200,10 @@ def _new_log(settings: Settings) -> int:
     if zone.catalog.signer.seal is None:
         print("sis-live new-log: the log is not signed (no log key configured): no witness")
         return 0
-    lease = ConsumerLease(
-        zone.catalog.root,
-        holder_id(f"{settings.batch.deployment}.new-log"),
-        settings.batch.lease_seconds,
-    )
-    current = lease.acquire()
-    if not lease.holds(current):
-        print(
-            f"sis-live new-log: the consumer lease is held by {current.holder}: a consumer is "
-            "landing, the witness stays",
-            file=sys.stderr,
-        )
+    taken = _offline_lease(settings, zone.catalog.root, "new-log")
+    if taken is None:
         return 1
+    lease = taken[0]
     try:
         retired = retire_witness(zone.catalog, datetime.now(UTC))
     except LogNotNew as error:
