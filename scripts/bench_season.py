@@ -237,7 +237,7 @@ def catch_up(
     print(f"  catch-up: {len(keys)} batches landed with the lake down", flush=True)
     if fresh_driver:
         restart_driver(platform)
-    runs = []
+    runs: list[dict[str, Any]] = []
     for i in range(0, len(keys), MAX_BATCHES_PER_RUN):
         chunk = keys[i : i + MAX_BATCHES_PER_RUN]
         start = time.perf_counter()
@@ -258,10 +258,11 @@ def catch_up(
 
 
 class Base(NamedTuple):
-    """The base's tables, pinned at the version its last run left."""
+    """The base's tables, pinned at the version its last run left, and their bytes then."""
 
     batches: int
     versions: dict[str, int]
+    bytes: dict[str, int]
 
 
 def check_base(lake: Lake, batches: int) -> Base:
@@ -270,8 +271,9 @@ def check_base(lake: Lake, batches: int) -> Base:
         (n, n, n) for n in range(1, batches + 1)
     ]:
         raise RuntimeError("the base was not folded one batch per step")
-    versions = {t.name: lake.version(t) for t in TABLES if lake.exists(t)}
-    return Base(batches, versions)
+    present = [t for t in TABLES if lake.exists(t)]
+    versions = {t.name: lake.version(t) for t in present}
+    return Base(batches, versions, {t.name: table_files(lake, t).active_bytes for t in present})
 
 
 def copies(lake: Lake, base: Base, table: Table, after: int, through: int) -> DataFrame:
@@ -302,8 +304,8 @@ def copies(lake: Lake, base: Base, table: Table, after: int, through: int) -> Da
             # A digest of its own per copy (batch_log's, and fold_steps' for the batch it
             # folded, the same), as every real batch has: ten digests repeated would compress
             # to nothing and leave fold_steps a fraction of a season's size.
-            base = F.regexp_extract(col, DIGEST.pattern, 1) if table is FOLD_STEPS else col
-            own = F.sha2(F.concat(base, F.lit("~"), k.cast("string")), 256)
+            digest = F.regexp_extract(col, DIGEST.pattern, 1) if table is FOLD_STEPS else col
+            own = F.sha2(F.concat(digest, F.lit("~"), k.cast("string")), 256)
             if table is FOLD_STEPS:
                 own = F.format_string('{"%d": "%s"}', F.col("last_batch_seq") + shift, own)
             col = own
@@ -346,8 +348,9 @@ def build_history(lake: Lake, base: Base, after: int, through: int) -> dict[str,
 
 
 def _files(lake: Lake, base: Base, table: Table, batches: int) -> int:
-    """How many of `table`'s compacted files `batches` batches of the base's rows fill."""
-    per_batch = table_files(lake, table).active_bytes / max(base.batches, 1)
+    """How many of `table`'s compacted files `batches` batches of the base's rows fill (at the
+    base's bytes per batch: the table's own by a later day count every day before it)."""
+    per_batch = base.bytes[table.name] / max(base.batches, 1)
     return max(1, math.ceil(per_batch * batches / bin_bytes(table)))
 
 
