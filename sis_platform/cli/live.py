@@ -181,14 +181,15 @@ def _new_log(settings: Settings) -> int:
     """`sis-live new-log`: the earlier log's witness retired under the consumer lease, when
     nothing of that log is left; what was done printed."""
     from datetime import UTC, datetime
-    from urllib.parse import urlparse
 
     from sis_platform.lake.tables import RAW_MESSAGES
+    from sis_platform.lake.upkeep import local_folder
     from sis_platform.live.process import landing_zone
     from sis_platform.log.landing.signed import LogNotNew, retire_witness
 
-    if urlparse(settings.lake_path).scheme in ("", "file"):
-        log = Path(urlparse(settings.lake_path).path) / RAW_MESSAGES.name / "_delta_log"
+    lake = local_folder(settings.lake_path)
+    if lake is not None:
+        log = lake / RAW_MESSAGES.name / "_delta_log"
         if log.exists():
             print(
                 f"sis-live new-log: the lake at {settings.lake_path} still holds a message log "

@@ -281,7 +281,7 @@ def table_files(lake: Lake, table: Table) -> TableFiles:
     for deletion vectors and log entries (a local lake only)."""
     detail = lake.spark.sql(f"DESCRIBE DETAIL {lake.sql_table(table)}").first()
     assert detail is not None
-    folder = _local_folder(lake.path(table))
+    folder = local_folder(lake.path(table))
     dvs = logs = None
     if folder is not None and folder.is_dir():
         dvs = sum(1 for _ in folder.rglob("deletion_vector_*.bin"))
@@ -290,7 +290,9 @@ def table_files(lake: Lake, table: Table) -> TableFiles:
     return TableFiles(int(detail["numFiles"]), int(detail["sizeInBytes"]), dvs, logs)
 
 
-def _local_folder(path: str) -> Path | None:
+def local_folder(path: str) -> Path | None:
+    """The folder of a lake path on this host (a plain path or `file:`), None for a remote one
+    (`s3a://`, ...)."""
     local = path.removeprefix("file:")
     return None if "://" in local else Path(local)
 
