@@ -36,8 +36,8 @@
    time of each of its steps (Dagster's step stats).
 4. With `--catch-up N`, after the last day's runs the lake is down for N more batches of the
    feed (720: a day): they are landed while nothing folds, then folded as the landed-batches
-   sensor has them folded after an outage, in runs over ranges of up to MAX_BATCHES_PER_RUN
-   batches (one run for a day's backlog), with `--fresh-driver` on a new driver, as the run's
+   sensor has them folded after an outage, in the runs its `run_groups` cuts them into (one
+   run over the range of a day's backlog), with `--fresh-driver` on a new driver, as the run's
    own process starts one. The catch-up's figure is those runs' wall time;
    scripts/bench_catchup.py measures the same through the daemon on a new lake, with the
    daemon's start and a live feed beside it. After the last day only: the simulated feed goes
@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import re
 import shutil
@@ -91,6 +92,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from sis_platform.assets.partitions import BATCHES
+from sis_platform.intake.tick import ready_batch
 from sis_platform.lake.delta import Lake
 from sis_platform.lake.spark.fold.ledger import FoldStepResult, commit_step
 from sis_platform.lake.tables import (
@@ -106,8 +108,9 @@ from sis_platform.lake.upkeep import UPKEEP_TABLES, bin_bytes, optimize, table_f
 from sis_platform.log.chain import Anchor
 from sis_platform.log.landing.expiry import expire_through
 from sis_platform.log.landing.rows import batch_key
+from sis_platform.sensors.batch_runs import RunBounds, run_groups
 from sis_platform.sensors.landed_sensor import MAX_BATCHES_PER_RUN
-from sis_platform.settings import DEFAULT_PARTITION_RETAIN_DAYS
+from sis_platform.settings import DEFAULT_BATCH_MAX_MESSAGES, DEFAULT_PARTITION_RETAIN_DAYS
 from sis_platform.settings.environment import python_workers_use_this_interpreter
 from sis_platform.simulator.generator import generate_feed
 from sis_platform.testing.inprocess import InProcessPlatform
@@ -119,6 +122,8 @@ TARGET_RATIO = 1.2
 # Issue 51's target: a day's backlog folded within 15 minutes of the lake's return.
 CATCH_UP_TARGET_S = 900
 PROFILE_LINES = 25
+# Where the catch-up's grouping reports a batch without its anchor (none is expected here).
+LOG = logging.getLogger("bench_season")
 PLOT = "season.png"
 # Every table a season's lake holds: the two the upkeep leaves one folder per batch, then those
 # it compacts, fold_steps last (its final row is the commit point of the copied history).
@@ -232,14 +237,21 @@ def catch_up(
     platform: InProcessPlatform, feed: Iterator[Any], messages: int, *, fresh_driver: bool
 ) -> CatchUp:
     """The lake down while the feed's next `messages` land, then back (module docstring, 4):
-    the landed batches folded in runs over ranges of up to MAX_BATCHES_PER_RUN, timed."""
+    the landed batches folded in the runs the landed-batches sensor groups them into
+    (`run_groups`), timed."""
     keys = land(platform, feed, messages)
     print(f"  catch-up: {len(keys)} batches landed with the lake down", flush=True)
+    zone = platform.zone
+    # The default bound of a run's messages, not this process's SIS_BATCH_MAX_MESSAGES: the
+    # benchmark sets that to `--per-batch` to cut the feed into batches of the feed's size,
+    # which the deployed sensor's two-minute seal does instead.
+    bounds = RunBounds(DEFAULT_BATCH_MAX_MESSAGES, MAX_BATCHES_PER_RUN)
+    groups = run_groups([ready_batch(zone, key, LOG) for key in keys], bounds)
     if fresh_driver:
         restart_driver(platform)
     runs: list[dict[str, Any]] = []
-    for i in range(0, len(keys), MAX_BATCHES_PER_RUN):
-        chunk = keys[i : i + MAX_BATCHES_PER_RUN]
+    for group in groups:
+        chunk = [batch.key for batch in group]
         start = time.perf_counter()
         result = platform.run(chunk)
         wall = round(time.perf_counter() - start, 2)
