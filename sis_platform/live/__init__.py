@@ -1,7 +1,9 @@
-"""sis-live: the resident consumer of the queue (docs/live.md). It lands small groups of
-messages durably, folds them in memory with the domain's code (`fold.py`, in worker processes:
-`workers.py`), commits the result with its log position to the serving store (`applier.py`) and
-then commits the queue (`service.py`, the loop); `budget.py` bounds
+"""sis-live: the resident consumer of the queue (docs/live.md). Its stages, in order: it gathers
+small groups of messages and lands them durably (`service.py`, the loop), classifies them
+(`classify.py`), folds them in memory with the domain's code (`fold.py`, with a share in worker
+processes: `workers.py`; the rows it commits: `commits.py`), commits the result with its log
+position to the serving store (`applier.py`, which runs those three stages and catches the
+store up) and then commits the queue (`service.py`); `budget.py` bounds
 an item's time, `config.py` its bounds, `process.py` one process built from the settings;
 `metrics.py` its Prometheus metrics and `endpoint.py` the HTTP endpoint that serves them with
 its health (/metrics, /healthz, /readyz); `lakelag.py` the lake's progress and lag it exports

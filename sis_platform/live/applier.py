@@ -1,5 +1,10 @@
 """The store side of sis-live: folding landed messages into the serving store, exactly once.
 
+The live path's stages after the land (docs/live.md, "The stages") run here in order: classify
+(`classify.py`), fold (`fold.py`), commit (`_commit`: one store transaction). `apply` takes a
+group just landed through them (`_pipeline`, or `_commit_stretch` with a priority), and
+`catch_up` a stretch of the landing zone at a time (`_commit_stretch`).
+
 The store holds the log position it has applied, committed in the same transaction as the
 group's results (`ServingWriter.commit`). The applier folds a group landed right after that
 position straight from memory; anything else (the first start, a restart after a crash, the
@@ -9,7 +14,7 @@ it committed whole, and the next start refolds exactly what follows it (docs/des
 invariants 2 and 7).
 
 With a priority (`SIS_PRIORITY`, sis_platform/domain/priority.py) a stretch is committed in parts:
-the masters of each priority class ahead of the rest (`LiveFold.parts`), the store recording
+the masters of each priority class ahead of the rest (`Fold.parts`), the store recording
 them as ahead of its position until the stretch's last part moves it. A stretch cut short by a
 crash between parts is refolded whole without the masters already ahead. While the queue has a
 backlog (groups arrive full), landed groups are left to the catch-up until `priority_window`
@@ -43,11 +48,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from sis_platform.live.budget import BudgetConfig, LiveBudget
+from sis_platform.live.classify import Classify
 from sis_platform.live.config import LiveConfig, Retry
-from sis_platform.live.fold import LaunchedFold, LiveFold
+from sis_platform.live.fold import Fold, LaunchedFold
 from sis_platform.live.metrics import LiveRecorder
 from sis_platform.live.workers import FoldWorkers, WorkerFoldError
 from sis_platform.log.landing import (
@@ -99,8 +105,8 @@ class Applier:
         self.config = config
         self._open_writer = open_writer
         self._clock = clock
-        self._store: ServingWriter | None = None
-        self._fold: LiveFold | None = None
+        # The store as opened, with the classify and fold stages that read it (None: closed).
+        self._stages: _Stages | None = None
         # The per-item budget (None: unguarded, e.g. a fold in a test's own thread); opened
         # with the first fold, which is when the markers of an earlier process are read.
         self._budget_config = budget
@@ -130,7 +136,7 @@ class Applier:
 
     @property
     def available(self) -> bool:
-        return self._store is not None
+        return self._stages is not None
 
     @property
     def in_flight(self) -> bool:
@@ -144,7 +150,7 @@ class Applier:
             return self._retry.due
         if self._launched is not None:
             return self._clock()  # now: a group is waiting to be committed
-        return self._heartbeat_due if self._store is not None else 0.0
+        return self._heartbeat_due if self._stages is not None else 0.0
 
     @property
     def _applying_to(self) -> LogPosition | None:
@@ -154,7 +160,7 @@ class Applier:
     def behind(self, landed: LogPosition) -> bool:
         """Whether the store must catch up to `landed` before the next group (not when the
         messages after it are left to a backlog's catch-up)."""
-        return self._store is None or (self._applying_to != landed and not self.deferred)
+        return self._stages is None or (self._applying_to != landed and not self.deferred)
 
     def apply(
         self, messages: Sequence[LandedMessage], before: LogPosition, *, backlog: bool = False
@@ -163,11 +169,11 @@ class Applier:
         when the store is not at `before`. `backlog`: more messages are waiting on the queue
         (with a priority, the group is left for the catch-up while the window has room)."""
         window = self.config.priority_window
-        if self.config.fold.priority is not None and backlog and self._store is not None:
+        if self.config.fold.priority is not None and backlog and self._stages is not None:
             if self.deferred + len(messages) < window and self.applied is not None:
                 self.deferred += len(messages)
                 return
-        if self._store is None or self._fold is None or self._applying_to != before or self._ahead:
+        if self._stages is None or self._applying_to != before or self._ahead:
             self.catch_up(messages[-1].position)
             return
         if self.config.fold.priority is None:
@@ -185,28 +191,23 @@ class Applier:
             self._failed(error)
 
     def _pipeline(self, messages: Sequence[LandedMessage]) -> None:
-        """Classify `messages` while the workers fold the group before them, complete that
-        one, launch the fold of `messages` and commit that one while the workers fold these.
-        `messages` are committed now unless workers fold part of them (then they wait for the
-        next `apply`)."""
-        store, fold = self._connected()
+        """The stages for a group just landed: classify `messages` (while the workers fold the
+        group before them, if any), fold (complete that one, launch this one), commit (that
+        one, while the workers fold this one). `messages` are committed now unless workers
+        fold part of them (then they wait for the next `apply`)."""
+        stages = self._connected()
         pending, self._launched = self._launched, None
-        classified = fold.classify(messages, pending.copies if pending else None)
-        commit = None
-        if pending is not None:
-            commit = fold.complete(pending)
-            # The next fold starts from these results before the store holds them; if the
-            # store's commit fails, the fold and its cache are dropped with the connection.
-            fold.committed(commit)
-        launched = fold.launch(classified, messages, own_share=PIPELINED_OWN_SHARE)
+        seen = pending.classified.copies if pending is not None else None
+        classified = stages.classify(messages, also_seen=seen)
+        previous = stages.fold.complete(pending) if pending is not None else None
+        launched = stages.fold.launch(classified, own_share=PIPELINED_OWN_SHARE)
         if launched.with_workers:
             self._launched = launched
             self.pipelined += 1
-        if pending is not None and commit is not None:
-            self._commit(store, commit)
-            self._committed(pending.messages)
+        if pending is not None and previous is not None:
+            self._commit(stages.store, previous, pending.classified.messages)
         if not launched.with_workers:
-            self._commit_launched(launched)
+            self._commit(stages.store, stages.fold.complete(launched), messages)
 
     def catch_up(self, landed: LogPosition, keep_going: Callable[[], bool] = lambda: True) -> None:
         """Bring the store to `landed` (the landing zone's last position) from its own position,
@@ -217,7 +218,7 @@ class Applier:
             return
         try:
             self._complete()
-            store, _ = self._connected()
+            store = self._connected().store
             position = store.position()
             beyond = self._beyond_landing(store, position, landed)
             if beyond is not None:
@@ -315,15 +316,16 @@ class Applier:
         it when it was down; then prune a chunk of the store's history when due."""
         self.flush()
         now = self._clock()
-        if self._retry.failing or self._store is None:
+        if self._retry.failing or self._stages is None:
             return  # the service catches up (which retries) when due
+        store = self._stages.store
         try:
             if now >= self._heartbeat_due:
                 self._heartbeat_due = now + self.config.heartbeat_seconds
-                self._store.heartbeat()
+                store.heartbeat()
             if now >= self._prune_due:
-                self._prune(now)
-                self.checked_batch = self._store.retention().checked_batch
+                self._prune(store, now)
+                self.checked_batch = store.retention().checked_batch
         except ServingUnavailable as error:
             self._unavailable(error)
 
@@ -331,19 +333,18 @@ class Applier:
         """The lake's progress as the fold last recorded it in the store (None: never
         recorded, or the store unavailable now). An outage seen here is left to the next
         commit or idle turn to handle, so a pipelined group is never abandoned for it."""
-        if self._retry.failing or self._store is None:
+        if self._retry.failing or self._stages is None:
             return None
         try:
-            return self._store.lake_progress()
+            return self._stages.store.lake_progress()
         except ServingUnavailable as error:
             log.debug("the lake's progress not read: %s", error)
             return None
 
-    def _prune(self, now: float) -> None:
+    def _prune(self, store: ServingWriter, now: float) -> None:
         """One bounded prune step (ServingWriter.prune): again at the next idle turn while
         history is left to prune, else after `prune_seconds`."""
-        assert self._store is not None
-        pruned = self._store.prune(self.config.serving_history, dedup=self.config.fold.window)
+        pruned = store.prune(self.config.serving_history, dedup=self.config.fold.window)
         self._prune_due = now if pruned.more else now + self.config.prune_seconds
         if pruned.changes or pruned.dead_letters or pruned.outcomes:
             log.debug(
@@ -368,18 +369,20 @@ class Applier:
 
     def close(self) -> None:
         self.abandon()
-        store, self._store, self._fold = self._store, None, None
+        stages, self._stages = self._stages, None
         budget, self._budget = self._budget, None
         workers, self._workers = self._workers, None
         if workers is not None:
             workers.close()
         if budget is not None:
             budget.close()
-        if store is not None:
-            store.close()
+        if stages is not None:
+            stages.store.close()
 
-    def _connected(self) -> tuple[ServingWriter, LiveFold]:
-        if self._store is None or self._fold is None:
+    def _connected(self) -> _Stages:
+        """The store and the stages that read it, opened if closed (raises
+        ServingUnavailable)."""
+        if self._stages is None:
             if self._budget is None and self._budget_config is not None:
                 self._budget = LiveBudget.open(self._budget_config)
             if self._workers is None and self._budget is not None and self.config.fold_workers:
@@ -387,8 +390,12 @@ class Applier:
                 setup = self._budget.worker_setup(selector=options.selector, limits=options.limits)
                 self._workers = FoldWorkers(self.config.fold_workers, setup)
             store = self._open_writer()
-            fold = LiveFold(store, self.config.fold, self._budget, self._workers)
-            self._store, self._fold = store, fold
+            options = self.config.fold
+            self._stages = _Stages(
+                store,
+                Classify(store, options, self._budget),
+                Fold(store, options, self._budget, self._workers),
+            )
             self.applied = None
             self._halt_checked = False
             self._ahead = store.ahead()
@@ -398,49 +405,51 @@ class Applier:
                     "interrupted stretch; refolding it without them",
                     len(self._ahead),
                 )
-        return self._store, self._fold
+        return self._stages
 
     def _complete(self) -> None:
         """Commit the pipelined group, if any (raises as `_commit_stretch`)."""
         launched, self._launched = self._launched, None
         if launched is not None:
-            self._commit_launched(launched)
+            stages = self._connected()
+            commit = stages.fold.complete(launched)
+            self._commit(stages.store, commit, launched.classified.messages)
 
-    def _commit_launched(self, launched: LaunchedFold) -> None:
-        store, fold = self._connected()
-        commit = fold.complete(launched)
-        self._commit(store, commit)
-        fold.committed(commit)
-        self._committed(launched.messages)
-
-    def _commit(self, store: ServingWriter, commit: GroupCommit) -> None:
-        """One store transaction, timed and counted (sis_platform/live/metrics.py)."""
+    def _commit(
+        self,
+        store: ServingWriter,
+        commit: GroupCommit,
+        messages: Sequence[LandedMessage] | None = None,
+    ) -> None:
+        """The commit stage: one store transaction, timed and counted
+        (sis_platform/live/metrics.py). `messages`: the stretch it completes, now visible to
+        readers (None: a part ahead of the position)."""
         started = time.perf_counter()
         store.commit(commit)
         self._metrics.committed(commit, time.perf_counter() - started)
-
-    def _committed(self, messages: Sequence[LandedMessage]) -> None:
-        self._metrics.visible(messages)
-        self.applied = messages[-1].position
-        self.messages += len(messages)
-        self._heartbeat_due = self._clock() + self.config.heartbeat_seconds
+        if messages is not None:
+            self._metrics.visible(messages)
+            self.applied = messages[-1].position
+            self.messages += len(messages)
+            self._heartbeat_due = self._clock() + self.config.heartbeat_seconds
 
     def _commit_stretch(self, messages: Sequence[LandedMessage], *, prioritize: bool) -> None:
         """Fold `messages` (the log right after the store's position) and commit them, in parts
         if `prioritize` (a catch-up; a group just landed commits at once in one part, which is
         as soon as any part of it could); raises ServingUnavailable, after which the connection
         is dropped (`_unavailable`)."""
-        store, fold = self._connected()
+        stages = self._connected()
         end = messages[-1].position
         ahead = [master_id for master_id, to in self._ahead.items() if to >= end]
-        for part in fold.parts(messages, ahead, prioritize=prioritize):
-            self._commit(store, part)
-            fold.committed(part)
+        classified = stages.classify(messages, ahead=ahead)
+        for part in stages.fold.parts(classified, prioritize=prioritize):
             if part.ahead:
+                self._commit(stages.store, part)
                 self._ahead.update(dict.fromkeys(part.ahead, end))
                 crash_point(LIVE_BETWEEN_PARTS)
+            else:
+                self._commit(stages.store, part, messages)
         self._ahead = {master_id: to for master_id, to in self._ahead.items() if to > end}
-        self._committed(messages)
 
     def _unavailable(self, error: ServingUnavailable) -> None:
         if self._retry.failed(self._clock()):
@@ -480,13 +489,22 @@ class Applier:
         """Forget the connection, its master cache and a pipelined group: the next try starts
         from the store."""
         self.abandon()
-        store, self._store, self._fold = self._store, None, None
+        stages, self._stages = self._stages, None
         self.applied = None
-        if store is not None:
+        if stages is not None:
             try:
-                store.close()
+                stages.store.close()
             except ServingUnavailable:
                 pass  # already broken: nothing of it is needed any more
+
+
+class _Stages(NamedTuple):
+    """The serving store as opened, with the classify and fold stages that read it (dropped
+    together: the fold's cache is only as good as the connection it was read through)."""
+
+    store: ServingWriter
+    classify: Classify
+    fold: Fold
 
 
 def _stretches(

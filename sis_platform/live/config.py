@@ -1,15 +1,17 @@
-"""sis-live's bounds and timings as one record, taken from the settings (sis_platform.settings)
-by `LiveConfig.from_settings`; the service never reads the environment itself."""
+"""sis-live's bounds, timings and fold options (`FoldOptions`, what the classify and fold stages
+apply) as one record, taken from the settings (sis_platform.settings) by
+`LiveConfig.from_settings`; the service never reads the environment itself."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from sis_platform.domain.dedup import DedupWindow
+from sis_platform.domain.dedup import DEFAULT_DEDUP_WINDOW, DedupWindow
+from sis_platform.domain.fold import ItemSelector
 from sis_platform.domain.limits import DEFAULT_LIMITS, Limits
+from sis_platform.domain.pipeline import DEFAULT_REDELIVERY_LIMIT
 from sis_platform.domain.priority import Priority
-from sis_platform.live.fold import FoldOptions
 from sis_platform.runtime.backoff import Backoff
 from sis_platform.settings import (
     DEFAULT_BATCH_MAX_BYTES,
@@ -19,6 +21,7 @@ from sis_platform.settings import (
     DEFAULT_LANDING_RETAIN_DAYS,
     DEFAULT_LIVE_GROUP_MAX_MESSAGES,
     DEFAULT_LIVE_GROUP_WAIT_MS,
+    DEFAULT_LIVE_MAX_MASTERS,
     DEFAULT_LIVE_PRIORITY_WINDOW,
     DEFAULT_SERVING_HISTORY_DAYS,
     Settings,
@@ -39,6 +42,23 @@ PROGRESS_SECONDS = 30.0
 # Retrying an unavailable store or source: from the first delay, doubling up to the last.
 RETRY_FIRST_SECONDS = 0.5
 RETRY_LAST_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class FoldOptions:
+    """How the feed is classified and folded (settings.processing and settings.limits), and
+    the bound of the fold stage's master cache."""
+
+    selector: ItemSelector | None = None
+    limits: Limits = DEFAULT_LIMITS
+    redelivery_limit: int = DEFAULT_REDELIVERY_LIMIT
+    max_masters: int = DEFAULT_LIVE_MAX_MASTERS
+    priority: Priority | None = None
+    window: DedupWindow = DEFAULT_DEDUP_WINDOW
+
+    def __post_init__(self) -> None:
+        if self.max_masters < 1:
+            raise ValueError(f"max_masters must be at least 1, got {self.max_masters}")
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,9 @@ import pytest
 from sis_platform.definitions import build_definitions
 from sis_platform.domain.limits import DEFAULT_LIMITS
 from sis_platform.lake.tables import DEAD_LETTERS, FOLD_STEPS
-from sis_platform.live.fold import FoldOptions, LiveFold
+from sis_platform.live.classify import Classify
+from sis_platform.live.config import FoldOptions
+from sis_platform.live.fold import Fold
 from sis_platform.log.landing import START_POSITION, ClosedBy, GroupWriter
 from sis_platform.sensors.landed_sensor import build_landed_batches_sensor
 from sis_platform.sensors.live_check_sensor import build_live_check_sensor
@@ -82,10 +84,9 @@ def _live_store(h: Harness, db: Path, *, fold: bool = True) -> str:
     store = open_writer(url)
     try:
         if fold:
-            live = LiveFold(store, FoldOptions())
             group = list(h.zone.catalog.landed_after(START_POSITION, DEFAULT_LIMITS))
-            commit = live.fold(group)
-            store.commit(commit)
+            classified = Classify(store, FoldOptions())(group)
+            store.commit(Fold(store, FoldOptions())(classified))
     finally:
         store.close()
     return url

@@ -1,5 +1,5 @@
-"""LiveFold: folding a landed log in groups into a real SQLite serving store gives exactly the
-reference pipeline's masters, versions, dead letters and outcomes."""
+"""sis-live's classify and fold stages: folding a landed log in groups into a real SQLite serving
+store gives exactly the reference pipeline's masters, versions, dead letters and outcomes."""
 
 from __future__ import annotations
 
@@ -11,9 +11,12 @@ import pytest
 
 from sis_platform.domain.dedup import DedupWindow
 from sis_platform.domain.reasons import Outcome, Reason
-from sis_platform.live.fold import FoldOptions, LiveFold
+from sis_platform.live.classify import Classified, Classify
+from sis_platform.live.config import FoldOptions
+from sis_platform.live.fold import Fold
 from sis_platform.log.landing import LandedMessage
 from sis_platform.serving import open_writer
+from sis_platform.serving.records import GroupCommit
 from sis_platform.standards.selector import Selector
 from tests.live.feed import groups_of_varying_size, landed_again, landed_feed
 from tests.live.store_view import assert_store_matches_reference
@@ -29,14 +32,12 @@ def _fold_into_store(
 ) -> None:
     store = open_writer(f"sqlite:///{db}")
     try:
-        fold = LiveFold(store, options)
+        classify, fold = Classify(store, options), Fold(store, options)
         for number, group in enumerate(groups, 1):
-            commit = fold.fold(group)
-            store.commit(commit)
-            fold.committed(commit)
+            store.commit(fold(classify(group)))
             assert store.position() == group[-1].position
             if restart_every and number % restart_every == 0:
-                fold = LiveFold(store, options)  # a restart: nothing but the store is kept
+                fold = Fold(store, options)  # a restart: nothing but the store is kept
     finally:
         store.close()
 
@@ -59,6 +60,31 @@ def test_live_fold_in_groups_equals_the_reference(tmp_path, largest, max_masters
     reasons = Counter(d.reason for d in ref.dead_letters)
     assert reasons[Reason.REDELIVERY_LIMIT] and reasons[Reason.MASTER_STALE]
     assert_store_matches_reference(tmp_path / "serving.db", ref)
+
+
+def test_each_group_folded_before_the_one_before_it_is_committed_equals_the_reference(tmp_path):
+    # The pipelined groups' order (live/applier.py): the next group is classified and folded
+    # onto the fold's own results for the one before, which the store commits only then.
+    log = landed_feed(seed=14, messages=900)
+    db = tmp_path / "serving.db"
+    store = open_writer(f"sqlite:///{db}")
+    try:
+        classify, fold = Classify(store, FoldOptions()), Fold(store, FoldOptions())
+        previous: Classified | None = None
+        waiting: GroupCommit | None = None
+        for group in groups_of_varying_size(log, seed=4, largest=30):
+            classified = classify(group, also_seen=previous.copies if previous else None)
+            commit = fold(classified)
+            if waiting is not None:
+                store.commit(waiting)
+            previous, waiting = classified, commit
+        assert waiting is not None
+        store.commit(waiting)
+    finally:
+        store.close()
+    ref = reference_for([m.message for m in log])
+    assert ref.outcome_counts()[Outcome.DUPLICATE] > 0
+    assert_store_matches_reference(db, ref)
 
 
 def test_live_fold_with_a_dedup_window_equals_the_reference_with_it(tmp_path):
@@ -118,11 +144,9 @@ def test_a_cached_master_is_not_reloaded_and_a_miss_is_loaded_once_per_group(tmp
 
     store.masters_state = counting  # type: ignore[method-assign]
     try:
-        fold = LiveFold(store, FoldOptions())
+        classify, fold = Classify(store, FoldOptions()), Fold(store, FoldOptions())
         for group in groups_of_varying_size(log, seed=1, largest=30):
-            commit = fold.fold(group)
-            store.commit(commit)
-            fold.committed(commit)
+            store.commit(fold(classify(group)))
     finally:
         store.close()
     loaded = [i for ids in calls for i in ids]
@@ -133,6 +157,6 @@ def test_an_empty_stretch_is_refused(tmp_path):
     store = open_writer(f"sqlite:///{tmp_path / 'serving.db'}")
     try:
         with pytest.raises(ValueError):
-            LiveFold(store, FoldOptions()).fold([])
+            Classify(store, FoldOptions())([])
     finally:
         store.close()

@@ -10,10 +10,11 @@ import pytest
 
 from sis_platform.domain.pipeline import ReferencePipeline
 from sis_platform.domain.priority import Priority
-from sis_platform.live.fold import FoldOptions, LiveFold
+from sis_platform.live.classify import Classify
+from sis_platform.live.config import FoldOptions
+from sis_platform.live.fold import Fold
 from sis_platform.runtime.faults import LIVE_BETWEEN_PARTS
 from sis_platform.serving import ServingWriter, open_writer
-from sis_platform.serving.records import GroupCommit
 from sis_platform.simulator.generator import generate_feed
 from tests.live.feed import INVALID, groups_of_varying_size, landed_feed
 from tests.live.processes import SIGKILLED, finish, start_live
@@ -34,11 +35,6 @@ OPTIONS = FoldOptions(priority=Priority.compile(PRIORITY))
 pytestmark = pytest.mark.cost(40)
 
 
-def _commit(store: ServingWriter, fold: LiveFold, part: GroupCommit) -> None:
-    store.commit(part)
-    fold.committed(part)
-
-
 def _shown(store: ServingWriter, master_id: str) -> tuple[int, bytes] | None:
     shown = store.master(master_id)
     return None if shown is None else (shown.version, shown.document)
@@ -57,14 +53,14 @@ def test_priority_masters_are_published_first_and_the_store_ends_as_the_referenc
     ref = ReferencePipeline()
     ahead_parts = 0
     with open_writer(f"sqlite:///{tmp_path / 'serving.db'}") as store:
-        fold = LiveFold(store, OPTIONS)
+        classify, fold = Classify(store, OPTIONS), Fold(store, OPTIONS)
         for stretch in stretches:
             before = ReferencePipeline()
             before.masters = dict(ref.masters)
             ref.process([m.message for m in stretch])
             published: set[str] = set()
-            for part in fold.parts(stretch):
-                _commit(store, fold, part)
+            for part in fold.parts(classify(stretch)):
+                store.commit(part)
                 published |= set(part.ahead)
                 if part.ahead:
                     ahead_parts += 1
@@ -93,23 +89,24 @@ def test_a_stretch_cut_short_between_its_parts_is_refolded_without_the_masters_a
     first, rest = log[:600], log[600:]
     db = tmp_path / "serving.db"
     with open_writer(f"sqlite:///{db}") as store:
-        fold = LiveFold(store, OPTIONS)
-        part = next(iter(fold.parts(first)))  # the crash: only the first part committed
-        _commit(store, fold, part)
+        fold = Fold(store, OPTIONS)
+        part = next(iter(fold.parts(Classify(store, OPTIONS)(first))))
+        store.commit(part)  # the crash: only the first part committed
         ahead = store.ahead()
         assert ahead and set(ahead.values()) == {first[-1].position}
         # A restart: a new fold from the store, the stretch refolded up to where it ended (the
         # applier never lets a stretch run across that end), then the log goes on.
-        fold = LiveFold(store, options)
+        classify, fold = Classify(store, options), Fold(store, options)
         size = -(-len(first) // refold_in)
         for start in range(0, len(first), size):
             stretch = first[start : start + size]
             end = stretch[-1].position
-            for part in fold.parts(stretch, [m for m, to in ahead.items() if to >= end]):
-                _commit(store, fold, part)
+            skipped = [m for m, to in ahead.items() if to >= end]
+            for part in fold.parts(classify(stretch, ahead=skipped)):
+                store.commit(part)
         assert store.ahead() == {} and store.status().messages == len(first)
-        for part in fold.parts(rest):
-            _commit(store, fold, part)
+        for part in fold.parts(classify(rest)):
+            store.commit(part)
         assert store.status().messages == len(log)
     assert_store_matches_reference(db, reference_for([m.message for m in log]))
 
@@ -124,14 +121,14 @@ def test_a_backlog_under_the_service_is_folded_in_windows_and_ends_as_the_refere
     place.put(feed)
     config = replace(CONFIG, fold=OPTIONS, priority_window=250)
     stretches: list[tuple[int, bool]] = []
-    parts = LiveFold.parts
+    parts = Fold.parts
 
-    def recording(self, messages, ahead=(), *, prioritize=True):
-        stretches.append((len(messages), prioritize))
-        return parts(self, messages, ahead, prioritize=prioritize)
+    def recording(self, classified, *, prioritize=True):
+        stretches.append((len(classified.messages), prioritize))
+        return parts(self, classified, prioritize=prioritize)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(LiveFold, "parts", recording)
+        patch.setattr(Fold, "parts", recording)
         with running(place, config) as service:
             assert service.wait_until(drained, BOUND_SECONDS)
     # Groups of 20 arrived full, so the backlog was folded in windows of up to 250 messages,

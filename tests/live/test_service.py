@@ -18,7 +18,7 @@ import pytest
 
 from sis_platform.intake.lease import ConsumerLease
 from sis_platform.live.config import LiveConfig
-from sis_platform.live.fold import LiveFold
+from sis_platform.live.fold import Fold
 from sis_platform.log.landing import START_POSITION, GroupWriter, ZoneWriter
 from sis_platform.queues.base import SourceUnavailable
 from sis_platform.queues.embedded import EmbeddedQueue
@@ -369,14 +369,14 @@ def test_a_failing_fold_leaves_landing_going_and_is_retried(tmp_path, monkeypatc
     place = Place(tmp_path)
     feed = _feed(28, 150)
     broken = threading.Event()
-    launch = LiveFold.launch  # every fold, a group's or a catch-up's, goes through it
+    launch = Fold.launch  # every fold, a group's or a catch-up's, goes through it
 
-    def failing_launch(self, classified, messages, **options):
+    def failing_launch(self, classified, **options):
         if broken.is_set():
             raise ZeroDivisionError("a bug in the fold (the test)")
-        return launch(self, classified, messages, **options)
+        return launch(self, classified, **options)
 
-    monkeypatch.setattr(LiveFold, "launch", failing_launch)
+    monkeypatch.setattr(Fold, "launch", failing_launch)
     config = LiveConfig(
         group_max_messages=20,
         idle_wait_seconds=0.2,

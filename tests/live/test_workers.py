@@ -22,7 +22,9 @@ from sis_platform.domain.dedup import Copies, DedupWindow
 from sis_platform.domain.pipeline import classify_stretch
 from sis_platform.domain.poison import budget_detail, quarantine_detail
 from sis_platform.live.budget import DIED_FOLDING, FOLD, BudgetConfig, LiveBudget
-from sis_platform.live.fold import FoldOptions, LiveFold
+from sis_platform.live.classify import Classify
+from sis_platform.live.config import FoldOptions
+from sis_platform.live.fold import Fold
 from sis_platform.live.workers import (
     Folded,
     FoldTask,
@@ -96,11 +98,10 @@ def test_a_log_folded_with_workers_equals_the_reference(place: Place, count, sel
     options = FoldOptions(selector=compiled, max_masters=40)
     workers = place.workers(count, options)
     try:
-        fold = LiveFold(place.store, options, place.budget, workers)
+        classify = Classify(place.store, options, place.budget)
+        fold = Fold(place.store, options, place.budget, workers)
         for group in groups_of_varying_size(log, seed=5, largest=900):
-            commit = fold.fold(group)
-            place.store.commit(commit)
-            fold.committed(commit)
+            place.store.commit(fold(classify(group)))
     finally:
         workers.close()
     assert workers.shared > 50  # most stretches were long enough to share
@@ -140,7 +141,7 @@ def _poisoned(log: list[LandedMessage]) -> tuple[str, str, int]:
 
 
 def _fold_until_committed(
-    place: Place, fold: LiveFold, workers: FoldWorkers, log
+    place: Place, fold: Fold, workers: FoldWorkers, log
 ) -> list[WorkerFoldError]:
     """Fold the log as one stretch until it commits (the applier retries a failed stretch);
     the failures on the way."""
@@ -148,12 +149,11 @@ def _fold_until_committed(
     for _ in range(5):
         assert workers.ready(wait_seconds=START_SECONDS)
         try:
-            commit = fold.fold(log)
+            commit = fold(Classify(place.store, fold.options, place.budget)(log))
         except WorkerFoldError as error:
             failures.append(error)
             continue
         place.store.commit(commit)
-        fold.committed(commit)
         return failures
     raise AssertionError(f"never committed: {failures}")
 
@@ -170,7 +170,7 @@ def test_a_workers_failure_ends_as_sis_lives_own(
     target = message_id if how == "hang" else master_id
     monkeypatch.setenv("SIS_INJECT_FOLD_FAILURE", f"{target}:{how}")
     workers = place.workers(1, options, HANG_BUDGET_SECONDS if how == "hang" else BUDGET_SECONDS)
-    fold = LiveFold(place.store, options, place.budget, workers)
+    fold = Fold(place.store, options, place.budget, workers)
     try:
         failures = _fold_until_committed(place, fold, workers, log)
     finally:
