@@ -60,6 +60,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
+import age_serving_store
 import psutil
 import pyarrow.parquet as pq
 
@@ -68,7 +69,7 @@ from sis_platform.domain.priority import Priority, event_attributes
 from sis_platform.log.landing import LandingZone
 from sis_platform.queues.embedded import EmbeddedQueue
 from sis_platform.queues.factory import open_source_from_environment
-from sis_platform.serving import ServingReader, ServingUnavailable, open_reader
+from sis_platform.serving import ServingReader, ServingUnavailable, open_reader, open_writer
 from sis_platform.settings import load_settings
 from sis_platform.simulator.cli import Pacer
 from sis_platform.simulator.generator import generate_feed
@@ -526,15 +527,32 @@ def until_caught_up(run: Run, live: subprocess.Popen[bytes], messages: int, time
 
 
 def measure_rate(
-    source: Source, rate: float, seconds: float, args: Any, data: Path, metrics: bool = True
+    source: Source,
+    rate: float,
+    seconds: float,
+    args: Any,
+    data: Path,
+    metrics: bool = True,
+    aged_days: int = 0,
 ) -> dict:
-    """sis-live, a reader and a publisher at `rate` for `seconds`: the latency figures."""
+    """sis-live, a reader and a publisher at `rate` for `seconds`: the latency figures, with
+    sis-live's peak RSS and its open files at the end. `aged_days`: the store first given the
+    rows that many days of the feed leave (scripts/age_serving_store.py; not timed)."""
     label = f"{source.name}-{rate:g}-metrics-{'on' if metrics else 'off'}"
+    label += f"-aged-{aged_days}" if aged_days else ""
     run = new_run(source, data, args, label, metrics=metrics)
     messages = max(1, round(rate * seconds))
+    aged: dict[str, Any] = {}
+    if aged_days:
+        open_writer(run.serving_url).close()
+        aged = age_serving_store.age(run.serving_url, aged_days)
+        print(f"  store aged {aged_days} days: {aged}", flush=True)
     load_before = load_average()
     live = start_live(run)
+    rss = PeakRss(live.pid)
+    rss.start()
     scraper = Scraper(run.metrics_url)
+    open_files = None
     try:
         scraper.start()
         wait_for_store(run, live)
@@ -544,12 +562,15 @@ def measure_rate(
             if publisher.wait(timeout=seconds * 2 + 600) != 0:
                 raise RuntimeError(f"the publisher failed: see {run.log}")
             until_caught_up(run, live, messages, timeout=args.live_drain_timeout)
+            open_files = _open_files(live.pid)
         finally:
             stop(reader, "reader")
     finally:
         scraper.stop.set()
         scraper.join()
         code = stop(live, "sis-live")
+        rss.stop.set()
+        rss.join()
     load_after = load_average()
     published = json.loads((data / "published.json").read_text())
     read = json.loads((data / "reader.json").read_text())
@@ -568,7 +589,19 @@ def measure_rate(
         "profile": str(run.profile) if run.profile else None,
         "load_before": load_before,
         "load_after": load_after,
+        "peak_rss_mib": round(rss.peak / 2**20),
+        "open_files": open_files,
+        "aged_days": aged_days,
+        "aged": aged,
     }
+
+
+def _open_files(pid: int) -> int | None:
+    """The file descriptors sis-live holds now (None: it ended)."""
+    try:
+        return psutil.Process(pid).num_fds()
+    except psutil.Error:
+        return None
 
 
 def landing_times(landing: Path) -> dict[str, tuple[float, float]]:
@@ -763,12 +796,14 @@ class Planned(NamedTuple):
     messages: int = 0
     prioritized: bool = False  # a backlog with SIS_PRIORITY (--live-priority)
     metrics: bool = True  # sis-live's metrics on (scraped every second), or off
+    aged_days: int = 0  # a rate on a store aged this many days (--live-aged-days)
 
     @property
     def label(self) -> str:
         what = f"{self.rate:g} msg/s for {self.seconds:g} s" if self.rate else "backlog"
         what += f" {self.messages:,}" if self.messages else ""
         what += " with SIS_PRIORITY" if self.prioritized else ""
+        what += f" on a store aged {self.aged_days} days" if self.aged_days else ""
         return f"{self.source} {what}, metrics {'on' if self.metrics else 'off'}"
 
 
@@ -787,12 +822,16 @@ def plan(args: Any) -> list[Planned]:
     switches = [x.strip() for x in args.live_metrics.split(",") if x.strip()]
     if not switches or set(switches) - {"on", "off"}:
         raise SystemExit("--live-metrics: on, off, or both (on,off)")
+    ages = [int(x) for x in str(args.live_aged_days).split(",") if x.strip()] or [0]
+    if min(ages) < 0:
+        raise SystemExit("--live-aged-days: days of the feed, 0 for a new store")
     return [
         *(
-            Planned(s, r, t, metrics=m == "on")
+            Planned(s, r, t, metrics=m == "on", aged_days=a)
             for r, t in zip(rates, seconds, strict=True)
             for s in sources
             for m in switches
+            for a in ages
         ),
         *(
             Planned(s, messages=n, metrics=m == "on")
@@ -832,7 +871,7 @@ def measure(args: Any) -> list[dict[str, Any]]:
                     continue
                 print(f"live {p.label} ... load {load_average()}", flush=True)
                 if p.rate:
-                    r = measure_rate(source, p.rate, p.seconds, args, data, p.metrics)
+                    r = measure_rate(source, p.rate, p.seconds, args, data, p.metrics, p.aged_days)
                 else:
                     r = measure_backlog(source, p.messages, args, data, p.prioritized, p.metrics)
                 figures.append(r)
@@ -875,6 +914,7 @@ def summary(r: dict[str, Any]) -> str:
     return (
         f"p50 {r['p50_ms']:.1f} ms, p95 {r['p95_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, "
         f"max {r['max_ms']:.1f} ms ({r['changed']}/{r['published']} changed), "
+        f"peak RSS {r['peak_rss_mib']} MiB, {r['open_files']} open files, "
         f"metrics {r.get('metrics', 'on')} ({r.get('scrapes', 0)} scrapes), {load}"
     )
 
@@ -910,6 +950,8 @@ def live_rows(figures: list[dict[str, Any]]) -> list[LiveRow]:
 def _rate_rows(r: dict[str, Any], load: str) -> list[LiveRow]:
     fast = r["rate"] >= FAST_RATE
     what = f"live {r['source']} {r['rate']:g} msg/s, {r['seconds']:g} s, put -> store"
+    if r.get("aged_days"):
+        what += f", store aged {r['aged_days']} days"
     if "metrics" in r:
         what += f", metrics {r['metrics']}"
     p50_target = None if fast else TARGET_P50_MS
@@ -1031,6 +1073,12 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         default="on",
         help="sis-live's metrics: on (served and scraped every second), off, or on,off to "
         "measure each figure both ways, side by side",
+    )
+    group.add_argument(
+        "--live-aged-days",
+        default="0",
+        help="days of the feed whose rows the store holds before each rate is measured "
+        "(scripts/age_serving_store.py), comma-separated; 0: a new store (e.g. 0,365)",
     )
     group.add_argument("--live-drain-timeout", type=float, default=900.0)
     group.add_argument(
