@@ -34,6 +34,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from sis_platform.domain.limits import DEFAULT_LIMITS
 from sis_platform.domain.pipeline import LoggedMessage
 from sis_platform.live.classify import Classify
 from sis_platform.live.config import FoldOptions
@@ -73,6 +74,13 @@ def base_day(seed: int, batches: int = BATCHES_PER_DAY) -> Iterator[list[LandedM
     for index, message in enumerate(feed):
         batch_seq = index // MESSAGES_PER_BATCH + 1
         logged = LoggedMessage(message.message_id, message.body, batch_seq=batch_seq)
+        if len(message.body) > DEFAULT_LIMITS.max_message_bytes:
+            # As intake lands a body over the bound: moved aside, logged empty with its size
+            # and place, and dead-lettered `too-large` without it.
+            location = f"overflow/{message.message_id}"
+            logged = LoggedMessage(
+                message.message_id, b"", 1, len(message.body), location, batch_seq=batch_seq
+            )
         position = LogPosition(batch_seq, index % MESSAGES_PER_BATCH)
         batch.append(LandedMessage(position, logged, message.sent))
         if len(batch) == MESSAGES_PER_BATCH:

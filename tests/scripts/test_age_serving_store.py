@@ -63,6 +63,9 @@ def test_an_aged_store_holds_the_kept_rows_of_every_day_and_the_window_of_the_re
     )
     assert changes > last and figures["changes_rows"] == 2 * changes + 2 * last
     assert _count(db, "SELECT MAX(batch_seq) FROM changes") < 0  # below any batch landed later
+    # A body over the bound is dead-lettered as intake lands it: without its bytes.
+    largest = _count(db, "SELECT MAX(LENGTH(body)) FROM dead_letters")
+    assert largest < age_serving_store.DEFAULT_LIMITS.max_message_bytes
     with open_reader(url) as store:
         assert store.status().position == START_POSITION
         some = _count(db, "SELECT COUNT(*) FROM masters WHERE master_id LIKE '%~3'")
