@@ -58,8 +58,9 @@ minutes); writes results.json into `--out` (default bench-out/season, not commit
 season.png beside it: a panel per quantity over the days measured (with the `bench` extra's
 matplotlib). `--plot-from RESULTS` draws season.png from an earlier run's results.json alone.
 
-What it does not measure: sis-live over the season (scripts/bench_live.py; its stores are
-bounded by the serving store's pruning and landing expiry), a driver started for every run (the
+What it does not measure: sis-live over the season (`scripts/bench.py --parts live
+--live-aged-days 0,365`, on a serving store given a season's rows by
+scripts/age_serving_store.py), a driver started for every run (the
 daemon's; `--fresh-driver` starts one per day, whose later runs are warmer than a run's own
 driver; scripts/bench_catchup.py and `bench.py --mode daemon` measure a start's fixed cost,
 which does not depend on the day), the Delta log's length (bulk copies are a few commits each; a
