@@ -21,8 +21,8 @@ scripts/bench_season.py builds the lake's:
 
 What it leaves out: the pruned rows' free pages (pruning gives them back in bounded steps) and
 the store's own statistics (none are kept on SQLite). Prints each table's rows and the file's
-size. The target must exist with the store's schema (`open_writer` creates it) and hold no
-rows of its own yet.
+size. The target is created with the store's schema if it is new, and must hold no rows of its
+own yet.
 """
 
 from __future__ import annotations
@@ -127,9 +127,10 @@ def age(
     history_days: int = DEFAULT_SERVING_HISTORY_DAYS,
     batches: int = BATCHES_PER_DAY,
 ) -> dict:
-    """Give the store at `url` (SQLite, schema created, no rows) the rows of `days` days of the
-    feed (module docstring); the figures. `batches`: the base day's batches (fewer: a smaller
+    """Give the store at `url` (SQLite, new or with no rows) the rows of `days` days of the feed
+    (module docstring); the figures. `batches`: the base day's batches (fewer: a smaller
     day, for a test)."""
+    open_writer(url).close()  # the store's schema, if it is new
     target = Path(url.removeprefix("sqlite:///"))
     figures: dict = {"days": days}
     with tempfile.TemporaryDirectory(prefix="sis-aged-") as scratch:
@@ -171,13 +172,12 @@ def age(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("url", help="sqlite:///PATH: a store with the schema and no rows")
+    parser.add_argument("url", help="sqlite:///PATH: a new store, or one with no rows")
     parser.add_argument("--days", type=int, default=365)
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)
     if not args.url.startswith("sqlite:///"):
         raise SystemExit("a SQLite store's URL (sqlite:///PATH)")
-    open_writer(args.url).close()  # the schema, if the store is new
     for key, value in age(args.url, args.days, seed=args.seed).items():
         print(f"{key}: {value:,}" if isinstance(value, int) else f"{key}: {value}")
     return 0

@@ -69,7 +69,7 @@ from sis_platform.domain.priority import Priority, event_attributes
 from sis_platform.log.landing import LandingZone
 from sis_platform.queues.embedded import EmbeddedQueue
 from sis_platform.queues.factory import open_source_from_environment
-from sis_platform.serving import ServingReader, ServingUnavailable, open_reader, open_writer
+from sis_platform.serving import ServingReader, ServingUnavailable, open_reader
 from sis_platform.settings import load_settings
 from sis_platform.simulator.cli import Pacer
 from sis_platform.simulator.generator import generate_feed
@@ -544,7 +544,6 @@ def measure_rate(
     messages = max(1, round(rate * seconds))
     aged: dict[str, Any] = {}
     if aged_days:
-        open_writer(run.serving_url).close()
         aged = age_serving_store.age(run.serving_url, aged_days)
         print(f"  store aged {aged_days} days: {aged}", flush=True)
     load_before = load_average()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sis_platform.log.landing import START_POSITION
-from sis_platform.serving import open_reader, open_writer
+from sis_platform.serving import open_reader
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
@@ -42,7 +42,6 @@ def test_an_aged_store_holds_the_kept_rows_of_every_day_and_the_window_of_the_re
     base_db, db = tmp_path / "base.db", tmp_path / "serving.db"
     age_serving_store.build_base(base_db, seed=3, batches=6)
     url = f"sqlite:///{db}"
-    open_writer(url).close()
 
     figures = age_serving_store.age(url, 4, seed=3, history_days=2, batches=6)
 
